@@ -1,0 +1,192 @@
+//! The MCP client side of a backend connection: what Vigil does with the
+//! requests and notifications a backend sends.
+//!
+//! Server→client requests and progress go to the client whose call caused
+//! them (see [`super::inflight`] for the rule); list changes, log messages and
+//! resource updates go to the [`Downstream`] the gateway provides.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::*;
+use rmcp::service::{
+    InboundStreamOrigin, NotificationContext, OriginatingRequestId, RequestContext, RoleClient,
+    ServiceError,
+};
+use rmcp::{ClientHandler, ErrorData as McpError};
+
+use super::inflight::{FrontCall, Inflight};
+
+/// Kinds of list a backend can announce as changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    Tools,
+    Resources,
+    Prompts,
+}
+
+/// Where a backend's unsolicited traffic goes; implemented by the gateway.
+pub trait Downstream: Send + Sync + 'static {
+    /// The backend says one of its lists changed.
+    fn list_changed(&self, backend: &Arc<str>, kind: ListKind);
+    /// A `notifications/message`; `session` is set on per-session connections.
+    fn log(&self, backend: &Arc<str>, session: Option<u64>, params: LoggingMessageNotificationParam);
+    /// A `notifications/resources/updated`; `session` as for [`Self::log`].
+    fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String);
+}
+
+/// One backend connection's client handler.
+pub struct BackendClient {
+    backend: Arc<str>,
+    inflight: Arc<Inflight>,
+    downstream: Arc<dyn Downstream>,
+    /// The client session a per-session connection belongs to.
+    session: Option<u64>,
+    info: ClientConfig,
+}
+
+/// How long a server→client request waits for its originating call to be
+/// registered (the backend can answer faster than the registration lands).
+const ASSOCIATION_GRACE: Duration = Duration::from_millis(200);
+
+impl BackendClient {
+    pub fn new(
+        backend: Arc<str>,
+        inflight: Arc<Inflight>,
+        downstream: Arc<dyn Downstream>,
+        session: Option<u64>,
+        capabilities: Option<ClientCapabilities>,
+    ) -> Self {
+        let capabilities = capabilities.unwrap_or_else(default_capabilities);
+        let mut info = ClientConfig::new(capabilities, Implementation::new("vigil", env!("CARGO_PKG_VERSION")));
+        info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+        Self { backend, inflight, downstream, session, info }
+    }
+
+    /// Finds the client call a server→client request belongs to.
+    async fn front_call(&self, ctx: &RequestContext<RoleClient>) -> Result<FrontCall, McpError> {
+        let deadline = tokio::time::Instant::now() + ASSOCIATION_GRACE;
+        loop {
+            let found = match ctx.extensions.get::<InboundStreamOrigin>() {
+                Some(InboundStreamOrigin::OutboundRequest(id)) => self.inflight.by_request(id),
+                _ => self.inflight.latest(),
+            };
+            if let Some(call) = found {
+                return Ok(call);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(McpError::invalid_request(
+                    format!("vigil: no client request to backend '{}' is in flight, so there is no client to ask", self.backend),
+                    None,
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Sends a server→client request to the client whose call caused it.
+    async fn forward(&self, ctx: &RequestContext<RoleClient>, mut request: ServerRequest) -> Result<ClientResult, McpError> {
+        let call = self.front_call(ctx).await?;
+        // Deliver on the originating request's stream (SEP-2260), so clients
+        // that only listen there see it.
+        request.extensions_mut().insert(OriginatingRequestId(call.request_id.clone()));
+        let send = call.peer.send_request(request);
+        tokio::select! {
+            r = send => r.map_err(|e| service_error(&self.backend, e)),
+            _ = ctx.ct.cancelled() => Err(McpError::internal_error("cancelled by the backend", None)),
+        }
+    }
+}
+
+fn default_capabilities() -> ClientCapabilities {
+    serde_json::from_value(serde_json::json!({
+        "sampling": {},
+        "elicitation": {"form": {}, "url": {}},
+        "roots": {"listChanged": true}
+    }))
+    .unwrap_or_default()
+}
+
+/// Maps a failure to reach a client into what the backend is told.
+fn service_error(backend: &str, e: ServiceError) -> McpError {
+    match e {
+        ServiceError::McpError(e) => e,
+        other => McpError::internal_error(format!("vigil could not relay backend '{backend}' request to the client: {other}"), None),
+    }
+}
+
+fn unexpected<T>(what: &str) -> Result<T, McpError> {
+    Err(McpError::internal_error(format!("the client answered {what} with an unexpected result type"), None))
+}
+
+impl ClientHandler for BackendClient {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        ctx: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, McpError> {
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self.forward(&ctx, request).await? {
+            ClientResult::CreateMessageResult(r) => Ok(*r),
+            _ => unexpected("sampling/createMessage"),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        ctx: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match self.forward(&ctx, request).await? {
+            ClientResult::ElicitResult(r) => Ok(r),
+            _ => unexpected("elicitation/create"),
+        }
+    }
+
+    async fn list_roots(&self, ctx: RequestContext<RoleClient>) -> Result<ListRootsResult, McpError> {
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        match self.forward(&ctx, request).await? {
+            ClientResult::ListRootsResult(r) => Ok(r),
+            _ => unexpected("roots/list"),
+        }
+    }
+
+    async fn ping(&self, _ctx: RequestContext<RoleClient>) -> Result<(), McpError> {
+        Ok(())
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _ctx: NotificationContext<RoleClient>) {
+        let Some(call) = self.inflight.by_token(&params.progress_token) else { return };
+        let Some(token) = call.progress_token else { return };
+        let mut forwarded = params;
+        forwarded.progress_token = token;
+        if let Err(e) = call.peer.notify_progress(forwarded).await {
+            tracing::debug!(backend = %self.backend, error = %e, "could not relay progress to the client");
+        }
+    }
+
+    async fn on_logging_message(&self, params: LoggingMessageNotificationParam, _ctx: NotificationContext<RoleClient>) {
+        self.downstream.log(&self.backend, self.session, params);
+    }
+
+    async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _ctx: NotificationContext<RoleClient>) {
+        self.downstream.resource_updated(&self.backend, self.session, params.uri);
+    }
+
+    async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        self.downstream.list_changed(&self.backend, ListKind::Tools);
+    }
+
+    async fn on_resource_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        self.downstream.list_changed(&self.backend, ListKind::Resources);
+    }
+
+    async fn on_prompt_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        self.downstream.list_changed(&self.backend, ListKind::Prompts);
+    }
+}

@@ -1,0 +1,222 @@
+//! One MCP client connection to a backend: open it (start the process or
+//! reach the URL, then the handshake), forward requests on it, list what the
+//! backend advertises.
+
+use std::collections::{HashMap, VecDeque};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::*;
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError, ServiceExt};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+use super::client::BackendClient;
+use super::error::BackendError;
+use super::inflight::{FrontCall, Inflight};
+use crate::catalog::BackendCatalog;
+use crate::config::{BackendConfig, Transport};
+
+/// Lines of a stdio backend's stderr kept for error messages.
+const STDERR_TAIL: usize = 20;
+
+/// An open, initialized connection to a backend.
+pub struct Connection {
+    backend: Arc<str>,
+    service: RunningService<RoleClient, BackendClient>,
+    inflight: Arc<Inflight>,
+    request_timeout: Duration,
+    stderr: Option<StderrTail>,
+}
+
+/// The last lines a stdio backend wrote to stderr.
+#[derive(Clone, Default)]
+pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+    }
+}
+
+/// Opens a connection to `config`'s backend and completes the MCP handshake
+/// within `connect_timeout`.
+pub async fn connect(
+    config: &BackendConfig,
+    client: BackendClient,
+    inflight: Arc<Inflight>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+) -> Result<Connection, BackendError> {
+    let backend: Arc<str> = config.name.as_str().into();
+    let (service, stderr) = match &config.transport {
+        Transport::Stdio { command, args, env, cwd } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args).envs(env).kill_on_drop(true);
+            if let Some(cwd) = cwd {
+                cmd.current_dir(cwd);
+            }
+            let (transport, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| BackendError::Spawn { backend: backend.clone(), command: command.clone(), source: e })?;
+            let tail = StderrTail::default();
+            if let Some(stderr) = stderr {
+                tokio::spawn(pump_stderr(backend.clone(), stderr, tail.clone()));
+            }
+            let service = handshake(&backend, client.serve(transport), connect_timeout, Some(&tail)).await?;
+            (service, Some(tail))
+        }
+        Transport::Http { url, headers } => {
+            let mut custom = HashMap::new();
+            for (k, v) in headers {
+                // Validated in config; skip defensively rather than panic.
+                if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v)) {
+                    custom.insert(k, v);
+                }
+            }
+            let cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(custom)
+                .reinit_on_expired_session(true);
+            let transport = StreamableHttpClientTransport::from_config(cfg);
+            (handshake(&backend, client.serve(transport), connect_timeout, None).await?, None)
+        }
+    };
+    Ok(Connection { backend, service, inflight, request_timeout, stderr })
+}
+
+async fn handshake<F>(
+    backend: &Arc<str>,
+    fut: F,
+    timeout: Duration,
+    stderr: Option<&StderrTail>,
+) -> Result<RunningService<RoleClient, BackendClient>, BackendError>
+where
+    F: Future<Output = Result<RunningService<RoleClient, BackendClient>, rmcp::service::ClientInitializeError>>,
+{
+    let tail = || stderr.map(|t| t.lines()).unwrap_or_default();
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(BackendError::Handshake { backend: backend.clone(), reason: e.to_string(), stderr: tail() }),
+        Err(_) => Err(BackendError::Handshake {
+            backend: backend.clone(),
+            reason: format!("no answer to initialize within {}", humantime::format_duration(timeout)),
+            stderr: tail(),
+        }),
+    }
+}
+
+async fn pump_stderr(backend: Arc<str>, stderr: tokio::process::ChildStderr, tail: StderrTail) {
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::info!(target: "vigil::backend::stderr", backend = %backend, "{line}");
+        if let Ok(mut t) = tail.0.lock() {
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    }
+}
+
+impl Connection {
+    pub fn backend(&self) -> &Arc<str> {
+        &self.backend
+    }
+
+    /// What the backend declared at the handshake.
+    pub fn capabilities(&self) -> ServerCapabilities {
+        self.service.peer().peer_info().map(|i| i.capabilities.clone()).unwrap_or_default()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.service.is_closed() || self.service.peer().is_transport_closed()
+    }
+
+    /// Resolves when the connection has ended (process exit, transport
+    /// error). rmcp offers no close event without consuming the service, so
+    /// this checks the transport every 50 ms.
+    pub async fn closed(&self) {
+        while !self.is_closed() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.stderr.as_ref().map(|t| t.lines()).unwrap_or_default()
+    }
+
+    /// Forwards `request` and waits for its answer, relaying the backend's
+    /// progress and server→client requests to `front`, and the client's
+    /// cancellation (`ct`) to the backend.
+    pub async fn request(
+        &self,
+        request: ClientRequest,
+        front: Option<FrontCall>,
+        ct: &CancellationToken,
+    ) -> Result<ServerResult, BackendError> {
+        let peer = self.service.peer();
+        let options = PeerRequestOptions::with_timeout(self.request_timeout).reset_timeout_on_progress();
+        let handle = peer
+            .send_request_with_option(request, options)
+            .await
+            .map_err(|e| self.service_error(e))?;
+        let id = handle.id.clone();
+        let _registration = front.map(|f| self.inflight.register(id.clone(), handle.progress_token.clone(), f));
+        tokio::select! {
+            r = handle.await_response() => r.map_err(|e| self.service_error(e)),
+            _ = ct.cancelled() => {
+                let note = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled by the client".into()),
+                ));
+                let _ = peer.send_notification(note.into()).await;
+                Err(BackendError::Cancelled { backend: self.backend.clone() })
+            }
+        }
+    }
+
+    /// Sends a notification (e.g. `roots/list_changed`) to the backend.
+    pub async fn notify(&self, notification: ClientNotification) -> Result<(), BackendError> {
+        self.service.peer().send_notification(notification).await.map_err(|e| self.service_error(e))
+    }
+
+    /// Lists everything the backend declared at the handshake.
+    pub async fn list_catalog(&self) -> Result<BackendCatalog, BackendError> {
+        let caps = self.capabilities();
+        let peer = self.service.peer();
+        let list = |e| self.service_error(e);
+        let mut c = BackendCatalog::default();
+        if caps.tools.is_some() {
+            c.tools = peer.list_all_tools().await.map_err(list)?;
+        }
+        if caps.resources.is_some() {
+            c.resources = peer.list_all_resources().await.map_err(list)?;
+            c.templates = peer.list_all_resource_templates().await.map_err(list)?;
+        }
+        if caps.prompts.is_some() {
+            c.prompts = peer.list_all_prompts().await.map_err(list)?;
+        }
+        Ok(c)
+    }
+
+    /// Closes the connection (for stdio: ends the process).
+    pub async fn close(mut self) {
+        let _ = self.service.close_with_timeout(Duration::from_secs(2)).await;
+    }
+
+    fn service_error(&self, e: ServiceError) -> BackendError {
+        match e {
+            ServiceError::McpError(e) => BackendError::Mcp(e),
+            ServiceError::Timeout { timeout } => BackendError::Timeout { backend: self.backend.clone(), timeout },
+            other => BackendError::Transport {
+                backend: self.backend.clone(),
+                reason: other.to_string(),
+                stderr: self.stderr_tail(),
+            },
+        }
+    }
+}

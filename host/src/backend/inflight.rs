@@ -1,0 +1,97 @@
+//! Which client request each backend request was made for.
+//!
+//! A backend's progress notifications and its server→client requests
+//! (sampling, elicitation, roots) must reach the client whose call caused
+//! them. Every request forwarded to a backend is registered here, keyed by
+//! the backend-side request id and progress token, for as long as it runs.
+//!
+//! Association rule, in order:
+//! 1. progress notifications: by the progress token Vigil put on the
+//!    backend request (exact, on every transport);
+//! 2. server→client requests that arrive on the HTTP response stream of a
+//!    backend request: that request's client (exact; per-session HTTP
+//!    connections make it unambiguous anyway);
+//! 3. otherwise (stdio: one process, one session, no stream association):
+//!    the client request that most recently started on this connection and
+//!    is still running. With several clients calling the same stdio backend
+//!    at once this is a best guess; use an HTTP backend when that matters.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ProgressToken, RequestId};
+use rmcp::service::{Peer, RoleServer};
+
+/// The client side of a forwarded request.
+#[derive(Clone, Debug)]
+pub struct FrontCall {
+    /// The client session that made the request.
+    pub peer: Peer<RoleServer>,
+    /// Its JSON-RPC id on the client side.
+    pub request_id: RequestId,
+    /// The progress token the client asked for, if any.
+    pub progress_token: Option<ProgressToken>,
+}
+
+#[derive(Default, Debug)]
+pub struct Inflight {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default, Debug)]
+struct Inner {
+    seq: u64,
+    by_request: HashMap<RequestId, (u64, FrontCall)>,
+    by_token: HashMap<ProgressToken, RequestId>,
+}
+
+/// Unregisters its request when dropped.
+pub struct Registration {
+    table: Arc<Inflight>,
+    request: RequestId,
+    token: ProgressToken,
+}
+
+impl Inflight {
+    pub fn register(self: &Arc<Self>, request: RequestId, token: ProgressToken, call: FrontCall) -> Registration {
+        let mut inner = self.lock();
+        inner.seq += 1;
+        let seq = inner.seq;
+        inner.by_request.insert(request.clone(), (seq, call));
+        inner.by_token.insert(token.clone(), request.clone());
+        Registration { table: self.clone(), request, token }
+    }
+
+    pub fn by_request(&self, id: &RequestId) -> Option<FrontCall> {
+        self.lock().by_request.get(id).map(|(_, c)| c.clone())
+    }
+
+    pub fn by_token(&self, token: &ProgressToken) -> Option<FrontCall> {
+        let inner = self.lock();
+        let id = inner.by_token.get(token)?;
+        inner.by_request.get(id).map(|(_, c)| c.clone())
+    }
+
+    /// The most recently started request still running.
+    pub fn latest(&self) -> Option<FrontCall> {
+        self.lock().by_request.values().max_by_key(|(seq, _)| *seq).map(|(_, c)| c.clone())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().by_request.is_empty()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding this lock cannot leave the maps inconsistent
+        // (each update is a single insert/remove), so poisoning is ignored.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut inner = self.table.lock();
+        inner.by_request.remove(&self.request);
+        inner.by_token.remove(&self.token);
+    }
+}

@@ -1,0 +1,149 @@
+//! Catalog: what each backend advertises, and the merged, named view that
+//! clients see.
+//!
+//! A [`Catalog`] is an immutable snapshot built from every advertisable
+//! backend's [`BackendCatalog`]; it precomputes the merged lists and the
+//! routing tables so the hot path (`tools/call`) is one hash lookup. A new
+//! snapshot is built on every change and [`Catalog::diff`] tells which kinds
+//! changed (deep equality), so clients get `list_changed` only when what they
+//! see changed. This module does no I/O.
+
+mod naming;
+mod uri;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
+
+pub use naming::conflicts;
+use naming::expose;
+
+use crate::config::Naming;
+
+/// What one backend advertises, as it gave it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BackendCatalog {
+    pub tools: Vec<Tool>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+    pub prompts: Vec<Prompt>,
+}
+
+/// Where a client-visible name leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub backend: Arc<str>,
+    /// The name as the backend knows it.
+    pub name: String,
+}
+
+/// A duplicate exported name under `naming = "none"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub kind: &'static str,
+    pub name: String,
+    /// The backend whose entry is served.
+    pub kept: Arc<str>,
+    /// The backend whose entry is hidden.
+    pub hidden: Arc<str>,
+}
+
+/// Which kinds of list differ between two snapshots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub tools: bool,
+    pub resources: bool,
+    pub prompts: bool,
+}
+
+impl Changes {
+    pub fn any(&self) -> bool {
+        self.tools || self.resources || self.prompts
+    }
+}
+
+/// An immutable merged view of the advertisable backends.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub tools: Vec<Tool>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+    pub prompts: Vec<Prompt>,
+    tool_routes: HashMap<String, Route>,
+    prompt_routes: HashMap<String, Route>,
+    uris: uri::UriRoutes,
+    pub conflicts: Vec<Conflict>,
+}
+
+impl Catalog {
+    /// Builds the merged view from backends in config order. Under
+    /// `Naming::None` the first backend exporting a name wins; the others are
+    /// listed in [`Catalog::conflicts`].
+    pub fn build<'a>(
+        naming: &Naming,
+        backends: impl IntoIterator<Item = (&'a Arc<str>, &'a BackendCatalog)>,
+    ) -> Catalog {
+        let mut c = Catalog::default();
+        for (backend, entry) in backends {
+            for tool in &entry.tools {
+                let exposed = expose(naming, backend, &tool.name);
+                if let Some(kept) = c.tool_routes.get(&exposed) {
+                    c.conflicts.push(Conflict { kind: "tool", name: exposed, kept: kept.backend.clone(), hidden: backend.clone() });
+                    continue;
+                }
+                let mut t = tool.clone();
+                t.name = exposed.clone().into();
+                c.tools.push(t);
+                c.tool_routes.insert(exposed, Route { backend: backend.clone(), name: tool.name.to_string() });
+            }
+            for prompt in &entry.prompts {
+                let exposed = expose(naming, backend, &prompt.name);
+                if let Some(kept) = c.prompt_routes.get(&exposed) {
+                    c.conflicts.push(Conflict { kind: "prompt", name: exposed, kept: kept.backend.clone(), hidden: backend.clone() });
+                    continue;
+                }
+                let mut p = prompt.clone();
+                p.name = exposed.clone();
+                c.prompts.push(p);
+                c.prompt_routes.insert(exposed, Route { backend: backend.clone(), name: prompt.name.clone() });
+            }
+            for r in &entry.resources {
+                if c.uris.add_resource(&r.uri, backend) {
+                    c.resources.push(r.clone());
+                }
+            }
+            for t in &entry.templates {
+                c.uris.add_template(&t.uri_template, backend);
+                c.templates.push(t.clone());
+            }
+        }
+        c
+    }
+
+    pub fn route_tool(&self, exposed: &str) -> Option<&Route> {
+        self.tool_routes.get(exposed)
+    }
+
+    pub fn route_prompt(&self, exposed: &str) -> Option<&Route> {
+        self.prompt_routes.get(exposed)
+    }
+
+    /// The backend serving a resource URI: an exact listed resource first,
+    /// then the template with the longest literal prefix matching it.
+    pub fn route_uri(&self, uri: &str) -> Option<&Arc<str>> {
+        self.uris.route(uri)
+    }
+
+    /// Which kinds of list differ from `older`.
+    pub fn diff(&self, older: &Catalog) -> Changes {
+        Changes {
+            tools: self.tools != older.tools,
+            resources: self.resources != older.resources || self.templates != older.templates,
+            prompts: self.prompts != older.prompts,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,68 @@
+use std::sync::Arc;
+
+use rmcp::model::{Prompt, ResourceTemplate, Tool};
+use serde_json::json;
+
+use super::*;
+
+fn tool(name: &str) -> Tool {
+    serde_json::from_value(json!({"name": name, "inputSchema": {"type": "object"}})).unwrap()
+}
+
+fn entry(tools: &[&str]) -> BackendCatalog {
+    BackendCatalog { tools: tools.iter().map(|t| tool(t)).collect(), ..Default::default() }
+}
+
+fn prefix() -> Naming {
+    Naming::Prefix { separator: "__".into() }
+}
+
+#[test]
+fn prefix_naming_routes_back_to_the_original_name() {
+    let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+    let (ea, eb) = (entry(&["echo"]), entry(&["echo", "add"]));
+    let c = Catalog::build(&prefix(), [(&a, &ea), (&b, &eb)]);
+    let names: Vec<_> = c.tools.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names, ["a__echo", "b__echo", "b__add"]);
+    assert_eq!(c.route_tool("b__add"), Some(&Route { backend: b.clone(), name: "add".into() }));
+    assert_eq!(c.route_tool("add"), None);
+    assert!(c.conflicts.is_empty());
+}
+
+#[test]
+fn none_naming_keeps_the_first_and_reports_the_conflict() {
+    let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+    let (ea, eb) = (entry(&["echo"]), entry(&["echo", "add"]));
+    let c = Catalog::build(&Naming::None, [(&a, &ea), (&b, &eb)]);
+    assert_eq!(c.tools.len(), 2);
+    assert_eq!(c.route_tool("echo").unwrap().backend, a);
+    assert_eq!(c.conflicts, vec![Conflict { kind: "tool", name: "echo".into(), kept: a, hidden: b }]);
+}
+
+#[test]
+fn diff_sees_schema_changes_not_only_names() {
+    let a: Arc<str> = "a".into();
+    let old = Catalog::build(&prefix(), [(&a, &entry(&["echo"]))]);
+    let mut changed = entry(&["echo"]);
+    changed.tools[0].description = Some("new".into());
+    let new = Catalog::build(&prefix(), [(&a, &changed)]);
+    assert_eq!(new.diff(&old), Changes { tools: true, resources: false, prompts: false });
+    assert!(!Catalog::build(&prefix(), [(&a, &entry(&["echo"]))]).diff(&old).any());
+}
+
+#[test]
+fn uris_route_exactly_then_by_longest_template_prefix() {
+    let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+    let mut ea = BackendCatalog::default();
+    ea.resources.push(serde_json::from_value(json!({"uri": "demo://a/readme", "name": "readme"})).unwrap());
+    ea.templates.push(serde_json::from_value::<ResourceTemplate>(json!({"uriTemplate": "demo://{x}", "name": "any"})).unwrap());
+    let mut eb = BackendCatalog::default();
+    eb.templates.push(serde_json::from_value::<ResourceTemplate>(json!({"uriTemplate": "demo://b/item/{id}", "name": "item"})).unwrap());
+    eb.prompts.push(Prompt::new("greet", None::<String>, None));
+    let c = Catalog::build(&prefix(), [(&a, &ea), (&b, &eb)]);
+    assert_eq!(c.route_uri("demo://a/readme"), Some(&a));
+    assert_eq!(c.route_uri("demo://b/item/7"), Some(&b));
+    assert_eq!(c.route_uri("demo://zzz"), Some(&a));
+    assert_eq!(c.route_uri("file:///x"), None);
+    assert_eq!(c.route_prompt("b__greet").unwrap().name, "greet");
+}

@@ -1,0 +1,331 @@
+//! Config: parsing, validation and defaults of `vigil.toml`.
+//!
+//! [`raw::RawConfig`] mirrors the file; [`Config::from_raw`] validates it and
+//! derives the typed [`Config`], collecting *every* problem so an operator
+//! fixes a file in one pass. This module never touches the network.
+//!
+//! Every key, its default and its meaning is documented on [`Config`] and
+//! [`BackendConfig`], and in `docs/config.md`.
+
+mod error;
+pub mod raw;
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use error::{ConfigError, ConfigErrorKind, Problem};
+use raw::{RawBackend, RawConfig};
+
+/// How the gateway names what backends export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Naming {
+    /// `<backend><separator><name>`: never collides, the default.
+    Prefix { separator: String },
+    /// Names as the backends give them; a name exported by two backends is
+    /// refused at start (see [`crate::catalog::conflicts`]).
+    None,
+}
+
+/// The validated gateway config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// File the config came from (for messages and reloads).
+    pub file: PathBuf,
+    /// `listen`: address of the MCP streamable HTTP endpoint (served at
+    /// `/mcp`). Default `127.0.0.1:8080`.
+    pub listen: SocketAddr,
+    /// `naming` + `separator`: default `prefix` with `__`.
+    pub naming: Naming,
+    /// `log_level`: a `tracing` filter such as `info` or `vigil=debug`.
+    /// Default `info`; `RUST_LOG` overrides it.
+    pub log_level: String,
+    /// `log_format`: `human` (default) or `json`.
+    pub log_json: bool,
+    /// `request_timeout`: longest wait for a backend's answer to a routed
+    /// request. Default `60s`; per backend overridable.
+    pub request_timeout: Duration,
+    /// `connect_timeout`: longest wait to start a backend and finish its MCP
+    /// handshake. Default `10s`.
+    pub connect_timeout: Duration,
+    /// `startup_timeout`: how long `serve` waits for backends to connect
+    /// before it starts serving. Default `10s`. Backends not up by then are
+    /// served once they connect.
+    pub startup_timeout: Duration,
+    /// `reconnect_initial` / `reconnect_max`: backoff between reconnect
+    /// attempts to a down backend, doubling from initial to max.
+    /// Defaults `250ms` and `30s`.
+    pub reconnect_initial: Duration,
+    pub reconnect_max: Duration,
+    /// `max_body_bytes`: largest accepted POST body on `/mcp`; bigger ones get
+    /// HTTP 413. Default 4 MiB.
+    pub max_body_bytes: usize,
+    /// `page_size`: items per page of merged lists when a client paginates.
+    /// Default 1000.
+    pub page_size: usize,
+    /// `allowed_hosts`: `Host` header values accepted (DNS rebinding
+    /// protection). Default: loopback names. `["*"]` disables the check.
+    pub allowed_hosts: Vec<String>,
+    /// `allowed_origins`: browser `Origin`s accepted; requests with another
+    /// `Origin` get 403. Default: loopback origins on any port.
+    pub allowed_origins: Vec<String>,
+    /// Enabled backends, in file order.
+    pub backends: Vec<BackendConfig>,
+}
+
+/// How the gateway reaches a backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// The gateway starts and owns the process and speaks MCP over its stdio.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable HTTP MCP server the gateway does not own.
+    Http { url: String, headers: BTreeMap<String, String> },
+}
+
+/// One `[[backends]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// `name`: unique; letters, digits, `-` and `_`. Used in prefixed names,
+    /// logs and errors.
+    pub name: String,
+    /// `transport` (`stdio` | `http`) with its keys: `command`, `args`, `env`,
+    /// `cwd` for stdio; `url`, `headers` for http.
+    pub transport: Transport,
+    /// `request_timeout`: overrides the global one for this backend.
+    pub request_timeout: Option<Duration>,
+}
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError { file: path.to_owned(), kind: ConfigErrorKind::Read(e) })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(text, s.start));
+            ConfigError::invalid(
+                path,
+                vec![Problem { key: String::new(), line, message: toml_message(&e) }],
+            )
+        })?;
+        Self::from_raw(raw, path)
+    }
+
+    /// Validates a raw config, collecting every problem.
+    pub fn from_raw(raw: RawConfig, path: &Path) -> Result<Config, ConfigError> {
+        let mut p = Problems::default();
+        let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen = listen.parse::<SocketAddr>().unwrap_or_else(|_| {
+            p.add("listen", format!("`{listen}` is not an address: write it like \"127.0.0.1:8080\""));
+            DEFAULT_LISTEN.parse().expect("default listen address parses")
+        });
+        let separator = raw.separator.unwrap_or_else(|| "__".into());
+        if separator.is_empty() {
+            p.add("separator", "must not be empty: use e.g. \"__\" or \".\"");
+        }
+        let naming = match raw.naming.as_deref().unwrap_or("prefix") {
+            "prefix" => Naming::Prefix { separator },
+            "none" => Naming::None,
+            other => {
+                p.add("naming", format!("unknown value `{other}`: use \"prefix\" or \"none\""));
+                Naming::Prefix { separator }
+            }
+        };
+        let log_json = match raw.log_format.as_deref().unwrap_or("human") {
+            "human" => false,
+            "json" => true,
+            other => {
+                p.add("log_format", format!("unknown value `{other}`: use \"human\" or \"json\""));
+                false
+            }
+        };
+        let log_level = raw.log_level.unwrap_or_else(|| "info".into());
+        if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() {
+            p.add("log_level", format!("`{log_level}` is not a log filter: use e.g. \"info\" or \"vigil=debug\""));
+        }
+        let request_timeout = p.duration("request_timeout", raw.request_timeout, "60s");
+        let connect_timeout = p.duration("connect_timeout", raw.connect_timeout, "10s");
+        let startup_timeout = p.duration("startup_timeout", raw.startup_timeout, "10s");
+        let reconnect_initial = p.duration("reconnect_initial", raw.reconnect_initial, "250ms");
+        let reconnect_max = p.duration("reconnect_max", raw.reconnect_max, "30s");
+        if reconnect_max < reconnect_initial {
+            p.add("reconnect_max", "must not be smaller than reconnect_initial");
+        }
+        let max_body_bytes = raw.max_body_bytes.unwrap_or(4 * 1024 * 1024);
+        if max_body_bytes < 1024 {
+            p.add("max_body_bytes", "must be at least 1024");
+        }
+        let page_size = raw.page_size.unwrap_or(1000);
+        if page_size == 0 {
+            p.add("page_size", "must be at least 1");
+        }
+        let allowed_hosts = raw.allowed_hosts.unwrap_or_else(|| {
+            ["localhost", "127.0.0.1", "::1", "[::1]"].map(String::from).to_vec()
+        });
+        let allowed_origins = raw.allowed_origins.unwrap_or_else(|| {
+            ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"].map(String::from).to_vec()
+        });
+        for (i, o) in allowed_origins.iter().enumerate() {
+            if o != "null" && !o.contains("://") {
+                p.add(format!("allowed_origins[{i}]"), format!("`{o}` needs a scheme, like \"https://{o}\""));
+            }
+        }
+
+        let mut backends = Vec::new();
+        let mut seen = HashSet::new();
+        for (i, b) in raw.backends.into_iter().enumerate() {
+            let at = format!("backends[{i}]");
+            let enabled = b.enabled.unwrap_or(true);
+            if let Some(backend) = p.backend(&at, b) {
+                if !seen.insert(backend.name.clone()) {
+                    p.add(
+                        format!("{at}.name"),
+                        format!("duplicate backend name `{}`: every backend needs its own name", backend.name),
+                    );
+                } else if enabled {
+                    backends.push(backend);
+                }
+            }
+        }
+        p.finish(path)?;
+        Ok(Config {
+            file: path.to_owned(),
+            listen,
+            naming,
+            log_level,
+            log_json,
+            request_timeout,
+            connect_timeout,
+            startup_timeout,
+            reconnect_initial,
+            reconnect_max,
+            max_body_bytes: max_body_bytes as usize,
+            page_size: page_size as usize,
+            allowed_hosts,
+            allowed_origins,
+            backends,
+        })
+    }
+
+    /// The request timeout that applies to `backend`.
+    pub fn request_timeout_for(&self, backend: &BackendConfig) -> Duration {
+        backend.request_timeout.unwrap_or(self.request_timeout)
+    }
+}
+
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem { key: key.into(), line: None, message: message.into() });
+    }
+
+    fn duration(&mut self, key: &str, value: Option<String>, default: &str) -> Duration {
+        let text = value.unwrap_or_else(|| default.to_owned());
+        match humantime::parse_duration(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                self.add(key, format!("`{text}` is not a duration ({e}): write it like \"500ms\", \"10s\" or \"5m\""));
+                humantime::parse_duration(default).expect("default durations parse")
+            }
+        }
+    }
+
+    fn backend(&mut self, at: &str, b: RawBackend) -> Option<BackendConfig> {
+        let before = self.0.len();
+        let name = b.name.unwrap_or_default();
+        if name.is_empty() {
+            self.add(format!("{at}.name"), "missing: every backend needs a name, like name = \"files\"");
+        } else if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            self.add(format!("{at}.name"), format!("`{name}` may only hold letters, digits, `-` and `_`"));
+        }
+        let request_timeout = b
+            .request_timeout
+            .map(|t| self.duration(&format!("{at}.request_timeout"), Some(t), "60s"));
+        let transport = match b.transport.as_deref() {
+            Some("stdio") => {
+                for (key, present) in [("url", b.url.is_some()), ("headers", !b.headers.is_empty())] {
+                    if present {
+                        self.add(format!("{at}.{key}"), "only applies to transport = \"http\"; remove it");
+                    }
+                }
+                let command = b.command.unwrap_or_default();
+                if command.trim().is_empty() {
+                    self.add(format!("{at}.command"), "missing: a stdio backend needs the command that starts it, like command = \"my-mcp-server\"");
+                }
+                Transport::Stdio { command, args: b.args, env: b.env, cwd: b.cwd.map(PathBuf::from) }
+            }
+            Some("http") => {
+                for (key, present) in [
+                    ("command", b.command.is_some()),
+                    ("args", !b.args.is_empty()),
+                    ("env", !b.env.is_empty()),
+                    ("cwd", b.cwd.is_some()),
+                ] {
+                    if present {
+                        self.add(format!("{at}.{key}"), "only applies to transport = \"stdio\"; remove it");
+                    }
+                }
+                let url = b.url.unwrap_or_default();
+                if url.is_empty() {
+                    self.add(format!("{at}.url"), "missing: an http backend needs its MCP endpoint, like url = \"http://127.0.0.1:3902/mcp\"");
+                } else if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    self.add(format!("{at}.url"), format!("`{url}` must start with http:// or https://"));
+                }
+                for (k, v) in &b.headers {
+                    if reqwest_header_invalid(k, v) {
+                        self.add(format!("{at}.headers.{k}"), "is not a valid HTTP header name/value");
+                    }
+                }
+                Transport::Http { url, headers: b.headers }
+            }
+            Some(other) => {
+                self.add(format!("{at}.transport"), format!("unknown value `{other}`: use \"stdio\" or \"http\""));
+                return None;
+            }
+            None => {
+                self.add(format!("{at}.transport"), "missing: set transport = \"stdio\" or \"http\"");
+                return None;
+            }
+        };
+        (self.0.len() == before).then_some(BackendConfig { name, transport, request_timeout })
+    }
+
+    fn finish(self, path: &Path) -> Result<(), ConfigError> {
+        if self.0.is_empty() { Ok(()) } else { Err(ConfigError::invalid(path, self.0)) }
+    }
+}
+
+fn reqwest_header_invalid(name: &str, value: &str) -> bool {
+    http::HeaderName::from_bytes(name.as_bytes()).is_err() || http::HeaderValue::from_str(value).is_err()
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
+}
+
+/// toml's message, plus a fix for the common case of a misspelt key.
+fn toml_message(e: &toml::de::Error) -> String {
+    let msg = e.message().trim().to_owned();
+    if msg.starts_with("unknown field") {
+        format!("{msg}; remove the key or fix its spelling (see docs/config.md)")
+    } else {
+        msg
+    }
+}
+
+#[cfg(test)]
+mod tests;

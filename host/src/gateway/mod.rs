@@ -1,0 +1,224 @@
+//! The gateway: the front MCP server that clients talk to, in front of the
+//! backends.
+//!
+//! [`Gateway`] owns the backends, the current [`Catalog`] snapshot and the
+//! session registry. One task ([`Gateway::run_updates`]) applies backend
+//! updates in order: rebuild the snapshot, diff it, fan `list_changed` out to
+//! sessions. Each client session is a [`session::FrontSession`] (the rmcp
+//! `ServerHandler`) that reads the snapshot and routes requests; it never
+//! keeps its own copy of the catalog. [`http`] and [`stdio`] expose it.
+
+pub mod http;
+mod route;
+mod session;
+mod sessions;
+pub mod stdio;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::backend::{Backend, BackendState, BackendUpdate, Downstream, ListKind, Timeouts, advertisable};
+use crate::catalog::{BackendCatalog, Catalog, Conflict};
+use crate::config::{Config, Naming};
+pub use session::FrontSession;
+use sessions::Sessions;
+
+/// Why the gateway refused to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{file}: naming = \"none\" but {}", describe_conflicts(.conflicts))]
+    Conflicts { file: String, conflicts: Vec<Conflict> },
+}
+
+fn describe_conflicts(conflicts: &[Conflict]) -> String {
+    let each: Vec<String> = conflicts
+        .iter()
+        .map(|c| format!("backends '{}' and '{}' both export the {} `{}`", c.kept, c.hidden, c.kind, c.name))
+        .collect();
+    format!("{}; use naming = \"prefix\" or disable one of them", each.join("; "))
+}
+
+pub struct Gateway {
+    pub config: Config,
+    backends: Vec<Arc<Backend>>,
+    by_name: HashMap<Arc<str>, usize>,
+    catalog: RwLock<Arc<Catalog>>,
+    sessions: Arc<Sessions>,
+    next_session: AtomicU64,
+}
+
+/// Relays backend traffic that is not an answer to a request.
+struct Fanout {
+    sessions: Arc<Sessions>,
+    refresh: mpsc::UnboundedSender<Arc<str>>,
+}
+
+impl Downstream for Fanout {
+    fn list_changed(&self, backend: &Arc<str>, _kind: ListKind) {
+        let _ = self.refresh.send(backend.clone());
+    }
+    fn log(&self, _backend: &Arc<str>, session: Option<u64>, params: rmcp::model::LoggingMessageNotificationParam) {
+        self.sessions.log(session, params);
+    }
+    fn resource_updated(&self, _backend: &Arc<str>, session: Option<u64>, uri: String) {
+        self.sessions.resource_updated(session, uri);
+    }
+}
+
+impl Gateway {
+    /// Starts every backend supervisor and waits up to `startup_timeout` for
+    /// each backend's first connection attempt to finish. Under
+    /// `naming = "none"`, duplicate names among the connected backends refuse
+    /// the start.
+    pub async fn start(config: Config, tracker: &TaskTracker, shutdown: CancellationToken) -> Result<Arc<Gateway>, StartError> {
+        let sessions = Arc::new(Sessions::default());
+        let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
+        let downstream: Arc<dyn Downstream> = Arc::new(Fanout { sessions: sessions.clone(), refresh: refresh_tx });
+        let backends: Vec<Arc<Backend>> = config
+            .backends
+            .iter()
+            .map(|b| {
+                let timeouts = Timeouts {
+                    connect: config.connect_timeout,
+                    request: config.request_timeout_for(b),
+                    reconnect_initial: config.reconnect_initial,
+                    reconnect_max: config.reconnect_max,
+                };
+                Backend::new(b.clone(), timeouts, downstream.clone())
+            })
+            .collect();
+        let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect();
+        let gw = Arc::new(Gateway {
+            config,
+            backends,
+            by_name,
+            catalog: RwLock::new(Arc::default()),
+            sessions,
+            next_session: AtomicU64::new(1),
+        });
+        let (updates_tx, mut updates_rx) = mpsc::unbounded_channel();
+        for b in &gw.backends {
+            tracker.spawn(b.clone().run(updates_tx.clone(), shutdown.child_token()));
+        }
+        drop(updates_tx);
+
+        // Apply first updates until every backend has reported once.
+        let mut entries: HashMap<Arc<str>, BackendCatalog> = HashMap::new();
+        let mut reported = std::collections::HashSet::new();
+        let deadline = tokio::time::sleep(gw.config.startup_timeout);
+        tokio::pin!(deadline);
+        while reported.len() < gw.backends.len() {
+            tokio::select! {
+                u = updates_rx.recv() => match u {
+                    Some(u) => {
+                        reported.insert(u.backend.clone());
+                        gw.apply(&mut entries, u);
+                    }
+                    None => break,
+                },
+                _ = &mut deadline => {
+                    tracing::warn!(waiting_for = gw.backends.len() - reported.len(), "startup timeout: serving without the backends still connecting");
+                    break;
+                }
+            }
+        }
+        if gw.config.naming == Naming::None {
+            let conflicts = gw.catalog().conflicts.clone();
+            if !conflicts.is_empty() {
+                shutdown.cancel();
+                return Err(StartError::Conflicts { file: gw.config.file.display().to_string(), conflicts });
+            }
+        }
+        tracker.spawn(gw.clone().run_updates(entries, updates_rx, refresh_rx, shutdown));
+        Ok(gw)
+    }
+
+    /// Applies backend updates and refresh requests until shutdown.
+    async fn run_updates(
+        self: Arc<Self>,
+        mut entries: HashMap<Arc<str>, BackendCatalog>,
+        mut updates: mpsc::UnboundedReceiver<BackendUpdate>,
+        mut refresh: mpsc::UnboundedReceiver<Arc<str>>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(u) = updates.recv() => self.apply(&mut entries, u),
+                Some(name) = refresh.recv() => {
+                    if let Some(b) = self.backend(&name) {
+                        b.request_refresh();
+                    }
+                }
+                else => break,
+            }
+        }
+    }
+
+    /// Rebuilds the snapshot after one backend update and notifies sessions
+    /// of what changed.
+    fn apply(&self, entries: &mut HashMap<Arc<str>, BackendCatalog>, u: BackendUpdate) {
+        match (advertisable(&u.state), u.catalog) {
+            (true, Some(c)) => {
+                entries.insert(u.backend.clone(), c);
+            }
+            (true, None) => {}
+            (false, _) => {
+                entries.remove(&u.backend);
+            }
+        }
+        let ordered = self.backends.iter().filter_map(|b| entries.get(&b.name).map(|c| (&b.name, c)));
+        let next = Arc::new(Catalog::build(&self.config.naming, ordered));
+        let previous = {
+            let Ok(mut current) = self.catalog.write() else { return };
+            std::mem::replace(&mut *current, next.clone())
+        };
+        for c in next.conflicts.iter().filter(|c| !previous.conflicts.contains(c)) {
+            tracing::error!(kind = c.kind, name = %c.name, kept = %c.kept, hidden = %c.hidden, "duplicate name under naming = \"none\"; serving the first backend's");
+        }
+        let changes = next.diff(&previous);
+        if changes.any() {
+            tracing::info!(backend = %u.backend, state = u.state.name(), tools = changes.tools, resources = changes.resources, prompts = changes.prompts, "catalog changed");
+            self.sessions.notify_changes(changes);
+        }
+    }
+
+    /// The current catalog snapshot.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    pub fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.by_name.get(name).map(|i| &self.backends[*i])
+    }
+
+    pub fn backends(&self) -> &[Arc<Backend>] {
+        &self.backends
+    }
+
+    pub fn backend_states(&self) -> Vec<(Arc<str>, BackendState)> {
+        self.backends.iter().map(|b| (b.name.clone(), b.state())).collect()
+    }
+
+    /// A new front session handler (one per client session).
+    pub fn new_session(self: &Arc<Self>) -> FrontSession {
+        let id = self.next_session.fetch_add(1, Ordering::Relaxed);
+        FrontSession::new(self.clone(), id)
+    }
+
+    fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+}
+
+impl Gateway {
+    /// A registry id for one `subscriptions/listen` stream.
+    fn new_listen_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+}

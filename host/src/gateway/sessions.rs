@@ -1,0 +1,179 @@
+//! The registry of live client sessions, and fan-out of notifications to
+//! them: list changes to everyone, log messages and resource updates to the
+//! sessions they concern.
+//!
+//! A 2025-revision client is reached through its session's peer
+//! (`notifications/*/list_changed`); a 2026-07-28 client through each
+//! `subscriptions/listen` stream it holds open.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam};
+use rmcp::service::{Peer, RoleServer, SubscriptionSink};
+
+use crate::catalog::Changes;
+
+/// How a session is reached.
+#[derive(Clone)]
+pub enum Channel {
+    /// A session-mode client (protocol revisions before 2026-07-28).
+    Session(Peer<RoleServer>),
+    /// One open `subscriptions/listen` stream.
+    Listen(SubscriptionSink),
+}
+
+struct Entry {
+    channel: Channel,
+    subscriptions: HashSet<String>,
+    /// Minimum level of log messages the client asked for.
+    log_level: Option<LoggingLevel>,
+}
+
+#[derive(Default)]
+pub struct Sessions {
+    inner: Mutex<HashMap<u64, Entry>>,
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn add(&self, id: u64, channel: Channel) {
+        self.lock().insert(id, Entry { channel, subscriptions: HashSet::new(), log_level: None });
+    }
+
+    pub fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    pub fn subscribe(&self, id: u64, uri: &str, on: bool) {
+        if let Some(e) = self.lock().get_mut(&id) {
+            if on {
+                e.subscriptions.insert(uri.to_owned());
+            } else {
+                e.subscriptions.remove(uri);
+            }
+        }
+    }
+
+    pub fn set_log_level(&self, id: u64, level: LoggingLevel) {
+        if let Some(e) = self.lock().get_mut(&id) {
+            e.log_level = Some(level);
+        }
+    }
+
+    /// Sends `list_changed` for every changed kind to every session.
+    pub fn notify_changes(&self, changes: Changes) {
+        if !changes.any() {
+            return;
+        }
+        let channels: Vec<Channel> = self.lock().values().map(|e| e.channel.clone()).collect();
+        for channel in channels {
+            tokio::spawn(async move {
+                let result = match &channel {
+                    Channel::Session(peer) => send_session_changes(peer, changes).await.map_err(|e| e.to_string()),
+                    Channel::Listen(sink) => send_listen_changes(sink, changes).await,
+                };
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "could not send list_changed to a session");
+                }
+            });
+        }
+    }
+
+    /// Relays a backend log message: to `session` when the backend
+    /// connection belongs to one, otherwise to every session-mode client
+    /// whose level admits it.
+    pub fn log(&self, session: Option<u64>, params: LoggingMessageNotificationParam) {
+        let peers: Vec<Peer<RoleServer>> = self
+            .lock()
+            .iter()
+            .filter(|(id, _)| session.is_none_or(|s| s == **id))
+            .filter(|(_, e)| e.log_level.is_none_or(|min| level_rank(params.level) >= level_rank(min)))
+            .filter_map(|(_, e)| match &e.channel {
+                Channel::Session(p) => Some(p.clone()),
+                Channel::Listen(_) => None,
+            })
+            .collect();
+        for peer in peers {
+            let params = params.clone();
+            tokio::spawn(async move {
+                let _ = peer.notify_logging_message(params).await;
+            });
+        }
+    }
+
+    /// Relays `notifications/resources/updated` to `session`, or to the
+    /// sessions subscribed to `uri`.
+    pub fn resource_updated(&self, session: Option<u64>, uri: String) {
+        let targets: Vec<Channel> = self
+            .lock()
+            .iter()
+            .filter(|(id, e)| match session {
+                Some(s) => s == **id,
+                None => e.subscriptions.contains(&uri) || matches!(e.channel, Channel::Listen(_)),
+            })
+            .map(|(_, e)| e.channel.clone())
+            .collect();
+        for channel in targets {
+            let uri = uri.clone();
+            tokio::spawn(async move {
+                match channel {
+                    Channel::Session(peer) => {
+                        let _ = peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await;
+                    }
+                    // The sink drops URIs this stream did not ask for.
+                    Channel::Listen(sink) => {
+                        let _ = sink.notify_resource_updated(uri).await;
+                    }
+                }
+            });
+        }
+    }
+}
+
+async fn send_session_changes(peer: &Peer<RoleServer>, c: Changes) -> Result<(), rmcp::service::ServiceError> {
+    if c.tools {
+        peer.notify_tool_list_changed().await?;
+    }
+    if c.resources {
+        peer.notify_resource_list_changed().await?;
+    }
+    if c.prompts {
+        peer.notify_prompt_list_changed().await?;
+    }
+    Ok(())
+}
+
+async fn send_listen_changes(sink: &SubscriptionSink, c: Changes) -> Result<(), String> {
+    // A stream that did not ask for a kind refuses it; that is not an error.
+    let mut last = Ok(());
+    if c.tools {
+        last = sink.notify_tool_list_changed().await;
+    }
+    if c.resources {
+        last = last.and(sink.notify_resource_list_changed().await);
+    }
+    if c.prompts {
+        last = last.and(sink.notify_prompt_list_changed().await);
+    }
+    match last {
+        Err(rmcp::service::SubscriptionSendError::SubscriptionClosed) => Err("subscription closed".into()),
+        _ => Ok(()),
+    }
+}
+
+fn level_rank(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}

@@ -1,0 +1,37 @@
+//! Vigil: an MCP gateway that serves many MCP servers ("backends") behind one
+//! endpoint and keeps every client's view of them true.
+//!
+//! The crate is laid out by job (see `DESIGN.md` for the full map):
+//!
+//! - [`config`] parses and validates `vigil.toml`; it never touches the
+//!   network.
+//! - [`catalog`] holds what each backend advertises and the merged, named
+//!   view with its routing tables; pure data, no I/O.
+//! - [`backend`] owns MCP client connections to backends: start, handshake,
+//!   reconnect with backoff, forward requests, relay what backends send.
+//! - [`gateway`] is the front MCP server: sessions, routing, fan-out of
+//!   `list_changed`, over streamable HTTP or stdio.
+//!
+//! Data flows one way: backend supervisors send updates to the gateway,
+//! which rebuilds the catalog snapshot and notifies sessions; sessions read
+//! the snapshot and never cache their own copy.
+//!
+//! ```no_run
+//! # async fn run() -> anyhow::Result<()> {
+//! use tokio_util::{sync::CancellationToken, task::TaskTracker};
+//! let config = vigil::config::Config::load("vigil.toml".as_ref())?;
+//! let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
+//! let gw = vigil::gateway::Gateway::start(config, &tracker, shutdown.clone()).await?;
+//! vigil::gateway::http::serve(gw, shutdown).await?;
+//! # Ok(()) }
+//! ```
+
+// Sampling, roots, logging and resources/subscribe are deprecated by the
+// 2026-07-28 revision but live in every earlier one, which clients and
+// backends still speak; a gateway must relay them.
+#![allow(deprecated)]
+
+pub mod backend;
+pub mod catalog;
+pub mod config;
+pub mod gateway;

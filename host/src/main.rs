@@ -1,0 +1,138 @@
+//! The `vigil` binary: command line, logging, signals. Everything else lives
+//! in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use vigil::config::Config;
+use vigil::gateway::{self, Gateway};
+
+/// Vigil: one MCP endpoint in front of many MCP servers.
+///
+/// Vigil starts or connects to the MCP servers listed in its config file
+/// ("backends"), merges their tools, resources and prompts into one catalog,
+/// routes each request to the backend that owns it, relays what backends
+/// send back (sampling, elicitation, roots, progress, logs, resource
+/// updates), and pushes `list_changed` to every client when a backend's
+/// capabilities change, fail or return.
+#[derive(Parser)]
+#[command(name = "vigil", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve MCP over streamable HTTP at http://LISTEN/mcp.
+    ///
+    /// Reads the config, starts every enabled backend and waits up to
+    /// `startup_timeout` for them, then serves until SIGINT/SIGTERM. A bad
+    /// config is refused with every problem listed (file, key, fix); under
+    /// naming = "none" two backends exporting the same name refuse the start.
+    Serve(ConfigArg),
+    /// Serve one MCP session over stdin/stdout (for clients that launch
+    /// their servers, like desktop apps). Logs go to stderr.
+    Stdio(ConfigArg),
+    /// Validate a config file and print what it defines, without starting
+    /// anything. Exits 1 with every problem listed if the file is bad.
+    Check(ConfigArg),
+}
+
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// Path of the TOML config file (see docs/config.md for every key).
+    #[arg(short, long, env = "VIGIL_CONFIG", default_value = "vigil.toml")]
+    config: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (Command::Serve(arg) | Command::Stdio(arg) | Command::Check(arg)) = &cli.command;
+    let config = match Config::load(&arg.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: invalid config\n{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Command::Check(_) = cli.command {
+        println!("{}: ok, {} backend(s)", config.file.display(), config.backends.len());
+        for b in &config.backends {
+            println!("  {} ({})", b.name, match b.transport { vigil::config::Transport::Stdio { .. } => "stdio", vigil::config::Transport::Http { .. } => "http" });
+        }
+        return ExitCode::SUCCESS;
+    }
+    init_logging(&config);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stdio = matches!(cli.command, Command::Stdio(_));
+    match runtime.block_on(run(config, stdio)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
+    let tracker = TaskTracker::new();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(on_signal(shutdown.clone()));
+    let gw = Gateway::start(config, &tracker, shutdown.clone()).await?;
+    let result = if stdio {
+        gateway::stdio::serve(gw, shutdown.clone()).await
+    } else {
+        gateway::http::serve(gw, shutdown.clone()).await.map_err(Into::into)
+    };
+    shutdown.cancel();
+    tracker.close();
+    if tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await.is_err() {
+        tracing::warn!("shutdown grace period over; exiting with tasks still running");
+    }
+    result
+}
+
+async fn on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(t) => t,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                shutdown.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}
+
+fn init_logging(config: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if config.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
