@@ -32,7 +32,9 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     };
     let factory_gw = gw.clone();
     let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), Arc::new(LocalSessionManager::default()), http);
-    Router::new().nest_service("/mcp", service)
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(super::http_errors::jsonrpc_errors))
 }
 
 /// Serves until `shutdown`.

@@ -9,6 +9,7 @@
 //! keeps its own copy of the catalog. [`http`] and [`stdio`] expose it.
 
 pub mod http;
+mod http_errors;
 mod route;
 mod session;
 mod sessions;

@@ -10,7 +10,11 @@ use crate::backend::BackendState;
 /// A call to a backend that is not serving.
 pub fn unavailable(backend: &str, state: &BackendState) -> McpError {
     let why = match state {
-        BackendState::Down { reason, .. } => format!(": {reason}"),
+        BackendState::Down { reason, .. } => {
+            // Backend errors name the backend themselves; don't say it twice.
+            let own = format!("backend '{backend}': ");
+            format!(": {}", reason.strip_prefix(&own).unwrap_or(reason))
+        }
         BackendState::Connecting => ": still connecting".to_owned(),
         BackendState::Connected => String::new(),
     };

@@ -12,7 +12,7 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use super::route::{forwardable_meta, page, unavailable, unknown_prompt, unknown_tool, unknown_uri};
 use super::sessions::Channel;
 use super::Gateway;
-use crate::backend::{Backend, Connection, FrontCall, advertisable};
+use crate::backend::{Backend, BackendState, Connection, FrontCall, advertisable};
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
 pub struct FrontSession {
@@ -49,7 +49,7 @@ impl FrontSession {
 
     /// Forwards one request to `backend` and returns its answer.
     async fn forward(&self, backend: &Arc<str>, request: ClientRequest, ctx: &RequestContext<RoleServer>) -> Result<ServerResult, McpError> {
-        let b = self.gw.backend(backend).ok_or_else(|| unavailable(backend, &crate::backend::BackendState::Connecting))?;
+        let b = self.gw.backend(backend).ok_or_else(|| unavailable(backend, &BackendState::Connecting))?;
         if !advertisable(&b.state()) {
             return Err(unavailable(&b.name, &b.state()));
         }
@@ -60,9 +60,8 @@ impl FrontSession {
             Err(e) => {
                 if e.is_connection_lost() {
                     self.conns.lock().await.remove(backend);
-                    if !advertisable(&b.state()) {
-                        return Err(unavailable(&b.name, &b.state()));
-                    }
+                    let down = BackendState::Down { reason: e.to_string(), since: std::time::SystemTime::now() };
+                    return Err(unavailable(&b.name, &down));
                 }
                 tracing::debug!(backend = %backend, error = %e, "routed request failed");
                 Err(e.into_mcp())
@@ -245,6 +244,10 @@ impl ServerHandler for FrontSession {
             let n = ClientNotification::RootsListChangedNotification(RootsListChangedNotification::default());
             let _ = c.notify(n).await;
         }
+    }
+
+    async fn on_custom_request(&self, r: CustomRequest, _ctx: RequestContext<RoleServer>) -> Result<CustomResult, McpError> {
+        Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("Method not found: '{}' is not an MCP method this gateway serves", r.method), None))
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
