@@ -9,7 +9,7 @@ use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
 
-use super::route::{forwardable_meta, page, unavailable, unknown_prompt, unknown_tool, unknown_uri};
+use super::route::{forwardable_meta, mark_complete, page, unavailable, unknown_prompt, unknown_tool, unknown_uri};
 use super::sessions::Channel;
 use super::Gateway;
 use crate::backend::{Backend, BackendState, Connection, FrontCall, advertisable};
@@ -56,7 +56,10 @@ impl FrontSession {
         let conn = self.connection(b, ctx).await?;
         let front = FrontCall { peer: ctx.peer.clone(), request_id: ctx.id.clone(), progress_token: ctx.meta.get_progress_token() };
         match conn.request(request, Some(front), &ctx.ct).await {
-            Ok(r) => Ok(r),
+            Ok(mut r) => {
+                mark_complete(&mut r);
+                Ok(r)
+            }
             Err(e) => {
                 if e.is_connection_lost() {
                     self.conns.lock().await.remove(backend);
@@ -257,6 +260,7 @@ impl ServerHandler for FrontSession {
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
         // Each listen stream is its own registry entry for as long as it is open.
         let id = self.gw.new_listen_id();
+        tracing::debug!(listen = id, accepted = ?ctx.accepted(), "subscriptions/listen stream opened");
         self.gw.sessions().add(id, Channel::Listen(ctx.sink().clone()));
         ctx.cancelled().await;
         self.gw.sessions().remove(id);

@@ -159,6 +159,7 @@ async fn send_listen_changes(sink: &SubscriptionSink, c: Changes) -> Result<(), 
     if c.prompts {
         last = last.and(sink.notify_prompt_list_changed().await);
     }
+    tracing::debug!(result = ?last, "list_changed sent on a listen stream");
     match last {
         Err(rmcp::service::SubscriptionSendError::SubscriptionClosed) => Err("subscription closed".into()),
         _ => Ok(()),
