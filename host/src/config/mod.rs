@@ -103,6 +103,9 @@ pub struct BackendConfig {
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// Headers the streamable HTTP transport manages; a backend may not set them.
+const RESERVED_HEADERS: [&str; 4] = ["accept", "mcp-session-id", "last-event-id", "mcp-protocol-version"];
+
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -288,6 +291,8 @@ impl Problems {
                 for (k, v) in &b.headers {
                     if reqwest_header_invalid(k, v) {
                         self.add(format!("{at}.headers.{k}"), "is not a valid HTTP header name/value");
+                    } else if RESERVED_HEADERS.iter().any(|r| r.eq_ignore_ascii_case(k)) {
+                        self.add(format!("{at}.headers.{k}"), "is set by the MCP transport itself; remove it");
                     }
                 }
                 Transport::Http { url, headers: b.headers }

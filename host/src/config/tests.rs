@@ -110,3 +110,17 @@ fn keys_of_the_other_transport_are_refused() {
     );
     assert!(e.contains("backends[0].command: only applies to transport = \"stdio\""), "{e}");
 }
+
+#[test]
+fn transport_managed_headers_are_refused() {
+    let e = err(
+        r#"
+        [[backends]]
+        name = "a"
+        transport = "http"
+        url = "http://x/mcp"
+        headers = { "Mcp-Session-Id" = "abc" }
+        "#,
+    );
+    assert!(e.contains("backends[0].headers.Mcp-Session-Id: is set by the MCP transport itself"), "{e}");
+}
