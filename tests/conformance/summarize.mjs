@@ -1,0 +1,92 @@
+// Summarise one run of the MCP conformance suite (server mode).
+//
+// usage: node summarize.mjs RESULTS_DIR SCENARIO... > checks.tsv
+//
+// RESULTS_DIR is the suite's `-o` directory, holding one
+// `server-<scenario>-<timestamp>/checks.json` per scenario that ran. The
+// scenarios are given on the command line (from `conformance list --server`)
+// so that one that crashed before writing its checks still counts, as one
+// failed check named `<scenario>/did-not-run`.
+//
+// stdout: one line per decisive check, tab-separated `scenario  check  status`
+//         (status SUCCESS or FAILURE; a check id that repeats within a
+//         scenario gets `#2`, `#3`... appended), for compare.sh to diff.
+// stderr: nothing unless the results directory cannot be read.
+// It also writes `summary.txt` in RESULTS_DIR: per-scenario lines, the failed
+// checks with their messages, and last the line
+// `conformance: N passed, M failed`.
+
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [dir, ...scenarios] = process.argv.slice(2);
+if (!dir || scenarios.length === 0) {
+  console.error('usage: node summarize.mjs RESULTS_DIR SCENARIO...');
+  process.exit(2);
+}
+
+let entries;
+try {
+  entries = readdirSync(dir);
+} catch (error) {
+  console.error(`cannot read ${dir}: ${error.message}`);
+  process.exit(2);
+}
+
+const escape = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+function checksOf(scenario) {
+  const pattern = new RegExp(`^server-${escape(scenario)}-\\d{4}-\\d{2}-\\d{2}T`);
+  const found = entries.filter((name) => pattern.test(name)).sort();
+  if (found.length === 0) return null;
+  try {
+    const checks = JSON.parse(readFileSync(join(dir, found.at(-1), 'checks.json'), 'utf8'));
+    return Array.isArray(checks) ? checks : null;
+  } catch {
+    return null;
+  }
+}
+
+const rows = [];
+const report = [];
+const failures = [];
+let passed = 0;
+let failed = 0;
+
+for (const scenario of scenarios) {
+  const checks = checksOf(scenario) ?? [
+    {
+      id: 'did-not-run',
+      status: 'FAILURE',
+      errorMessage: 'the scenario wrote no checks (it crashed or did not run)'
+    }
+  ];
+  const seen = new Map();
+  let scenarioPassed = 0;
+  let scenarioFailed = 0;
+  for (const check of checks) {
+    if (check.status !== 'SUCCESS' && check.status !== 'FAILURE') continue;
+    const count = (seen.get(check.id) ?? 0) + 1;
+    seen.set(check.id, count);
+    const id = count === 1 ? check.id : `${check.id}#${count}`;
+    rows.push(`${scenario}\t${id}\t${check.status}`);
+    if (check.status === 'SUCCESS') {
+      scenarioPassed += 1;
+    } else {
+      scenarioFailed += 1;
+      failures.push(`  ${scenario}/${id}: ${check.errorMessage ?? check.description ?? ''}`);
+    }
+  }
+  const warnings = checks.filter((c) => c.status === 'WARNING').length;
+  passed += scenarioPassed;
+  failed += scenarioFailed;
+  report.push(
+    `${scenarioFailed === 0 ? 'ok  ' : 'FAIL'} ${scenario}: ${scenarioPassed} passed, ${scenarioFailed} failed` +
+      (warnings ? `, ${warnings} warnings` : '')
+  );
+}
+
+if (failures.length > 0) report.push('failed checks:', ...failures);
+report.push(`conformance: ${passed} passed, ${failed} failed`);
+writeFileSync(join(dir, 'summary.txt'), report.join('\n') + '\n');
+process.stdout.write(rows.map((row) => row + '\n').join(''));
