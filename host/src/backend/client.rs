@@ -87,13 +87,24 @@ impl BackendClient {
     /// Sends a server→client request to the client whose call caused it.
     async fn forward(&self, ctx: &RequestContext<RoleClient>, mut request: ServerRequest) -> Result<ClientResult, McpError> {
         let call = self.front_call(ctx).await?;
+        tracing::debug!(backend = %self.backend, front_request = %call.request_id, origin = ?ctx.extensions.get::<InboundStreamOrigin>(), "relaying a server request to the client");
         // Deliver on the originating request's stream (SEP-2260), so clients
         // that only listen there see it.
         request.extensions_mut().insert(OriginatingRequestId(call.request_id.clone()));
-        let send = call.peer.send_request(request);
+        // Sent from a fresh task: rmcp tags requests sent while a handler
+        // runs with *that* handler's request id (here the backend's), which
+        // would overwrite the client-side id set above.
+        let peer = call.peer.clone();
+        let mut send = tokio::spawn(async move { peer.send_request(request).await });
         tokio::select! {
-            r = send => r.map_err(|e| service_error(&self.backend, e)),
-            _ = ctx.ct.cancelled() => Err(McpError::internal_error("cancelled by the backend", None)),
+            r = &mut send => match r {
+                Ok(r) => r.map_err(|e| service_error(&self.backend, e)),
+                Err(e) => Err(McpError::internal_error(format!("relaying to the client failed: {e}"), None)),
+            },
+            _ = ctx.ct.cancelled() => {
+                send.abort();
+                Err(McpError::internal_error("cancelled by the backend", None))
+            }
         }
     }
 }
