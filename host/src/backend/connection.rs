@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::BackendClient;
 use super::error::BackendError;
 use super::inflight::{FrontCall, Inflight};
+use super::stream_watch::WatchedHttp;
 use crate::catalog::BackendCatalog;
 use crate::config::{BackendConfig, Transport};
 
@@ -81,7 +82,9 @@ pub async fn connect(
             let cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(custom)
                 .reinit_on_expired_session(true);
-            let transport = StreamableHttpClientTransport::from_config(cfg);
+            let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
+            let transport = StreamableHttpClientTransport::with_client(WatchedHttp::new(closed_tx), cfg);
             (handshake(&backend, client.serve(transport), connect_timeout, None).await?, None)
         }
     };
@@ -106,6 +109,16 @@ where
             reason: format!("no answer to initialize within {}", humantime::format_duration(timeout)),
             stderr: tail(),
         }),
+    }
+}
+
+/// Tells each client whose backend request lost its stream early.
+/// Ends when the connection's HTTP client is dropped.
+async fn relay_stream_closes(mut closed: tokio::sync::mpsc::UnboundedReceiver<RequestId>, inflight: Arc<Inflight>) {
+    while let Some(id) = closed.recv().await {
+        if let Some(hook) = inflight.by_request(&id).and_then(|c| c.on_stream_closed) {
+            hook();
+        }
     }
 }
 

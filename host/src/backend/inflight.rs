@@ -22,8 +22,11 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{ProgressToken, RequestId};
 use rmcp::service::{Peer, RoleServer};
 
+/// Called when the backend closed the request's stream before answering.
+pub type StreamClosed = Arc<dyn Fn() + Send + Sync>;
+
 /// The client side of a forwarded request.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct FrontCall {
     /// The client session that made the request.
     pub peer: Peer<RoleServer>,
@@ -31,14 +34,17 @@ pub struct FrontCall {
     pub request_id: RequestId,
     /// The progress token the client asked for, if any.
     pub progress_token: Option<ProgressToken>,
+    /// What to do when the backend closes this request's HTTP stream early
+    /// (SEP-1699 polling); `None` when the client cannot be shown the same.
+    pub on_stream_closed: Option<StreamClosed>,
 }
 
-#[derive(Default, Debug)]
+#[derive(Default)]
 pub struct Inflight {
     inner: Mutex<Inner>,
 }
 
-#[derive(Default, Debug)]
+#[derive(Default)]
 struct Inner {
     seq: u64,
     by_request: HashMap<RequestId, (u64, FrontCall)>,

@@ -13,6 +13,7 @@ mod connection;
 mod error;
 pub mod inflight;
 mod state;
+mod stream_watch;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -24,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 pub use client::{BackendClient, Downstream, ListKind};
 pub use connection::Connection;
 pub use error::BackendError;
-pub use inflight::{FrontCall, Inflight};
+pub use inflight::{FrontCall, Inflight, StreamClosed};
 pub use state::{BackendState, advertisable};
 
 use crate::catalog::BackendCatalog;

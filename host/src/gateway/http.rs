@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use axum::Router;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
+use super::streams::StreamSessions;
 
 /// The axum router serving MCP at `/mcp`.
 pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
@@ -30,8 +30,10 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     } else {
         http.with_allowed_origins(c.allowed_origins.clone()).enforce_origin_validation()
     };
+    let streams = Arc::new(StreamSessions::new(http.sse_retry));
+    let _ = gw.streams.set(streams.clone());
     let factory_gw = gw.clone();
-    let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), Arc::new(LocalSessionManager::default()), http);
+    let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), streams, http);
     Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn(super::http_errors::jsonrpc_errors))

@@ -14,6 +14,7 @@ mod route;
 mod session;
 mod sessions;
 pub mod stdio;
+mod streams;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +52,8 @@ pub struct Gateway {
     catalog: RwLock<Arc<Catalog>>,
     sessions: Arc<Sessions>,
     next_session: AtomicU64,
+    /// The HTTP endpoint's session manager, once serving over HTTP.
+    streams: std::sync::OnceLock<Arc<streams::StreamSessions>>,
 }
 
 /// Relays backend traffic that is not an answer to a request.
@@ -101,6 +104,7 @@ impl Gateway {
             catalog: RwLock::new(Arc::default()),
             sessions,
             next_session: AtomicU64::new(1),
+            streams: std::sync::OnceLock::new(),
         });
         let (updates_tx, mut updates_rx) = mpsc::unbounded_channel();
         for b in &gw.backends {

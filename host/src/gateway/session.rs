@@ -12,7 +12,8 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use super::route::{forwardable_meta, mark_complete, page, unavailable, unknown_prompt, unknown_tool, unknown_uri};
 use super::sessions::Channel;
 use super::Gateway;
-use crate::backend::{Backend, BackendState, Connection, FrontCall, advertisable};
+use super::streams::StreamSessions;
+use crate::backend::{Backend, BackendState, Connection, FrontCall, StreamClosed, advertisable};
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
 pub struct FrontSession {
@@ -54,8 +55,18 @@ impl FrontSession {
             return Err(unavailable(&b.name, &b.state()));
         }
         let conn = self.connection(b, ctx).await?;
-        let front = FrontCall { peer: ctx.peer.clone(), request_id: ctx.id.clone(), progress_token: ctx.meta.get_progress_token() };
-        match conn.request(request, Some(front), &ctx.ct).await {
+        let polling = self.stream_polling(ctx);
+        let front = FrontCall {
+            peer: ctx.peer.clone(),
+            request_id: ctx.id.clone(),
+            progress_token: ctx.meta.get_progress_token(),
+            on_stream_closed: polling.as_ref().map(|p| p.hook()),
+        };
+        let result = conn.request(request, Some(front), &ctx.ct).await;
+        if let Some(p) = polling {
+            p.finish().await;
+        }
+        match result {
             Ok(mut r) => {
                 mark_complete(&mut r);
                 Ok(r)
@@ -72,12 +83,62 @@ impl FrontSession {
         }
     }
 
+    /// SSE polling pass-through for this request, when the client is an
+    /// HTTP session whose stream Vigil can close.
+    fn stream_polling(&self, ctx: &RequestContext<RoleServer>) -> Option<Polling> {
+        let streams = self.gw.streams.get()?.clone();
+        let parts = ctx.extensions.get::<http::request::Parts>()?;
+        let session = parts.headers.get("mcp-session-id")?.to_str().ok()?.to_owned();
+        Some(Polling { streams, session, request: ctx.id.clone(), closing: Default::default() })
+    }
+
+    /// Drops the stream record of a routed request that never reached a
+    /// backend (see [`StreamSessions`]).
+    fn forget_stream(&self, ctx: &RequestContext<RoleServer>) {
+        if let Some(p) = self.stream_polling(ctx) {
+            p.streams.forget(&p.session, &p.request);
+        }
+    }
+
     fn unexpected(backend: &str, method: &str) -> McpError {
         McpError::internal_error(format!("backend '{backend}' answered {method} with a result of the wrong type"), None)
     }
 
     fn list_params(&self, p: &Option<PaginatedRequestParams>) -> Option<String> {
         p.as_ref().and_then(|p| p.cursor.clone())
+    }
+}
+
+/// One request's SSE polling pass-through (see `super::streams`).
+struct Polling {
+    streams: Arc<StreamSessions>,
+    session: String,
+    request: RequestId,
+    /// The close-and-wait-for-resume task, once the backend closed its stream.
+    closing: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<bool>>>>,
+}
+
+impl Polling {
+    /// Called by the backend connection when the backend closed the stream.
+    fn hook(&self) -> StreamClosed {
+        let (streams, session, request, closing) = (self.streams.clone(), self.session.clone(), self.request.clone(), self.closing.clone());
+        Arc::new(move || {
+            let (streams, session, request) = (streams.clone(), session.clone(), request.clone());
+            let task = tokio::spawn(async move { streams.close_and_await_resume(&session, &request).await });
+            if let Ok(mut slot) = closing.lock() {
+                slot.get_or_insert(task);
+            }
+        })
+    }
+
+    /// Before answering: if the client's stream was closed, wait until the
+    /// client resumed (bounded), so the answer has a stream to go to.
+    async fn finish(self) {
+        let task = self.closing.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        self.streams.forget(&self.session, &self.request);
     }
 }
 
@@ -155,7 +216,10 @@ impl ServerHandler for FrontSession {
     async fn call_tool(&self, mut p: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         // The route is taken from one snapshot, so a call never mixes a
         // name from one catalog generation with a backend from another.
-        let route = self.gw.catalog().route_tool(&p.name).cloned().ok_or_else(|| unknown_tool(&p.name))?;
+        let Some(route) = self.gw.catalog().route_tool(&p.name).cloned() else {
+            self.forget_stream(&ctx);
+            return Err(unknown_tool(&p.name));
+        };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
         let result = self.forward(&route.backend, ClientRequest::CallToolRequest(CallToolRequest::new(p)), &ctx).await?;
@@ -168,7 +232,10 @@ impl ServerHandler for FrontSession {
     }
 
     async fn read_resource(&self, mut p: ReadResourceRequestParams, ctx: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
-        let backend = self.gw.catalog().route_uri(&p.uri).cloned().ok_or_else(|| unknown_uri(&p.uri))?;
+        let Some(backend) = self.gw.catalog().route_uri(&p.uri).cloned() else {
+            self.forget_stream(&ctx);
+            return Err(unknown_uri(&p.uri));
+        };
         p.meta = forwardable_meta(p.meta);
         match self.forward(&backend, ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p)), &ctx).await? {
             ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
@@ -178,7 +245,10 @@ impl ServerHandler for FrontSession {
     }
 
     async fn get_prompt(&self, mut p: GetPromptRequestParams, ctx: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
-        let route = self.gw.catalog().route_prompt(&p.name).cloned().ok_or_else(|| unknown_prompt(&p.name))?;
+        let Some(route) = self.gw.catalog().route_prompt(&p.name).cloned() else {
+            self.forget_stream(&ctx);
+            return Err(unknown_prompt(&p.name));
+        };
         p.name = route.name;
         p.meta = forwardable_meta(p.meta);
         match self.forward(&route.backend, ClientRequest::GetPromptRequest(GetPromptRequest::new(p)), &ctx).await? {

@@ -1,0 +1,202 @@
+//! An HTTP client for backend connections that notices when a backend
+//! closes a request's SSE stream before answering it (SEP-1699 polling).
+//!
+//! rmcp's client resumes such a stream on its own, invisibly. A transparent
+//! gateway shows its client the same thing — it closes the client's stream
+//! too and delivers the answer when the client resumes — so this wrapper
+//! reports the id of every request whose POST stream ended without that
+//! request's response. Everything else is delegated to reqwest.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+use tokio::sync::mpsc;
+
+type Headers = HashMap<HeaderName, HeaderValue>;
+type SseStream = BoxStream<'static, Result<Sse, SseError>>;
+
+/// reqwest, plus early-close reports on a channel.
+#[derive(Clone)]
+pub struct WatchedHttp {
+    inner: reqwest::Client,
+    closed: mpsc::UnboundedSender<RequestId>,
+}
+
+impl WatchedHttp {
+    pub fn new(closed: mpsc::UnboundedSender<RequestId>) -> Self {
+        // Like rmcp's default client: no idle pooling (avoids delayed-ACK
+        // stalls on reused connections) and no redirects (a redirect would
+        // replay session ids and configured headers to another place).
+        let inner = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        Self { inner, closed }
+    }
+}
+
+/// Whether an SSE `data` payload is the response to request `id`.
+fn answers(data: &str, id: &RequestId) -> bool {
+    // Cheap filter first: only responses carry "result" or "error".
+    if !(data.contains("\"result\"") || data.contains("\"error\"")) {
+        return false;
+    }
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        id: Option<RequestId>,
+    }
+    serde_json::from_str::<Reply>(data).is_ok_and(|r| r.id.as_ref() == Some(id))
+}
+
+/// A POST response stream that reports its request when it ends unanswered.
+struct Watched {
+    inner: SseStream,
+    id: RequestId,
+    answered: bool,
+    closed: mpsc::UnboundedSender<RequestId>,
+}
+
+impl Stream for Watched {
+    type Item = Result<Sse, SseError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.inner.poll_next_unpin(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(event))) => {
+                if !self.answered && event.data.as_deref().is_some_and(|d| answers(d, &self.id)) {
+                    self.answered = true;
+                }
+            }
+            Poll::Ready(None) if !self.answered => {
+                self.answered = true; // report once
+                let _ = self.closed.send(self.id.clone());
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl StreamableHttpClient for WatchedHttp {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let id = match &message {
+            JsonRpcMessage::Request(r) => Some(r.id.clone()),
+            _ => None,
+        };
+        let response = self
+            .inner
+            .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
+            .await?;
+        Ok(match (id, response) {
+            (Some(id), StreamableHttpPostResponse::Sse(stream, session)) => {
+                let watched = Watched { inner: stream, id, answered: false, closed: self.closed.clone() };
+                StreamableHttpPostResponse::Sse(watched.boxed(), session)
+            }
+            (_, other) => other,
+        })
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+    ) -> Result<SseStream, StreamableHttpError<Self::Error>> {
+        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+        max_sse_event_size: usize,
+    ) -> Result<SseStream, StreamableHttpError<Self::Error>> {
+        self.inner
+            .get_stream_with_max_sse_event_size(uri, session_id, last_event_id, auth_header, custom_headers, max_sse_event_size)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_only_the_answer_to_its_request() {
+        let id = RequestId::Number(7);
+        assert!(answers(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#, &id));
+        assert!(answers(r#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#, &id));
+        assert!(!answers(r#"{"jsonrpc":"2.0","id":8,"result":{}}"#, &id));
+        assert!(!answers(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"result":1}}"#, &id));
+        assert!(!answers("", &id));
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_stream_end_is_reported_once() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let priming = Sse { event: None, data: Some(String::new()), id: Some("0".into()), retry: Some(10) };
+        let inner = futures::stream::iter(vec![Ok(priming)]).boxed();
+        let mut w = Watched { inner, id: RequestId::Number(1), answered: false, closed: tx };
+        while w.next().await.is_some() {}
+        assert!(w.next().await.is_none());
+        assert_eq!(rx.try_recv().ok(), Some(RequestId::Number(1)));
+        assert!(rx.try_recv().is_err(), "reported once");
+    }
+
+    #[tokio::test]
+    async fn an_answered_stream_is_not_reported() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let reply = Sse { event: None, data: Some(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.into()), id: Some("1".into()), retry: None };
+        let inner = futures::stream::iter(vec![Ok(reply)]).boxed();
+        let mut w = Watched { inner, id: RequestId::Number(1), answered: false, closed: tx };
+        while w.next().await.is_some() {}
+        assert!(rx.try_recv().is_err());
+    }
+}

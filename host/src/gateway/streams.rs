@@ -1,0 +1,151 @@
+//! The client-side half of SSE polling pass-through (SEP-1699).
+//!
+//! When a backend closes the HTTP stream of a request before answering
+//! (see `backend::stream_watch`), Vigil closes the client's stream of the
+//! same request and holds the answer until the client resumes with
+//! `Last-Event-ID` — as the backend did to Vigil. rmcp can close one stream
+//! of a session but does not tell a handler which stream carries its
+//! request, so this session manager wraps rmcp's [`LocalSessionManager`] and
+//! remembers, for each routed request, the stream it came on.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::Stream;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::transport::WorkerTransport;
+use rmcp::transport::streamable_http_server::session::ServerSseMessage;
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
+};
+use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
+use tokio::sync::watch;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// How long an answer waits for the client to resume a stream Vigil closed.
+/// Longer than the `retry` (3 s) clients are told to wait.
+const RESUME_WAIT: Duration = Duration::from_secs(10);
+
+pub struct StreamSessions {
+    inner: LocalSessionManager,
+    retry: Option<Duration>,
+    /// The HTTP stream of each routed request still running.
+    streams: Mutex<HashMap<(SessionId, RequestId), u64>>,
+    /// Resume counter per session with a closed stream waiting.
+    resumes: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Requests that are routed to backends and can be long-running.
+fn routed_request(message: &ClientJsonRpcMessage) -> Option<RequestId> {
+    match message {
+        JsonRpcMessage::Request(r) => match &r.request {
+            ClientRequest::CallToolRequest(_) | ClientRequest::ReadResourceRequest(_) | ClientRequest::GetPromptRequest(_) => {
+                Some(r.id.clone())
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl StreamSessions {
+    pub fn new(retry: Option<Duration>) -> Self {
+        Self { inner: LocalSessionManager::default(), retry, streams: Mutex::default(), resumes: Mutex::default() }
+    }
+
+    /// Forgets a finished request's stream.
+    pub fn forget(&self, session: &str, request: &RequestId) {
+        lock(&self.streams).remove(&(SessionId::from(session), request.clone()));
+    }
+
+    /// Closes the client's stream of `request`, then waits (bounded) until
+    /// the client resumes. Returns whether a stream was closed.
+    pub async fn close_and_await_resume(&self, session: &str, request: &RequestId) -> bool {
+        let session = SessionId::from(session);
+        let Some(stream) = lock(&self.streams).get(&(session.clone(), request.clone())).copied() else {
+            return false;
+        };
+        let Some(handle) = self.inner.sessions.read().await.get(&session).cloned() else {
+            return false;
+        };
+        let mut resumed = lock(&self.resumes).entry(session.clone()).or_insert_with(|| watch::channel(0).0).subscribe();
+        let closed = match handle.close_sse_stream(stream, self.retry).await {
+            Ok(()) => {
+                tracing::debug!(%session, request = %request, "closed the client's stream like the backend did; waiting for the client to resume");
+                if tokio::time::timeout(RESUME_WAIT, resumed.changed()).await.is_err() {
+                    tracing::info!(%session, "client did not resume its stream within {RESUME_WAIT:?}");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::debug!(%session, error = %e, "could not close the client's stream");
+                false
+            }
+        };
+        drop(resumed);
+        let mut resumes = lock(&self.resumes);
+        if resumes.get(&session).is_some_and(|s| s.receiver_count() == 0) {
+            resumes.remove(&session);
+        }
+        closed
+    }
+}
+
+impl SessionManager for StreamSessions {
+    type Error = LocalSessionManagerError;
+    type Transport = WorkerTransport<LocalSessionWorker>;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        self.inner.create_session().await
+    }
+
+    async fn initialize_session(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.inner.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.inner.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        lock(&self.streams).retain(|(s, _), _| s != id);
+        self.inner.close_session(id).await
+    }
+
+    /// As rmcp's, plus noting the stream of each routed request.
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let handle = self.inner.sessions.read().await.get(id).cloned().ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))?;
+        let receiver = handle.establish_request_wise_channel().await?;
+        if let (Some(request), Some(stream)) = (routed_request(&message), receiver.http_request_id) {
+            lock(&self.streams).insert((id.clone(), request), stream);
+        }
+        handle.push_message(message, receiver.http_request_id).await?;
+        Ok(ReceiverStream::new(receiver.inner))
+    }
+
+    async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
+        self.inner.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(&self, id: &SessionId) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_standalone_stream(id).await
+    }
+
+    /// As rmcp's, then wakes an answer waiting for this session to resume.
+    async fn resume(&self, id: &SessionId, last_event_id: String) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let stream = self.inner.resume(id, last_event_id).await?;
+        if let Some(r) = lock(&self.resumes).get(id) {
+            r.send_modify(|n| *n += 1);
+        }
+        Ok(stream)
+    }
+}
