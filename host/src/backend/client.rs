@@ -29,8 +29,10 @@ pub enum ListKind {
 pub trait Downstream: Send + Sync + 'static {
     /// The backend says one of its lists changed.
     fn list_changed(&self, backend: &Arc<str>, kind: ListKind);
-    /// A `notifications/message`; `session` is set on per-session connections.
-    fn log(&self, backend: &Arc<str>, session: Option<u64>, params: LoggingMessageNotificationParam);
+    /// A `notifications/message`; `session` is set on per-session
+    /// connections. Resolves once the message is handed to the client(s),
+    /// so messages keep their order.
+    fn log(&self, backend: &Arc<str>, session: Option<u64>, params: LoggingMessageNotificationParam) -> super::tap::LogFuture;
     /// A `notifications/resources/updated`; `session` as for [`Self::log`].
     fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String);
 }
@@ -171,19 +173,8 @@ impl ClientHandler for BackendClient {
         Ok(())
     }
 
-    async fn on_progress(&self, params: ProgressNotificationParam, _ctx: NotificationContext<RoleClient>) {
-        let Some(call) = self.inflight.by_token(&params.progress_token) else { return };
-        let Some(token) = call.progress_token else { return };
-        let mut forwarded = params;
-        forwarded.progress_token = token;
-        if let Err(e) = call.peer.notify_progress(forwarded).await {
-            tracing::debug!(backend = %self.backend, error = %e, "could not relay progress to the client");
-        }
-    }
-
-    async fn on_logging_message(&self, params: LoggingMessageNotificationParam, _ctx: NotificationContext<RoleClient>) {
-        self.downstream.log(&self.backend, self.session, params);
-    }
+    // Progress and log notifications are relayed in arrival order by the
+    // transport tap (see `super::tap`), not from these per-task callbacks.
 
     async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _ctx: NotificationContext<RoleClient>) {
         self.downstream.resource_updated(&self.backend, self.session, params.uri);

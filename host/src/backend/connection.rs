@@ -18,6 +18,7 @@ use super::client::BackendClient;
 use super::error::BackendError;
 use super::inflight::{FrontCall, Inflight};
 use super::stream_watch::WatchedHttp;
+use super::tap::{Relay, Tapped};
 use crate::catalog::BackendCatalog;
 use crate::config::{BackendConfig, Transport};
 
@@ -29,6 +30,7 @@ pub struct Connection {
     backend: Arc<str>,
     service: RunningService<RoleClient, BackendClient>,
     inflight: Arc<Inflight>,
+    relay: Relay,
     request_timeout: Duration,
     stderr: Option<StderrTail>,
 }
@@ -49,6 +51,7 @@ pub async fn connect(
     config: &BackendConfig,
     client: BackendClient,
     inflight: Arc<Inflight>,
+    relay: Relay,
     connect_timeout: Duration,
     request_timeout: Duration,
 ) -> Result<Connection, BackendError> {
@@ -68,6 +71,7 @@ pub async fn connect(
             if let Some(stderr) = stderr {
                 tokio::spawn(pump_stderr(backend.clone(), stderr, tail.clone()));
             }
+            let transport = Tapped::new(transport, relay.clone());
             let service = handshake(&backend, client.serve(transport), connect_timeout, Some(&tail)).await?;
             (service, Some(tail))
         }
@@ -85,10 +89,11 @@ pub async fn connect(
             let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
             let transport = StreamableHttpClientTransport::with_client(WatchedHttp::new(closed_tx), cfg);
+            let transport = Tapped::new(transport, relay.clone());
             (handshake(&backend, client.serve(transport), connect_timeout, None).await?, None)
         }
     };
-    Ok(Connection { backend, service, inflight, request_timeout, stderr })
+    Ok(Connection { backend, service, inflight, relay, request_timeout, stderr })
 }
 
 async fn handshake<F>(
@@ -180,7 +185,11 @@ impl Connection {
         let id = handle.id.clone();
         let _registration = front.map(|f| self.inflight.register(id.clone(), handle.progress_token.clone(), f));
         tokio::select! {
-            r = handle.await_response() => r.map_err(|e| self.service_error(e)),
+            r = handle.await_response() => {
+                // Progress and logs sent before the answer reach the client first.
+                self.relay.flush().await;
+                r.map_err(|e| self.service_error(e))
+            }
             _ = ct.cancelled() => {
                 let note = CancelledNotification::new(CancelledNotificationParam::new(
                     Some(id),

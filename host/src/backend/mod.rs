@@ -14,6 +14,7 @@ mod error;
 pub mod inflight;
 mod state;
 mod stream_watch;
+mod tap;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -107,7 +108,8 @@ impl Backend {
     ) -> Result<Connection, BackendError> {
         let inflight = Arc::<Inflight>::default();
         let client = BackendClient::new(self.name.clone(), inflight.clone(), self.downstream.clone(), Some(session), capabilities);
-        connection::connect(&self.config, client, inflight, self.timeouts.connect, self.timeouts.request).await
+        let relay = tap::Relay::spawn(inflight.clone(), self.downstream.clone(), self.name.clone(), Some(session));
+        connection::connect(&self.config, client, inflight, relay, self.timeouts.connect, self.timeouts.request).await
     }
 
     fn set(&self, state: BackendState, conn: Option<Arc<Connection>>) {
@@ -128,8 +130,9 @@ impl Backend {
         };
         loop {
             let client = BackendClient::new(self.name.clone(), self.inflight.clone(), self.downstream.clone(), None, None);
+            let relay = tap::Relay::spawn(self.inflight.clone(), self.downstream.clone(), self.name.clone(), None);
             let attempt = async {
-                let conn = connection::connect(&self.config, client, self.inflight.clone(), self.timeouts.connect, self.timeouts.request).await?;
+                let conn = connection::connect(&self.config, client, self.inflight.clone(), relay, self.timeouts.connect, self.timeouts.request).await?;
                 let catalog = conn.list_catalog().await?;
                 Ok::<_, BackendError>((conn, catalog))
             };

@@ -74,6 +74,8 @@ pub struct Catalog {
     prompt_routes: HashMap<String, Route>,
     uris: uri::UriRoutes,
     pub conflicts: Vec<Conflict>,
+    /// Tool and prompt names of backends that are not shown, to the backend.
+    hidden: HashMap<String, Arc<str>>,
 }
 
 impl Catalog {
@@ -119,6 +121,30 @@ impl Catalog {
             }
         }
         c
+    }
+
+    /// Records the names of backends that are known but not shown, so a
+    /// request for one can be told which backend it needs.
+    pub fn with_hidden<'a>(
+        mut self,
+        naming: &Naming,
+        backends: impl IntoIterator<Item = (&'a Arc<str>, &'a BackendCatalog)>,
+    ) -> Catalog {
+        for (backend, entry) in backends {
+            let names = entry.tools.iter().map(|t| t.name.as_ref()).chain(entry.prompts.iter().map(|p| p.name.as_str()));
+            for name in names {
+                let exposed = expose(naming, backend, name);
+                if !self.tool_routes.contains_key(&exposed) && !self.prompt_routes.contains_key(&exposed) {
+                    self.hidden.entry(exposed).or_insert_with(|| backend.clone());
+                }
+            }
+        }
+        self
+    }
+
+    /// The hidden backend that exports `exposed`, if any.
+    pub fn hidden_owner(&self, exposed: &str) -> Option<&Arc<str>> {
+        self.hidden.get(exposed)
     }
 
     pub fn route_tool(&self, exposed: &str) -> Option<&Route> {

@@ -66,3 +66,14 @@ fn uris_route_exactly_then_by_longest_template_prefix() {
     assert_eq!(c.route_uri("file:///x"), None);
     assert_eq!(c.route_prompt("b__greet").unwrap().name, "greet");
 }
+
+#[test]
+fn hidden_backends_names_are_known_but_not_routed() {
+    let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+    let (ea, eb) = (entry(&["echo"]), entry(&["add"]));
+    let c = Catalog::build(&Naming::None, [(&a, &ea)]).with_hidden(&Naming::None, [(&b, &eb)]);
+    assert_eq!(c.route_tool("add"), None);
+    assert_eq!(c.hidden_owner("add"), Some(&b));
+    assert_eq!(c.hidden_owner("echo"), None, "a shown name is never hidden");
+    assert_eq!(c.tools.len(), 1);
+}

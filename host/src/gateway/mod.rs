@@ -56,6 +56,16 @@ pub struct Gateway {
     streams: std::sync::OnceLock<Arc<streams::StreamSessions>>,
 }
 
+/// What the update task knows of each backend's catalog.
+#[derive(Default)]
+struct Entries {
+    /// The last catalog each backend listed, kept while it is down so its
+    /// names can be recognised (and calls to them answered "unavailable").
+    known: HashMap<Arc<str>, BackendCatalog>,
+    /// Backends whose capabilities are shown (see [`advertisable`]).
+    advertised: std::collections::HashSet<Arc<str>>,
+}
+
 /// Relays backend traffic that is not an answer to a request.
 struct Fanout {
     sessions: Arc<Sessions>,
@@ -66,8 +76,8 @@ impl Downstream for Fanout {
     fn list_changed(&self, backend: &Arc<str>, _kind: ListKind) {
         let _ = self.refresh.send(backend.clone());
     }
-    fn log(&self, _backend: &Arc<str>, session: Option<u64>, params: rmcp::model::LoggingMessageNotificationParam) {
-        self.sessions.log(session, params);
+    fn log(&self, _backend: &Arc<str>, session: Option<u64>, params: rmcp::model::LoggingMessageNotificationParam) -> futures::future::BoxFuture<'static, ()> {
+        self.sessions.log(session, params)
     }
     fn resource_updated(&self, _backend: &Arc<str>, session: Option<u64>, uri: String) {
         self.sessions.resource_updated(session, uri);
@@ -113,7 +123,7 @@ impl Gateway {
         drop(updates_tx);
 
         // Apply first updates until every backend has reported once.
-        let mut entries: HashMap<Arc<str>, BackendCatalog> = HashMap::new();
+        let mut entries = Entries::default();
         let mut reported = std::collections::HashSet::new();
         let deadline = tokio::time::sleep(gw.config.startup_timeout);
         tokio::pin!(deadline);
@@ -146,7 +156,7 @@ impl Gateway {
     /// Applies backend updates and refresh requests until shutdown.
     async fn run_updates(
         self: Arc<Self>,
-        mut entries: HashMap<Arc<str>, BackendCatalog>,
+        mut entries: Entries,
         mut updates: mpsc::UnboundedReceiver<BackendUpdate>,
         mut refresh: mpsc::UnboundedReceiver<Arc<str>>,
         shutdown: CancellationToken,
@@ -167,18 +177,21 @@ impl Gateway {
 
     /// Rebuilds the snapshot after one backend update and notifies sessions
     /// of what changed.
-    fn apply(&self, entries: &mut HashMap<Arc<str>, BackendCatalog>, u: BackendUpdate) {
-        match (advertisable(&u.state), u.catalog) {
-            (true, Some(c)) => {
-                entries.insert(u.backend.clone(), c);
-            }
-            (true, None) => {}
-            (false, _) => {
-                entries.remove(&u.backend);
-            }
+    fn apply(&self, entries: &mut Entries, u: BackendUpdate) {
+        if let Some(c) = u.catalog {
+            entries.known.insert(u.backend.clone(), c);
         }
-        let ordered = self.backends.iter().filter_map(|b| entries.get(&b.name).map(|c| (&b.name, c)));
-        let next = Arc::new(Catalog::build(&self.config.naming, ordered));
+        if advertisable(&u.state) {
+            entries.advertised.insert(u.backend.clone());
+        } else {
+            entries.advertised.remove(&u.backend);
+        }
+        let (shown, hidden): (Vec<_>, Vec<_>) = self
+            .backends
+            .iter()
+            .filter_map(|b| entries.known.get(&b.name).map(|c| (&b.name, c)))
+            .partition(|(name, _)| entries.advertised.contains(*name));
+        let next = Arc::new(Catalog::build(&self.config.naming, shown).with_hidden(&self.config.naming, hidden));
         let previous = {
             let Ok(mut current) = self.catalog.write() else { return };
             std::mem::replace(&mut *current, next.clone())
@@ -200,6 +213,23 @@ impl Gateway {
 
     pub fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
         self.by_name.get(name).map(|i| &self.backends[*i])
+    }
+
+    /// The backend a tool or prompt name that has no route belongs to: a
+    /// backend that is down but exported it before, or (prefix naming) the
+    /// configured backend its prefix names. Lets calls to a down backend
+    /// fail with "unavailable" instead of "unknown tool".
+    pub fn owner_of_unrouted(&self, catalog: &Catalog, name: &str) -> Option<&Arc<Backend>> {
+        if let Some(b) = catalog.hidden_owner(name) {
+            return self.backend(b);
+        }
+        match &self.config.naming {
+            Naming::Prefix { separator } => self
+                .backends
+                .iter()
+                .find(|b| name.strip_prefix(&*b.name).is_some_and(|rest| rest.starts_with(separator.as_str()))),
+            Naming::None => None,
+        }
     }
 
     pub fn backends(&self) -> &[Arc<Backend>] {

@@ -92,6 +92,15 @@ impl FrontSession {
         Some(Polling { streams, session, request: ctx.id.clone(), closing: Default::default() })
     }
 
+    /// The error for a name with no route: "unavailable" when it belongs to
+    /// a backend that is not serving, `unknown` otherwise.
+    fn unrouted(&self, catalog: &crate::catalog::Catalog, name: &str, unknown: fn(&str) -> McpError) -> McpError {
+        match self.gw.owner_of_unrouted(catalog, name) {
+            Some(b) if !advertisable(&b.state()) => unavailable(&b.name, &b.state()),
+            _ => unknown(name),
+        }
+    }
+
     /// Drops the stream record of a routed request that never reached a
     /// backend (see [`StreamSessions`]).
     fn forget_stream(&self, ctx: &RequestContext<RoleServer>) {
@@ -216,9 +225,10 @@ impl ServerHandler for FrontSession {
     async fn call_tool(&self, mut p: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         // The route is taken from one snapshot, so a call never mixes a
         // name from one catalog generation with a backend from another.
-        let Some(route) = self.gw.catalog().route_tool(&p.name).cloned() else {
+        let catalog = self.gw.catalog();
+        let Some(route) = catalog.route_tool(&p.name).cloned() else {
             self.forget_stream(&ctx);
-            return Err(unknown_tool(&p.name));
+            return Err(self.unrouted(&catalog, &p.name, unknown_tool));
         };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
@@ -245,9 +255,10 @@ impl ServerHandler for FrontSession {
     }
 
     async fn get_prompt(&self, mut p: GetPromptRequestParams, ctx: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
-        let Some(route) = self.gw.catalog().route_prompt(&p.name).cloned() else {
+        let catalog = self.gw.catalog();
+        let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
-            return Err(unknown_prompt(&p.name));
+            return Err(self.unrouted(&catalog, &p.name, unknown_prompt));
         };
         p.name = route.name;
         p.meta = forwardable_meta(p.meta);

@@ -9,6 +9,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
+use futures::future::BoxFuture;
+
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam};
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 
@@ -85,8 +87,8 @@ impl Sessions {
 
     /// Relays a backend log message: to `session` when the backend
     /// connection belongs to one, otherwise to every session-mode client
-    /// whose level admits it.
-    pub fn log(&self, session: Option<u64>, params: LoggingMessageNotificationParam) {
+    /// whose level admits it. The future resolves once every target took it.
+    pub fn log(&self, session: Option<u64>, params: LoggingMessageNotificationParam) -> BoxFuture<'static, ()> {
         let peers: Vec<Peer<RoleServer>> = self
             .lock()
             .iter()
@@ -97,12 +99,11 @@ impl Sessions {
                 Channel::Listen(_) => None,
             })
             .collect();
-        for peer in peers {
-            let params = params.clone();
-            tokio::spawn(async move {
-                let _ = peer.notify_logging_message(params).await;
-            });
-        }
+        Box::pin(async move {
+            for peer in peers {
+                let _ = peer.notify_logging_message(params.clone()).await;
+            }
+        })
     }
 
     /// Relays `notifications/resources/updated` to `session`, or to the

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Runs every test of the project: the one command for developers and CI.
+#
+#   bash scripts/test.sh
+#
+# 1. `cargo build --workspace` (binaries for the end-to-end tests)
+# 2. `cargo test --workspace`
+# 3. the end-to-end tests in tests/e2e (pytest + the official MCP Python SDK,
+#    in a venv under ~/.cache/vigil/venv, created or refreshed as needed)
+# 4. tests/conformance/compare.sh, when it exists
+#
+# Works from a fresh Debian machine with Rust and cargo; idempotent.
+# Environment:
+#   CARGO_TARGET_DIR   default $HOME/.cache/vigil-target
+#   VIGIL_VENV         default $HOME/.cache/vigil/venv
+#   PYTEST_ARGS        extra arguments for pytest (e.g. "-k failures -x")
+# Exits non-zero if any step fails; prints a summary of the steps at the end.
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/vigil-target}"
+venv="${VIGIL_VENV:-$HOME/.cache/vigil/venv}"
+requirements="tests/e2e/requirements.txt"
+
+steps=()
+results=()
+failed=0
+
+record() { # record NAME STATUS
+  steps+=("$1")
+  results+=("$2")
+  if [ "$2" = FAIL ]; then failed=1; fi
+}
+
+banner() { printf '\n==> %s\n' "$*"; }
+
+# Runs a step; records PASS or FAIL from its exit status.
+step() { # step NAME COMMAND...
+  local name=$1
+  shift
+  banner "$name: $*"
+  if "$@"; then
+    record "$name" PASS
+  else
+    local status=$?
+    echo "!! $name failed (exit $status)" >&2
+    record "$name" FAIL
+  fi
+}
+
+# Creates the venv if missing or broken, and installs the requirements when
+# they changed since the last install (their hash is kept in the venv).
+python_env() {
+  if ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+      if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        echo "installing python3 and python3-venv with apt-get"
+        apt-get update -qq || return 1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null || return 1
+      else
+        echo "python3 (>= 3.10) with the venv module is required (Debian: apt-get install python3-venv)" >&2
+        return 1
+      fi
+    fi
+    echo "creating venv at $venv"
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv" || return 1
+  fi
+  local want have
+  want=$(sha256sum "$requirements" | cut -d' ' -f1)
+  have=$(cat "$venv/.vigil-requirements" 2>/dev/null || true)
+  if [ "$want" != "$have" ] || ! "$venv/bin/python" -c 'import mcp, pytest, httpx' >/dev/null 2>&1; then
+    echo "installing $requirements into $venv"
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q -r "$requirements" || return 1
+    echo "$want" >"$venv/.vigil-requirements"
+  else
+    echo "venv at $venv is up to date"
+  fi
+}
+
+# npm installs the conformance suite (which brings its own Node 22).
+node_env() {
+  command -v npm >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "installing nodejs and npm with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  else
+    echo "npm is required for the conformance suite (Debian: apt-get install npm)" >&2
+    return 1
+  fi
+}
+
+e2e() {
+  # Exit code 5 ("no tests collected") is a failure too: the suite is never empty.
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pytest tests/e2e -q ${PYTEST_ARGS:-}
+}
+
+step build cargo build --workspace
+if [ "${results[-1]}" = PASS ]; then
+  step cargo-test cargo test --workspace
+  step python-env python_env
+  if [ "${results[-1]}" = PASS ]; then
+    step e2e e2e
+  else
+    record e2e SKIPPED
+  fi
+  if [ -f tests/conformance/compare.sh ]; then
+    step node-env node_env
+    step conformance bash tests/conformance/compare.sh
+  else
+    record conformance ABSENT
+  fi
+else
+  for name in cargo-test python-env e2e conformance; do record "$name" SKIPPED; done
+fi
+
+banner "summary"
+for i in "${!steps[@]}"; do
+  printf '  %-12s %s\n' "${steps[$i]}" "${results[$i]}"
+done
+if [ "$failed" -ne 0 ]; then
+  echo "scripts/test.sh: FAILED"
+  exit 1
+fi
+echo "scripts/test.sh: all steps passed"
