@@ -113,8 +113,14 @@ impl FrontSession {
         McpError::internal_error(format!("backend '{backend}' answered {method} with a result of the wrong type"), None)
     }
 
-    fn list_params(&self, p: &Option<PaginatedRequestParams>) -> Option<String> {
-        p.as_ref().and_then(|p| p.cursor.clone())
+    /// One page of a merged list of the current catalog.
+    fn page_of<T: Clone>(
+        &self,
+        list: impl Fn(&crate::catalog::Catalog) -> &Vec<T>,
+        p: &Option<PaginatedRequestParams>,
+    ) -> Result<(Vec<T>, Option<String>), McpError> {
+        let cursor = p.as_ref().and_then(|p| p.cursor.as_deref());
+        page(list(&self.gw.catalog()), cursor, self.gw.config.page_size)
     }
 }
 
@@ -191,32 +197,28 @@ impl ServerHandler for FrontSession {
     }
 
     async fn list_tools(&self, p: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
-        let catalog = self.gw.catalog();
-        let (items, next) = page(&catalog.tools, self.list_params(&p).as_deref(), self.gw.config.page_size)?;
+        let (items, next) = self.page_of(|c| &c.tools, &p)?;
         let mut r = ListToolsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
     }
 
     async fn list_resources(&self, p: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
-        let catalog = self.gw.catalog();
-        let (items, next) = page(&catalog.resources, self.list_params(&p).as_deref(), self.gw.config.page_size)?;
+        let (items, next) = self.page_of(|c| &c.resources, &p)?;
         let mut r = ListResourcesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
     }
 
     async fn list_resource_templates(&self, p: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListResourceTemplatesResult, McpError> {
-        let catalog = self.gw.catalog();
-        let (items, next) = page(&catalog.templates, self.list_params(&p).as_deref(), self.gw.config.page_size)?;
+        let (items, next) = self.page_of(|c| &c.templates, &p)?;
         let mut r = ListResourceTemplatesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
     }
 
     async fn list_prompts(&self, p: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
-        let catalog = self.gw.catalog();
-        let (items, next) = page(&catalog.prompts, self.list_params(&p).as_deref(), self.gw.config.page_size)?;
+        let (items, next) = self.page_of(|c| &c.prompts, &p)?;
         let mut r = ListPromptsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
