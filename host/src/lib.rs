@@ -31,7 +31,11 @@
 // backends still speak; a gateway must relay them.
 #![allow(deprecated)]
 
+pub mod api;
 pub mod backend;
 pub mod catalog;
 pub mod config;
 pub mod gateway;
+pub mod health;
+pub mod runtime;
+pub mod store;

@@ -7,16 +7,20 @@
 //! Every key, its default and its meaning is documented on [`Config`] and
 //! [`BackendConfig`], and in `docs/config.md`.
 
+mod backend;
 mod error;
+mod health;
 pub mod raw;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
-use raw::{RawBackend, RawConfig};
+pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
+use raw::RawConfig;
 
 /// How the gateway names what backends export.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,41 +74,24 @@ pub struct Config {
     /// `allowed_origins`: browser `Origin`s accepted; requests with another
     /// `Origin` get 403. Default: loopback origins on any port.
     pub allowed_origins: Vec<String>,
+    /// `data_dir`: where state that must survive a restart is kept (the
+    /// SQLite store). Default: `vigil-data` beside the config file.
+    pub data_dir: PathBuf,
+    /// `[health]`: probe schedule and thresholds; `[backends.health]`
+    /// overrides them per backend (already applied in each backend).
+    pub health: HealthConfig,
+    /// `[restart]`: restart policy; `[backends.restart]` overrides it.
+    pub restart: RestartPolicy,
+    /// `[api]`: the control API.
+    pub api: ApiConfig,
     /// Enabled backends, in file order.
     pub backends: Vec<BackendConfig>,
-}
-
-/// How the gateway reaches a backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transport {
-    /// The gateway starts and owns the process and speaks MCP over its stdio.
-    Stdio {
-        command: String,
-        args: Vec<String>,
-        env: BTreeMap<String, String>,
-        cwd: Option<PathBuf>,
-    },
-    /// A streamable HTTP MCP server the gateway does not own.
-    Http { url: String, headers: BTreeMap<String, String> },
-}
-
-/// One `[[backends]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackendConfig {
-    /// `name`: unique; letters, digits, `-` and `_`. Used in prefixed names,
-    /// logs and errors.
-    pub name: String,
-    /// `transport` (`stdio` | `http`) with its keys: `command`, `args`, `env`,
-    /// `cwd` for stdio; `url`, `headers` for http.
-    pub transport: Transport,
-    /// `request_timeout`: overrides the global one for this backend.
-    pub request_timeout: Option<Duration>,
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Headers the streamable HTTP transport manages; a backend may not set them.
-const RESERVED_HEADERS: [&str; 4] = ["accept", "mcp-session-id", "last-event-id", "mcp-protocol-version"];
+pub(crate) const RESERVED_HEADERS: [&str; 4] = ["accept", "mcp-session-id", "last-event-id", "mcp-protocol-version"];
 
 impl Config {
     /// Reads and validates a config file.
@@ -114,7 +101,8 @@ impl Config {
         Self::parse(&text, path)
     }
 
-    /// Parses and validates config text; `path` is only used in messages.
+    /// Parses and validates config text; `path` is used in messages and to
+    /// place the default `data_dir`.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| line_of(text, s.start));
@@ -126,8 +114,14 @@ impl Config {
         Self::from_raw(raw, path)
     }
 
-    /// Validates a raw config, collecting every problem.
+    /// Validates a raw config, collecting every problem. Token secrets
+    /// named by `token_env` are read from the process environment.
     pub fn from_raw(raw: RawConfig, path: &Path) -> Result<Config, ConfigError> {
+        Self::from_raw_with_env(raw, path, &|k| std::env::var(k).ok())
+    }
+
+    /// [`Config::from_raw`] with an explicit environment (for tests).
+    pub fn from_raw_with_env(raw: RawConfig, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let mut p = Problems::default();
         let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listen = listen.parse::<SocketAddr>().unwrap_or_else(|_| {
@@ -186,12 +180,24 @@ impl Config {
             }
         }
 
+        let data_dir = match raw.data_dir {
+            Some(d) if d.trim().is_empty() => {
+                p.add("data_dir", "must not be empty");
+                PathBuf::from(d)
+            }
+            Some(d) => PathBuf::from(d),
+            None => path.parent().unwrap_or(Path::new(".")).join("vigil-data"),
+        };
+        let health = p.health("health", &HealthConfig::default(), raw.health);
+        let restart = p.restart("restart", &RestartPolicy::default(), raw.restart);
+        let api = p.api(raw.api, env);
+
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
         for (i, b) in raw.backends.into_iter().enumerate() {
             let at = format!("backends[{i}]");
             let enabled = b.enabled.unwrap_or(true);
-            if let Some(backend) = p.backend(&at, b) {
+            if let Some(backend) = p.backend(&at, b, &health, &restart) {
                 if !seen.insert(backend.name.clone()) {
                     p.add(
                         format!("{at}.name"),
@@ -218,6 +224,10 @@ impl Config {
             page_size: page_size as usize,
             allowed_hosts,
             allowed_origins,
+            data_dir,
+            health,
+            restart,
+            api,
             backends,
         })
     }
@@ -229,14 +239,14 @@ impl Config {
 }
 
 #[derive(Default)]
-struct Problems(Vec<Problem>);
+pub(crate) struct Problems(Vec<Problem>);
 
 impl Problems {
-    fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
         self.0.push(Problem { key: key.into(), line: None, message: message.into() });
     }
 
-    fn duration(&mut self, key: &str, value: Option<String>, default: &str) -> Duration {
+    pub(crate) fn duration(&mut self, key: &str, value: Option<String>, default: &str) -> Duration {
         let text = value.unwrap_or_else(|| default.to_owned());
         match humantime::parse_duration(&text) {
             Ok(d) => d,
@@ -247,74 +257,12 @@ impl Problems {
         }
     }
 
-    fn backend(&mut self, at: &str, b: RawBackend) -> Option<BackendConfig> {
-        let before = self.0.len();
-        let name = b.name.unwrap_or_default();
-        if name.is_empty() {
-            self.add(format!("{at}.name"), "missing: every backend needs a name, like name = \"files\"");
-        } else if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            self.add(format!("{at}.name"), format!("`{name}` may only hold letters, digits, `-` and `_`"));
-        }
-        let request_timeout = b
-            .request_timeout
-            .map(|t| self.duration(&format!("{at}.request_timeout"), Some(t), "60s"));
-        let transport = match b.transport.as_deref() {
-            Some("stdio") => {
-                for (key, present) in [("url", b.url.is_some()), ("headers", !b.headers.is_empty())] {
-                    if present {
-                        self.add(format!("{at}.{key}"), "only applies to transport = \"http\"; remove it");
-                    }
-                }
-                let command = b.command.unwrap_or_default();
-                if command.trim().is_empty() {
-                    self.add(format!("{at}.command"), "missing: a stdio backend needs the command that starts it, like command = \"my-mcp-server\"");
-                }
-                Transport::Stdio { command, args: b.args, env: b.env, cwd: b.cwd.map(PathBuf::from) }
-            }
-            Some("http") => {
-                for (key, present) in [
-                    ("command", b.command.is_some()),
-                    ("args", !b.args.is_empty()),
-                    ("env", !b.env.is_empty()),
-                    ("cwd", b.cwd.is_some()),
-                ] {
-                    if present {
-                        self.add(format!("{at}.{key}"), "only applies to transport = \"stdio\"; remove it");
-                    }
-                }
-                let url = b.url.unwrap_or_default();
-                if url.is_empty() {
-                    self.add(format!("{at}.url"), "missing: an http backend needs its MCP endpoint, like url = \"http://127.0.0.1:3902/mcp\"");
-                } else if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    self.add(format!("{at}.url"), format!("`{url}` must start with http:// or https://"));
-                }
-                for (k, v) in &b.headers {
-                    if reqwest_header_invalid(k, v) {
-                        self.add(format!("{at}.headers.{k}"), "is not a valid HTTP header name/value");
-                    } else if RESERVED_HEADERS.iter().any(|r| r.eq_ignore_ascii_case(k)) {
-                        self.add(format!("{at}.headers.{k}"), "is set by the MCP transport itself; remove it");
-                    }
-                }
-                Transport::Http { url, headers: b.headers }
-            }
-            Some(other) => {
-                self.add(format!("{at}.transport"), format!("unknown value `{other}`: use \"stdio\" or \"http\""));
-                return None;
-            }
-            None => {
-                self.add(format!("{at}.transport"), "missing: set transport = \"stdio\" or \"http\"");
-                return None;
-            }
-        };
-        (self.0.len() == before).then_some(BackendConfig { name, transport, request_timeout })
-    }
-
     fn finish(self, path: &Path) -> Result<(), ConfigError> {
         if self.0.is_empty() { Ok(()) } else { Err(ConfigError::invalid(path, self.0)) }
     }
 }
 
-fn reqwest_header_invalid(name: &str, value: &str) -> bool {
+pub(crate) fn reqwest_header_invalid(name: &str, value: &str) -> bool {
     http::HeaderName::from_bytes(name.as_bytes()).is_err() || http::HeaderValue::from_str(value).is_err()
 }
 

@@ -24,8 +24,68 @@ pub struct RawConfig {
     pub page_size: Option<u64>,
     pub allowed_hosts: Option<Vec<String>>,
     pub allowed_origins: Option<Vec<String>>,
+    pub data_dir: Option<String>,
+    pub health: Option<RawHealth>,
+    pub restart: Option<RawRestart>,
+    pub api: Option<RawApi>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
+}
+
+/// `[health]` and `[backends.health]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub unhealthy_threshold: Option<u32>,
+    pub readiness: Option<String>,
+    pub degraded_latency: Option<String>,
+    pub error_rate: Option<f64>,
+    pub window: Option<String>,
+    pub min_calls: Option<u32>,
+    pub tool_probe: Option<RawToolProbe>,
+}
+
+/// `tool_probe = { tool = "...", arguments = { ... } }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToolProbe {
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: toml::Table,
+}
+
+/// `[restart]` and `[backends.restart]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRestart {
+    pub base: Option<String>,
+    pub max: Option<String>,
+    pub multiplier: Option<f64>,
+    pub jitter: Option<f64>,
+    pub max_restarts: Option<u32>,
+    pub healthy_reset: Option<String>,
+    pub quarantine_reprobe: Option<String>,
+}
+
+/// `[api]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApi {
+    pub listen: Option<String>,
+    #[serde(default)]
+    pub tokens: Vec<RawToken>,
+}
+
+/// `[[api.tokens]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    pub name: Option<String>,
+    pub token: Option<String>,
+    pub token_env: Option<String>,
+    pub role: Option<String>,
 }
 
 /// One `[[backends]]` table.
@@ -45,4 +105,12 @@ pub struct RawBackend {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     pub request_timeout: Option<String>,
+    pub runtime: Option<String>,
+    pub image: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub port: Option<u16>,
+    pub network: Option<String>,
+    pub health: Option<RawHealth>,
+    pub restart: Option<RawRestart>,
 }

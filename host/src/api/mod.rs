@@ -1,0 +1,93 @@
+//! The control API: JSON over HTTP on its own listener (`[api] listen`),
+//! never in the MCP hot path. Operators read health and act on backends;
+//! every mutating call is audited with its principal.
+//!
+//! The API reads and acts through [`Control`], implemented by the health
+//! monitor; it writes audit entries to the [`Store`](crate::store::Store).
+
+use std::time::SystemTime;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+
+use crate::health::{HealthState, Transition};
+
+/// What the API shows of one backend.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InstanceReport {
+    /// The configured backend name (the id in API paths).
+    pub name: String,
+    pub state: HealthState,
+    /// `process`, `container` or `remote`.
+    pub runtime: &'static str,
+    /// Since when the backend is in `state`.
+    #[serde(with = "crate::health::unix_ms")]
+    pub since: SystemTime,
+    /// Round trip of the last successful probe, in milliseconds.
+    pub latency_ms: Option<f64>,
+    /// Share of failed `tools/call`s in the sliding window (0..1).
+    pub error_rate: Option<f64>,
+    /// Calls in the sliding window.
+    pub calls_in_window: u64,
+    /// Restarts since first seen.
+    pub restart_count: u64,
+    /// Consecutive failed starts (towards `max_restarts`).
+    pub consecutive_failures: u32,
+    /// When the next restart attempt is due, if one is scheduled.
+    #[serde(with = "opt_unix_ms")]
+    pub next_retry_at: Option<SystemTime>,
+    /// Why it is quarantined, when it is.
+    pub quarantine_reason: Option<String>,
+    /// The last reason given for a state change (sanitized).
+    pub reason: String,
+}
+
+/// One backend in full: its report, recent transitions and last exit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InstanceDetail {
+    #[serde(flatten)]
+    pub report: InstanceReport,
+    /// Oldest first, at most the last 100.
+    pub transitions: Vec<Transition>,
+    /// How the last instance ended ("killed by signal 9 (SIGKILL)", ...).
+    pub last_exit: Option<String>,
+}
+
+/// Why a control action was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("no backend named '{0}'")]
+    NotFound(String),
+    /// The action does not apply in the current state (e.g. releasing a
+    /// backend that is not quarantined, restarting a remote backend).
+    #[error("{0}")]
+    Conflict(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// What the API may read and do. `principal` is the acting token's name.
+pub trait Control: Send + Sync + 'static {
+    fn instances(&self) -> Vec<InstanceReport>;
+    fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>>;
+    /// Restarts now (resets the failure count; leaves no quarantine behind).
+    fn restart(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
+    /// Quarantines now: stops the instance, no automatic restarts.
+    fn quarantine(&self, name: &str, principal: &str, reason: Option<String>) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
+    /// Leaves quarantine → `restarting`.
+    fn release(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
+}
+
+/// `Option<SystemTime>` as Unix milliseconds or null.
+pub mod opt_unix_ms {
+    use std::time::SystemTime;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_i64(crate::health::unix_ms::to_ms(*t)),
+            None => s.serialize_none(),
+        }
+    }
+}

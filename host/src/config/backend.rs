@@ -1,0 +1,180 @@
+//! `[[backends]]`: how each backend is run and reached.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::health::{HealthConfig, RestartPolicy};
+use super::raw::RawBackend;
+use super::{Problems, RESERVED_HEADERS, reqwest_header_invalid};
+
+/// How the gateway speaks MCP to a backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// Over a child process's stdin/stdout (runtime `process`).
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// Over streamable HTTP (runtime `remote` or `container`).
+    Http { url: String, headers: BTreeMap<String, String> },
+}
+
+/// What runs the backend (see `crate::runtime`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// A child process Vigil starts and owns (stdio backends).
+    Process,
+    /// A container Vigil creates and owns through the Docker Engine API.
+    Container(ContainerSpec),
+    /// An HTTP server Vigil does not own: probed, hidden when down, never
+    /// restarted (http backends by default).
+    Remote,
+}
+
+/// A backend's container (`runtime = "container"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerSpec {
+    /// `image`: required, e.g. `"localhost/my-mcp:1"` (never pulled from a
+    /// registry by Vigil; it must exist in the engine).
+    pub image: String,
+    /// `command`: overrides the image's entrypoint.
+    pub command: Option<String>,
+    /// `args`: the container's command (arguments).
+    pub args: Vec<String>,
+    /// `env`: environment variables.
+    pub env: BTreeMap<String, String>,
+    /// `labels`: added to Vigil's own (`vigil.backend = NAME`).
+    pub labels: BTreeMap<String, String>,
+    /// `port`: container port published on `127.0.0.1:port` of the host.
+    pub port: Option<u16>,
+    /// `network`: network mode, e.g. `"host"` (then no port publishing).
+    pub network: Option<String>,
+}
+
+/// One `[[backends]]` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendConfig {
+    /// `name`: unique; letters, digits, `-` and `_`. Used in prefixed names,
+    /// logs, errors and the control API's paths.
+    pub name: String,
+    /// `transport` (`stdio` | `http`) with its keys: `command`, `args`, `env`,
+    /// `cwd` for stdio; `url`, `headers` for http.
+    pub transport: Transport,
+    /// `runtime`: `process` (stdio default), `remote` (http default) or
+    /// `container` (http, with `image`, `command`, `args`, `env`, `labels`,
+    /// `port`, `network`).
+    pub runtime: RuntimeKind,
+    /// `request_timeout`: overrides the global one for this backend.
+    pub request_timeout: Option<Duration>,
+    /// `[backends.health]` over `[health]`.
+    pub health: HealthConfig,
+    /// `[backends.restart]` over `[restart]`.
+    pub restart: RestartPolicy,
+}
+
+impl Problems {
+    pub(super) fn backend(&mut self, at: &str, b: RawBackend, health: &HealthConfig, restart: &RestartPolicy) -> Option<BackendConfig> {
+        let before = self.0.len();
+        let name = b.name.clone().unwrap_or_default();
+        if name.is_empty() {
+            self.add(format!("{at}.name"), "missing: every backend needs a name, like name = \"files\"");
+        } else if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            self.add(format!("{at}.name"), format!("`{name}` may only hold letters, digits, `-` and `_`"));
+        }
+        let request_timeout = b.request_timeout.clone().map(|t| self.duration(&format!("{at}.request_timeout"), Some(t), "60s"));
+        let health = self.health(&format!("{at}.health"), health, b.health.clone());
+        let restart = self.restart(&format!("{at}.restart"), restart, b.restart.clone());
+        let runtime_name = b.runtime.clone();
+        let (transport, runtime) = match b.transport.as_deref() {
+            Some("stdio") => {
+                self.refuse(at, "only applies to transport = \"http\"", [("url", b.url.is_some()), ("headers", !b.headers.is_empty())]);
+                match runtime_name.as_deref() {
+                    None | Some("process") => {}
+                    Some(other) => self.add(format!("{at}.runtime"), format!("`{other}` does not run stdio backends: use runtime = \"process\" (the default) or transport = \"http\"")),
+                }
+                self.refuse_container_keys(at, &b, "only applies to runtime = \"container\"");
+                let command = b.command.unwrap_or_default();
+                if command.trim().is_empty() {
+                    self.add(format!("{at}.command"), "missing: a stdio backend needs the command that starts it, like command = \"my-mcp-server\"");
+                }
+                (Transport::Stdio { command, args: b.args, env: b.env, cwd: b.cwd.map(PathBuf::from) }, RuntimeKind::Process)
+            }
+            Some("http") => {
+                let url = b.url.clone().unwrap_or_default();
+                if url.is_empty() {
+                    self.add(format!("{at}.url"), "missing: an http backend needs its MCP endpoint, like url = \"http://127.0.0.1:3902/mcp\"");
+                } else if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    self.add(format!("{at}.url"), format!("`{url}` must start with http:// or https://"));
+                }
+                for (k, v) in &b.headers {
+                    if reqwest_header_invalid(k, v) {
+                        self.add(format!("{at}.headers.{k}"), "is not a valid HTTP header name/value");
+                    } else if RESERVED_HEADERS.iter().any(|r| r.eq_ignore_ascii_case(k)) {
+                        self.add(format!("{at}.headers.{k}"), "is set by the MCP transport itself; remove it");
+                    }
+                }
+                self.refuse(at, "does not apply to http backends", [("cwd", b.cwd.is_some())]);
+                let runtime = match runtime_name.as_deref() {
+                    None | Some("remote") => {
+                        self.refuse(at, "only applies to transport = \"stdio\" or runtime = \"container\"", [
+                            ("command", b.command.is_some()),
+                            ("args", !b.args.is_empty()),
+                            ("env", !b.env.is_empty()),
+                        ]);
+                        self.refuse_container_keys(at, &b, "only applies to runtime = \"container\"");
+                        RuntimeKind::Remote
+                    }
+                    Some("container") => {
+                        let image = b.image.clone().unwrap_or_default();
+                        if image.trim().is_empty() {
+                            self.add(format!("{at}.image"), "missing: a container backend needs its image, like image = \"localhost/my-mcp:1\"");
+                        }
+                        RuntimeKind::Container(ContainerSpec {
+                            image,
+                            command: b.command.clone(),
+                            args: b.args.clone(),
+                            env: b.env.clone(),
+                            labels: b.labels.clone(),
+                            port: b.port,
+                            network: b.network.clone(),
+                        })
+                    }
+                    Some(other) => {
+                        self.add(format!("{at}.runtime"), format!("unknown value `{other}`: use \"remote\" (the default for http) or \"container\""));
+                        RuntimeKind::Remote
+                    }
+                };
+                (Transport::Http { url, headers: b.headers }, runtime)
+            }
+            Some(other) => {
+                self.add(format!("{at}.transport"), format!("unknown value `{other}`: use \"stdio\" or \"http\""));
+                return None;
+            }
+            None => {
+                self.add(format!("{at}.transport"), "missing: set transport = \"stdio\" or \"http\"");
+                return None;
+            }
+        };
+        (self.0.len() == before).then_some(BackendConfig { name, transport, runtime, request_timeout, health, restart })
+    }
+
+    fn refuse<const N: usize>(&mut self, at: &str, why: &str, keys: [(&str, bool); N]) {
+        for (key, present) in keys {
+            if present {
+                self.add(format!("{at}.{key}"), format!("{why}; remove it"));
+            }
+        }
+    }
+
+    fn refuse_container_keys(&mut self, at: &str, b: &RawBackend, why: &str) {
+        self.refuse(at, why, [
+            ("image", b.image.is_some()),
+            ("labels", !b.labels.is_empty()),
+            ("port", b.port.is_some()),
+            ("network", b.network.is_some()),
+        ]);
+    }
+}

@@ -1,0 +1,7 @@
+//! Health: turns probe results and runtime exits into state transitions, and
+//! decides restarts by policy; it never calls a runtime except through the
+//! supervisor.
+
+mod state;
+
+pub use state::{HealthState, Transition, advertisable, unix_ms};

@@ -1,0 +1,1 @@
+//! Container runtime (placeholder).

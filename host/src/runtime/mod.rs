@@ -1,0 +1,113 @@
+//! Runtimes: the only code that starts, stops, restarts or inspects a
+//! backend. They never decide *whether* to restart — the health monitor
+//! does, through the supervisor.
+//!
+//! - [`process`]: a child process speaking MCP on its stdio; its exit is
+//!   seen at once from the child's wait, with exit code and signal.
+//! - [`container`]: a container through the Docker Engine API (bollard);
+//!   MCP over the container's HTTP port; death seen from the events stream.
+//! - [`remote`]: an HTTP backend Vigil does not own: nothing to start, never
+//!   restarted.
+//!
+//! [`Runtime`] is the seam for other engines (a Kubernetes runtime driving
+//! Deployments would be one more implementation).
+
+pub mod container;
+pub mod process;
+pub mod remote;
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::oneshot;
+
+/// How to speak MCP to a started backend.
+pub enum Endpoint {
+    /// Over the child's stdin/stdout.
+    Stdio { stdin: ChildStdin, stdout: ChildStdout },
+    /// Over streamable HTTP.
+    Http { url: String, headers: BTreeMap<String, String> },
+}
+
+/// How a backend instance ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exit {
+    pub code: Option<i64>,
+    pub signal: Option<i32>,
+    pub oom_killed: bool,
+    /// Human summary, e.g. "exited with code 1" or "killed by signal 9 (SIGKILL)".
+    pub summary: String,
+}
+
+/// A started instance.
+pub struct Started {
+    pub endpoint: Endpoint,
+    /// Resolves once when the instance ends (never for remote backends).
+    /// Dropping the sender without a value means the runtime lost track of
+    /// it (e.g. the engine's event stream broke): liveness is then unknown.
+    pub exited: oneshot::Receiver<Exit>,
+    /// Process id or container id, for logs and reports.
+    pub id: String,
+}
+
+/// What the runtime says about an instance right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    pub running: bool,
+    pub exit: Option<Exit>,
+    /// Restarts the engine itself counted (containers), if any.
+    pub engine_restart_count: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The runtime's own machinery failed (engine socket unreachable, ...):
+    /// says nothing about the backend, so never a reason to restart it.
+    #[error("runtime unavailable: {0}")]
+    Infrastructure(String),
+    /// Starting or stopping the backend failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Starts, stops and inspects one backend's instances.
+pub trait Runtime: Send + Sync + 'static {
+    /// `process`, `container` or `remote`.
+    fn kind(&self) -> &'static str;
+    /// Whether Vigil owns the lifecycle (may start and restart it).
+    fn owns_lifecycle(&self) -> bool {
+        true
+    }
+    /// Starts a new instance (stopping any previous one first).
+    fn start(&self) -> BoxFuture<'_, Result<Started, RuntimeError>>;
+    /// Stops the current instance, if any.
+    fn stop(&self) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Inspects the current instance.
+    fn inspect(&self) -> BoxFuture<'_, Result<Inspection, RuntimeError>>;
+}
+
+/// "killed by signal 9 (SIGKILL)" / "exited with code 1".
+pub fn describe_exit(code: Option<i64>, signal: Option<i32>, oom_killed: bool) -> String {
+    let mut s = match (code, signal) {
+        (_, Some(sig)) => format!("killed by signal {sig}{}", signal_name(sig).map(|n| format!(" ({n})")).unwrap_or_default()),
+        (Some(c), None) => format!("exited with code {c}"),
+        (None, None) => "exited".to_owned(),
+    };
+    if oom_killed {
+        s.push_str(", out of memory");
+    }
+    s
+}
+
+fn signal_name(sig: i32) -> Option<&'static str> {
+    Some(match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return None,
+    })
+}

@@ -1,0 +1,1 @@
+//! Process runtime (placeholder).

@@ -1,0 +1,1 @@
+//! The embedded SQLite store (placeholder; see the module docs of `store`).
