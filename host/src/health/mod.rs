@@ -2,6 +2,9 @@
 //! decides restarts by policy; it never calls a runtime except through the
 //! supervisor.
 
+pub mod machine;
+pub mod policy;
 mod state;
+pub mod stats;
 
 pub use state::{HealthState, Transition, advertisable, unix_ms};

@@ -72,8 +72,13 @@ impl FromStr for HealthState {
 /// Whether a backend in `state` has its tools, resources and prompts shown
 /// to clients and receives routed requests. The router, the catalog and the
 /// change notifier all call this; none keeps its own copy of the rule.
+///
+/// `unknown` is served: it means Vigil's own probe machinery failed (the
+/// container engine is unreachable, say), not the backend, and hiding a
+/// backend that may well be working would turn a monitoring outage into a
+/// serving one.
 pub fn advertisable(state: HealthState) -> bool {
-    matches!(state, HealthState::Running | HealthState::Degraded)
+    matches!(state, HealthState::Running | HealthState::Degraded | HealthState::Unknown)
 }
 
 /// One state change, as recorded in the transition log.
