@@ -21,7 +21,7 @@
 //! use tokio_util::{sync::CancellationToken, task::TaskTracker};
 //! let config = vigil::config::Config::load("vigil.toml".as_ref())?;
 //! let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
-//! let gw = vigil::gateway::Gateway::start(config, &tracker, shutdown.clone()).await?;
+//! let gw = vigil::gateway::Gateway::start(config, None, &tracker, shutdown.clone()).await?;
 //! vigil::gateway::http::serve(gw, shutdown).await?;
 //! # Ok(()) }
 //! ```
@@ -39,3 +39,4 @@ pub mod gateway;
 pub mod health;
 pub mod runtime;
 pub mod store;
+pub mod supervisor;

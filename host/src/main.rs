@@ -89,7 +89,7 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
-    let gw = Gateway::start(config, &tracker, shutdown.clone()).await?;
+    let gw = Gateway::start(config, None, &tracker, shutdown.clone()).await?;
     let result = if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await
     } else {

@@ -2,16 +2,15 @@
 //! reach the URL, then the handshake), forward requests on it, list what the
 //! backend advertises.
 
-use std::collections::{HashMap, VecDeque};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::*;
 use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use tokio::io::AsyncBufReadExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use tokio_util::sync::CancellationToken;
 
 use super::client::BackendClient;
@@ -19,11 +18,10 @@ use super::error::BackendError;
 use super::inflight::{FrontCall, Inflight};
 use super::stream_watch::WatchedHttp;
 use super::tap::{Relay, Tapped};
+use super::Timeouts;
 use crate::catalog::BackendCatalog;
-use crate::config::{BackendConfig, Transport};
-
-/// Lines of a stdio backend's stderr kept for error messages.
-const STDERR_TAIL: usize = 20;
+use crate::runtime::Endpoint;
+use crate::runtime::process::StderrTail;
 
 /// An open, initialized connection to a backend.
 pub struct Connection {
@@ -35,49 +33,26 @@ pub struct Connection {
     stderr: Option<StderrTail>,
 }
 
-/// The last lines a stdio backend wrote to stderr.
-#[derive(Clone, Default)]
-pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
-
-impl StderrTail {
-    pub fn lines(&self) -> Vec<String> {
-        self.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
-    }
-}
-
-/// Opens a connection to `config`'s backend and completes the MCP handshake
-/// within `connect_timeout`.
+/// Opens an MCP connection over `endpoint` and completes the handshake
+/// within the connect timeout. `stderr` (stdio backends) enriches errors.
 pub async fn connect(
-    config: &BackendConfig,
+    backend: &Arc<str>,
+    endpoint: Endpoint,
     client: BackendClient,
     inflight: Arc<Inflight>,
     relay: Relay,
-    connect_timeout: Duration,
-    request_timeout: Duration,
+    timeouts: Timeouts,
+    stderr: Option<StderrTail>,
 ) -> Result<Connection, BackendError> {
-    let backend: Arc<str> = config.name.as_str().into();
-    let (service, stderr) = match &config.transport {
-        Transport::Stdio { command, args, env, cwd } => {
-            let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).envs(env).kill_on_drop(true);
-            if let Some(cwd) = cwd {
-                cmd.current_dir(cwd);
-            }
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| BackendError::Spawn { backend: backend.clone(), command: command.clone(), source: e })?;
-            let tail = StderrTail::default();
-            if let Some(stderr) = stderr {
-                tokio::spawn(pump_stderr(backend.clone(), stderr, tail.clone()));
-            }
-            let transport = Tapped::new(transport, relay.clone());
-            let service = handshake(&backend, client.serve(transport), connect_timeout, Some(&tail)).await?;
-            (service, Some(tail))
+    let backend = backend.clone();
+    let service = match endpoint {
+        Endpoint::Stdio { stdin, stdout } => {
+            let transport = Tapped::new(AsyncRwTransport::new_client(stdout, stdin), relay.clone());
+            handshake(&backend, client.serve(transport), timeouts.connect, stderr.as_ref()).await?
         }
-        Transport::Http { url, headers } => {
+        Endpoint::Http { url, headers } => {
             let mut custom = HashMap::new();
-            for (k, v) in headers {
+            for (k, v) in &headers {
                 // Validated in config; skip defensively rather than panic.
                 if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v)) {
                     custom.insert(k, v);
@@ -90,10 +65,10 @@ pub async fn connect(
             tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
             let transport = StreamableHttpClientTransport::with_client(WatchedHttp::new(closed_tx), cfg);
             let transport = Tapped::new(transport, relay.clone());
-            (handshake(&backend, client.serve(transport), connect_timeout, None).await?, None)
+            handshake(&backend, client.serve(transport), timeouts.connect, None).await?
         }
     };
-    Ok(Connection { backend, service, inflight, relay, request_timeout, stderr })
+    Ok(Connection { backend, service, inflight, relay, request_timeout: timeouts.request, stderr })
 }
 
 async fn handshake<F>(
@@ -127,19 +102,6 @@ async fn relay_stream_closes(mut closed: tokio::sync::mpsc::UnboundedReceiver<Re
     }
 }
 
-async fn pump_stderr(backend: Arc<str>, stderr: tokio::process::ChildStderr, tail: StderrTail) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(target: "vigil::backend::stderr", backend = %backend, "{line}");
-        if let Ok(mut t) = tail.0.lock() {
-            if t.len() == STDERR_TAIL {
-                t.pop_front();
-            }
-            t.push_back(line);
-        }
-    }
-}
-
 impl Connection {
     pub fn backend(&self) -> &Arc<str> {
         &self.backend
@@ -165,6 +127,16 @@ impl Connection {
 
     pub fn stderr_tail(&self) -> Vec<String> {
         self.stderr.as_ref().map(|t| t.lines()).unwrap_or_default()
+    }
+
+    /// Sends one request with its own timeout (probes), relaying nothing.
+    pub async fn probe_request(&self, request: ClientRequest, timeout: Duration) -> Result<ServerResult, BackendError> {
+        let peer = self.service.peer();
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+            .map_err(|e| self.service_error(e))?;
+        handle.await_response().await.map_err(|e| self.service_error(e))
     }
 
     /// Forwards `request` and waits for its answer, relaying the backend's

@@ -1,43 +1,44 @@
 //! Backends: MCP client connections to the servers behind the gateway.
 //!
-//! Each configured backend has one [`Backend`] with a *shared* connection
-//! kept up by its supervisor ([`Backend::run`]): connect, list capabilities,
-//! publish them, wait for the connection to end or for a refresh request,
-//! reconnect with exponential backoff. Streamable HTTP backends also get one
-//! extra connection per client session ([`Backend::open_session_connection`])
-//! so each client has its own backend session. This module keeps no health
-//! verdicts beyond "connected or not": the health monitor will own those.
+//! Each configured backend has one [`Backend`]: its *shared* connection
+//! (opened by the supervisor over whatever endpoint the runtime gave it), its
+//! health [`Status`] (written only by the supervisor), its call statistics
+//! (written by the router) and a command channel to its supervisor.
+//! Streamable HTTP backends also get one extra connection per client session
+//! ([`Backend::open_session_connection`]) so each client has its own backend
+//! session.
 
 pub mod client;
 mod connection;
 mod error;
 pub mod inflight;
-mod state;
 mod stream_watch;
 mod tap;
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use rmcp::model::ClientCapabilities;
-use tokio::sync::{Notify, mpsc};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{Notify, mpsc, oneshot};
 
 pub use client::{BackendClient, Downstream, ListKind};
 pub use connection::Connection;
 pub use error::BackendError;
 pub use inflight::{FrontCall, Inflight, StreamClosed};
-pub use state::{BackendState, advertisable};
+pub use tap::Relay;
 
 use crate::catalog::BackendCatalog;
 use crate::config::{BackendConfig, Transport};
+use crate::health::stats::CallStats;
+use crate::health::{HealthState, advertisable};
+use crate::runtime::{Endpoint, process::StderrTail};
 
 /// What a backend supervisor reports to the gateway.
 #[derive(Debug)]
 pub struct BackendUpdate {
     pub backend: Arc<str>,
-    pub state: BackendState,
-    /// The backend's catalog when connected; `None` otherwise.
+    pub state: HealthState,
+    /// The backend's catalog when (re)listed; `None` keeps the last one.
     pub catalog: Option<BackendCatalog>,
 }
 
@@ -46,33 +47,75 @@ pub struct BackendUpdate {
 pub struct Timeouts {
     pub connect: Duration,
     pub request: Duration,
-    pub reconnect_initial: Duration,
-    pub reconnect_max: Duration,
 }
 
-/// One configured backend and its shared connection.
+/// A backend's health as last decided by its supervisor.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub state: HealthState,
+    pub since: SystemTime,
+    pub reason: String,
+    pub restart_count: u64,
+    pub consecutive_failures: u32,
+    pub quarantine_reason: Option<String>,
+    pub next_retry_at: Option<SystemTime>,
+    /// Round trip of the last successful probe.
+    pub latency: Option<Duration>,
+    pub last_exit: Option<String>,
+}
+
+/// An operator's request to a backend's supervisor.
+#[derive(Debug)]
+pub enum Command {
+    Restart { principal: String },
+    Quarantine { principal: String, reason: Option<String> },
+    Release { principal: String },
+}
+
+/// The supervisor's answer: the new status, or why it refused.
+pub type CommandReply = oneshot::Sender<Result<Status, String>>;
+
+/// One configured backend.
 pub struct Backend {
     pub name: Arc<str>,
     pub config: BackendConfig,
     timeouts: Timeouts,
     downstream: Arc<dyn Downstream>,
     shared: RwLock<Option<Arc<Connection>>>,
-    state: RwLock<BackendState>,
+    status: RwLock<Status>,
     inflight: Arc<Inflight>,
     refresh: Notify,
+    /// Outcomes of real `tools/call` traffic (application signal).
+    pub stats: CallStats,
+    commands: mpsc::UnboundedSender<(Command, CommandReply)>,
+    command_rx: Mutex<Option<mpsc::UnboundedReceiver<(Command, CommandReply)>>>,
 }
 
 impl Backend {
     pub fn new(config: BackendConfig, timeouts: Timeouts, downstream: Arc<dyn Downstream>) -> Arc<Self> {
+        let (tx, rx) = mpsc::unbounded_channel();
         Arc::new(Self {
             name: config.name.as_str().into(),
+            stats: CallStats::new(config.health.window),
             config,
             timeouts,
             downstream,
             shared: RwLock::new(None),
-            state: RwLock::new(BackendState::Connecting),
+            status: RwLock::new(Status {
+                state: HealthState::Starting,
+                since: SystemTime::now(),
+                reason: "gateway started".into(),
+                restart_count: 0,
+                consecutive_failures: 0,
+                quarantine_reason: None,
+                next_retry_at: None,
+                latency: None,
+                last_exit: None,
+            }),
             inflight: Arc::default(),
             refresh: Notify::new(),
+            commands: tx,
+            command_rx: Mutex::new(Some(rx)),
         })
     }
 
@@ -81,22 +124,67 @@ impl Backend {
         matches!(self.config.transport, Transport::Http { .. })
     }
 
-    pub fn state(&self) -> BackendState {
-        self.state.read().map(|s| s.clone()).unwrap_or(BackendState::Connecting)
+    pub fn state(&self) -> HealthState {
+        self.status().state
+    }
+
+    pub fn status(&self) -> Status {
+        match self.status.read() {
+            Ok(s) => s.clone(),
+            Err(e) => e.into_inner().clone(),
+        }
+    }
+
+    /// Written by the supervisor only.
+    pub fn set_status(&self, s: Status) {
+        if let Ok(mut cur) = self.status.write() {
+            *cur = s;
+        }
     }
 
     /// The shared connection, if the backend is advertisable.
     pub fn shared(&self) -> Option<Arc<Connection>> {
-        if !advertisable(&self.state()) {
+        if !advertisable(self.state()) {
             return None;
         }
         self.shared.read().ok().and_then(|s| s.clone())
+    }
+
+    /// Written by the supervisor only.
+    pub fn set_shared(&self, conn: Option<Arc<Connection>>) {
+        if let Ok(mut c) = self.shared.write() {
+            *c = conn;
+        }
     }
 
     /// Asks the supervisor to re-list the backend's capabilities. Requests
     /// made while a listing runs are coalesced into one more listing.
     pub fn request_refresh(&self) {
         self.refresh.notify_one();
+    }
+
+    /// Resolves when a refresh was requested (for the supervisor).
+    pub async fn refresh_requested(&self) {
+        self.refresh.notified().await
+    }
+
+    /// Sends an operator command to the supervisor and waits for its answer.
+    pub async fn command(&self, cmd: Command) -> Result<Status, String> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send((cmd, tx)).map_err(|_| "the backend's supervisor is not running".to_owned())?;
+        rx.await.map_err(|_| "the backend's supervisor stopped".to_owned())?
+    }
+
+    /// The command stream; taken once by the supervisor.
+    pub fn take_commands(&self) -> Option<mpsc::UnboundedReceiver<(Command, CommandReply)>> {
+        self.command_rx.lock().ok().and_then(|mut r| r.take())
+    }
+
+    /// Opens the shared connection over `endpoint` (for the supervisor).
+    pub async fn open_shared_connection(&self, endpoint: Endpoint, stderr: Option<StderrTail>) -> Result<Connection, BackendError> {
+        let client = BackendClient::new(self.name.clone(), self.inflight.clone(), self.downstream.clone(), None, None);
+        let relay = Relay::spawn(self.inflight.clone(), self.downstream.clone(), self.name.clone(), None);
+        connection::connect(&self.name, endpoint, client, self.inflight.clone(), relay, self.timeouts, stderr).await
     }
 
     /// Opens a connection for one client session, mirroring that client's
@@ -106,101 +194,17 @@ impl Backend {
         session: u64,
         capabilities: Option<ClientCapabilities>,
     ) -> Result<Connection, BackendError> {
+        let Transport::Http { url, headers } = &self.config.transport else {
+            return Err(BackendError::Transport {
+                backend: self.name.clone(),
+                reason: "stdio backends have one shared session".into(),
+                stderr: vec![],
+            });
+        };
         let inflight = Arc::<Inflight>::default();
         let client = BackendClient::new(self.name.clone(), inflight.clone(), self.downstream.clone(), Some(session), capabilities);
-        let relay = tap::Relay::spawn(inflight.clone(), self.downstream.clone(), self.name.clone(), Some(session));
-        connection::connect(&self.config, client, inflight, relay, self.timeouts.connect, self.timeouts.request).await
-    }
-
-    fn set(&self, state: BackendState, conn: Option<Arc<Connection>>) {
-        if let Ok(mut s) = self.state.write() {
-            *s = state;
-        }
-        if let Ok(mut c) = self.shared.write() {
-            *c = conn;
-        }
-    }
-
-    /// The supervisor: keeps the shared connection up until `shutdown`.
-    /// Every state change is sent on `updates`.
-    pub async fn run(self: Arc<Self>, updates: mpsc::UnboundedSender<BackendUpdate>, shutdown: CancellationToken) {
-        let mut backoff = self.timeouts.reconnect_initial;
-        let publish = |state: BackendState, catalog: Option<BackendCatalog>| {
-            let _ = updates.send(BackendUpdate { backend: self.name.clone(), state, catalog });
-        };
-        loop {
-            let client = BackendClient::new(self.name.clone(), self.inflight.clone(), self.downstream.clone(), None, None);
-            let relay = tap::Relay::spawn(self.inflight.clone(), self.downstream.clone(), self.name.clone(), None);
-            let attempt = async {
-                let conn = connection::connect(&self.config, client, self.inflight.clone(), relay, self.timeouts.connect, self.timeouts.request).await?;
-                let catalog = conn.list_catalog().await?;
-                Ok::<_, BackendError>((conn, catalog))
-            };
-            let attempt = tokio::select! {
-                r = attempt => r,
-                _ = shutdown.cancelled() => break,
-            };
-            match attempt {
-                Ok((conn, catalog)) => {
-                    let conn = Arc::new(conn);
-                    tracing::info!(backend = %self.name, tools = catalog.tools.len(), resources = catalog.resources.len(), prompts = catalog.prompts.len(), "backend connected");
-                    self.set(BackendState::Connected, Some(conn.clone()));
-                    publish(BackendState::Connected, Some(catalog));
-                    backoff = self.timeouts.reconnect_initial;
-                    let reason = self.serve_connected(&conn, &publish, &shutdown).await;
-                    let Some(reason) = reason else {
-                        self.set(BackendState::Down { reason: "gateway shutting down".into(), since: SystemTime::now() }, None);
-                        break;
-                    };
-                    tracing::warn!(backend = %self.name, %reason, "backend connection lost");
-                    let down = BackendState::Down { reason, since: SystemTime::now() };
-                    self.set(down.clone(), None);
-                    publish(down, None);
-                    if let Ok(conn) = Arc::try_unwrap(conn) {
-                        conn.close().await;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(backend = %self.name, error = %e, retry_in = ?backoff, "backend unavailable");
-                    let down = BackendState::Down { reason: e.to_string(), since: SystemTime::now() };
-                    self.set(down.clone(), None);
-                    publish(down, None);
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
-                _ = shutdown.cancelled() => break,
-            }
-            backoff = (backoff * 2).min(self.timeouts.reconnect_max);
-        }
-    }
-
-    /// Serves a connected backend until its connection ends (returns why) or
-    /// shutdown (returns `None`). Refresh requests re-list on the way.
-    async fn serve_connected(
-        &self,
-        conn: &Arc<Connection>,
-        publish: &impl Fn(BackendState, Option<BackendCatalog>),
-        shutdown: &CancellationToken,
-    ) -> Option<String> {
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return None,
-                _ = conn.closed() => {
-                    let tail = conn.stderr_tail();
-                    return Some(match tail.last() {
-                        Some(line) => format!("connection closed (last stderr line: {line})"),
-                        None => "connection closed".into(),
-                    });
-                }
-                _ = self.refresh.notified() => {
-                    match conn.list_catalog().await {
-                        Ok(catalog) => publish(BackendState::Connected, Some(catalog)),
-                        Err(e) if e.is_connection_lost() => return Some(e.to_string()),
-                        Err(e) => tracing::warn!(backend = %self.name, error = %e, "re-listing failed; keeping the cached catalog"),
-                    }
-                }
-            }
-        }
+        let relay = Relay::spawn(inflight.clone(), self.downstream.clone(), self.name.clone(), Some(session));
+        let endpoint = Endpoint::Http { url: url.clone(), headers: headers.clone() };
+        connection::connect(&self.name, endpoint, client, inflight, relay, self.timeouts, None).await
     }
 }

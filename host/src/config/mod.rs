@@ -57,11 +57,6 @@ pub struct Config {
     /// before it starts serving. Default `10s`. Backends not up by then are
     /// served once they connect.
     pub startup_timeout: Duration,
-    /// `reconnect_initial` / `reconnect_max`: backoff between reconnect
-    /// attempts to a down backend, doubling from initial to max.
-    /// Defaults `250ms` and `30s`.
-    pub reconnect_initial: Duration,
-    pub reconnect_max: Duration,
     /// `max_body_bytes`: largest accepted POST body on `/mcp`; bigger ones get
     /// HTTP 413. Default 4 MiB.
     pub max_body_bytes: usize,
@@ -155,11 +150,6 @@ impl Config {
         let request_timeout = p.duration("request_timeout", raw.request_timeout, "60s");
         let connect_timeout = p.duration("connect_timeout", raw.connect_timeout, "10s");
         let startup_timeout = p.duration("startup_timeout", raw.startup_timeout, "10s");
-        let reconnect_initial = p.duration("reconnect_initial", raw.reconnect_initial, "250ms");
-        let reconnect_max = p.duration("reconnect_max", raw.reconnect_max, "30s");
-        if reconnect_max < reconnect_initial {
-            p.add("reconnect_max", "must not be smaller than reconnect_initial");
-        }
         let max_body_bytes = raw.max_body_bytes.unwrap_or(4 * 1024 * 1024);
         if max_body_bytes < 1024 {
             p.add("max_body_bytes", "must be at least 1024");
@@ -218,8 +208,6 @@ impl Config {
             request_timeout,
             connect_timeout,
             startup_timeout,
-            reconnect_initial,
-            reconnect_max,
             max_body_bytes: max_body_bytes as usize,
             page_size: page_size as usize,
             allowed_hosts,

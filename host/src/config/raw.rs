@@ -18,8 +18,6 @@ pub struct RawConfig {
     pub request_timeout: Option<String>,
     pub connect_timeout: Option<String>,
     pub startup_timeout: Option<String>,
-    pub reconnect_initial: Option<String>,
-    pub reconnect_max: Option<String>,
     pub max_body_bytes: Option<u64>,
     pub page_size: Option<u64>,
     pub allowed_hosts: Option<Vec<String>>,

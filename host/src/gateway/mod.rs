@@ -20,11 +20,19 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{Backend, BackendState, BackendUpdate, Downstream, ListKind, Timeouts, advertisable};
+use crate::backend::{Backend, BackendUpdate, Downstream, ListKind, Timeouts};
+use crate::config::{BackendConfig, RuntimeKind, Transport};
+use crate::health::sanitize::Sanitizer;
+use crate::health::{HealthState, Transition, advertisable};
+use crate::runtime::Runtime;
+use crate::runtime::process::{ProcessRuntime, StderrTail};
+use crate::runtime::remote::RemoteRuntime;
+use crate::store::{Store, StoreWriter};
+use crate::supervisor::{Outlets, Supervisor};
 use crate::catalog::{BackendCatalog, Catalog, Conflict};
 use crate::config::{Config, Naming};
 pub use session::FrontSession;
@@ -54,6 +62,10 @@ pub struct Gateway {
     next_session: AtomicU64,
     /// The HTTP endpoint's session manager, once serving over HTTP.
     streams: std::sync::OnceLock<Arc<streams::StreamSessions>>,
+    /// Every health transition, for whoever listens (API stream, notifiers).
+    pub events: broadcast::Sender<Transition>,
+    /// Durable health state and audit log, when configured.
+    pub store: Option<Arc<dyn Store>>,
 }
 
 /// What the update task knows of each backend's catalog.
@@ -85,11 +97,17 @@ impl Downstream for Fanout {
 }
 
 impl Gateway {
-    /// Starts every backend supervisor and waits up to `startup_timeout` for
-    /// each backend's first connection attempt to finish. Under
-    /// `naming = "none"`, duplicate names among the connected backends refuse
-    /// the start.
-    pub async fn start(config: Config, tracker: &TaskTracker, shutdown: CancellationToken) -> Result<Arc<Gateway>, StartError> {
+    /// Starts every backend's supervisor and waits up to `startup_timeout`
+    /// for each backend's first start attempt to settle. Health state that
+    /// must survive a restart (quarantine, counts) is restored from `store`.
+    /// Under `naming = "none"`, duplicate names among the connected backends
+    /// refuse the start.
+    pub async fn start(
+        config: Config,
+        store: Option<Arc<dyn Store>>,
+        tracker: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Gateway>, StartError> {
         let sessions = Arc::new(Sessions::default());
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout { sessions: sessions.clone(), refresh: refresh_tx });
@@ -97,16 +115,12 @@ impl Gateway {
             .backends
             .iter()
             .map(|b| {
-                let timeouts = Timeouts {
-                    connect: config.connect_timeout,
-                    request: config.request_timeout_for(b),
-                    reconnect_initial: config.reconnect_initial,
-                    reconnect_max: config.reconnect_max,
-                };
+                let timeouts = Timeouts { connect: config.connect_timeout, request: config.request_timeout_for(b) };
                 Backend::new(b.clone(), timeouts, downstream.clone())
             })
             .collect();
         let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect();
+        let (events, _) = broadcast::channel(1024);
         let gw = Arc::new(Gateway {
             config,
             backends,
@@ -115,23 +129,53 @@ impl Gateway {
             sessions,
             next_session: AtomicU64::new(1),
             streams: std::sync::OnceLock::new(),
+            events: events.clone(),
+            store: store.clone(),
         });
+        let restored = match &store {
+            Some(store) => {
+                let store = store.clone();
+                match tokio::task::spawn_blocking(move || store.load_instances()).await {
+                    Ok(Ok(records)) => records,
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "could not read saved health state; starting fresh");
+                        Vec::new()
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not read saved health state; starting fresh");
+                        Vec::new()
+                    }
+                }
+            }
+            None => Vec::new(),
+        };
         let (updates_tx, mut updates_rx) = mpsc::unbounded_channel();
+        let outlets = Outlets { updates: updates_tx, events, store: store.map(StoreWriter::spawn) };
+        let sanitizer = Sanitizer::new(gw.secrets());
         for b in &gw.backends {
-            tracker.spawn(b.clone().run(updates_tx.clone(), shutdown.child_token()));
+            let (runtime, stderr) = runtime_for(&b.config);
+            let record = restored.iter().find(|r| *r.backend == *b.name);
+            let supervisor = Supervisor::new(b.clone(), runtime, stderr, record, outlets.clone(), sanitizer.clone());
+            let span = tracing::info_span!("supervisor", backend = %b.name);
+            tracker.spawn(tracing::Instrument::instrument(supervisor.run(shutdown.child_token()), span));
         }
-        drop(updates_tx);
+        drop(outlets);
 
         // Apply first updates until every backend has reported once.
         let mut entries = Entries::default();
-        let mut reported = std::collections::HashSet::new();
+        // A backend has settled when its first start attempt ended either
+        // way (or it was restored in quarantine).
+        let mut reported: std::collections::HashSet<Arc<str>> =
+            gw.backends.iter().filter(|b| b.state() != HealthState::Starting).map(|b| b.name.clone()).collect();
         let deadline = tokio::time::sleep(gw.config.startup_timeout);
         tokio::pin!(deadline);
         while reported.len() < gw.backends.len() {
             tokio::select! {
                 u = updates_rx.recv() => match u {
                     Some(u) => {
-                        reported.insert(u.backend.clone());
+                        if u.state != HealthState::Starting {
+                            reported.insert(u.backend.clone());
+                        }
                         gw.apply(&mut entries, u);
                     }
                     None => break,
@@ -181,7 +225,7 @@ impl Gateway {
         if let Some(c) = u.catalog {
             entries.known.insert(u.backend.clone(), c);
         }
-        if advertisable(&u.state) {
+        if advertisable(u.state) {
             entries.advertised.insert(u.backend.clone());
         } else {
             entries.advertised.remove(&u.backend);
@@ -201,7 +245,7 @@ impl Gateway {
         }
         let changes = next.diff(&previous);
         if changes.any() {
-            tracing::info!(backend = %u.backend, state = u.state.name(), tools = changes.tools, resources = changes.resources, prompts = changes.prompts, "catalog changed");
+            tracing::info!(backend = %u.backend, state = %u.state, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, "catalog changed");
             self.sessions.notify_changes(changes);
         }
     }
@@ -236,8 +280,20 @@ impl Gateway {
         &self.backends
     }
 
-    pub fn backend_states(&self) -> Vec<(Arc<str>, BackendState)> {
-        self.backends.iter().map(|b| (b.name.clone(), b.state())).collect()
+    /// Values that must never appear in reasons: env values, header values
+    /// and API tokens from the config.
+    fn secrets(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.config.api.tokens.iter().map(|t| t.secret.as_str()).collect();
+        for b in &self.config.backends {
+            match &b.transport {
+                Transport::Stdio { env, .. } => v.extend(env.values().map(String::as_str)),
+                Transport::Http { headers, .. } => v.extend(headers.values().map(String::as_str)),
+            }
+            if let RuntimeKind::Container(spec) = &b.runtime {
+                v.extend(spec.env.values().map(String::as_str));
+            }
+        }
+        v
     }
 
     /// A new front session handler (one per client session).
@@ -255,5 +311,24 @@ impl Gateway {
     /// A registry id for one `subscriptions/listen` stream.
     fn new_listen_id(&self) -> u64 {
         self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The runtime that runs `b`, and its stderr tail for process backends.
+fn runtime_for(b: &BackendConfig) -> (Arc<dyn Runtime>, Option<StderrTail>) {
+    match (&b.runtime, &b.transport) {
+        (RuntimeKind::Process, Transport::Stdio { command, args, env, cwd }) => {
+            let rt = ProcessRuntime::new(&b.name, command.clone(), args.clone(), env.clone(), cwd.clone());
+            let tail = rt.stderr();
+            (Arc::new(rt), Some(tail))
+        }
+        // CONTAINER-RUNTIME-PENDING
+        (_, Transport::Http { url, headers }) => (Arc::new(RemoteRuntime::new(url.clone(), headers.clone())), None),
+        // Config validation pairs stdio with the process runtime only.
+        (_, Transport::Stdio { command, args, env, cwd }) => {
+            let rt = ProcessRuntime::new(&b.name, command.clone(), args.clone(), env.clone(), cwd.clone());
+            let tail = rt.stderr();
+            (Arc::new(rt), Some(tail))
+        }
     }
 }

@@ -5,23 +5,18 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{ErrorCode, RequestMetaObject, ResultType, ServerResult};
 use serde_json::json;
 
-use crate::backend::BackendState;
+use crate::health::HealthState;
 
-/// A call to a backend that is not serving.
-pub fn unavailable(backend: &str, state: &BackendState) -> McpError {
-    let why = match state {
-        BackendState::Down { reason, .. } => {
-            // Backend errors name the backend themselves; don't say it twice.
-            let own = format!("backend '{backend}': ");
-            format!(": {}", reason.strip_prefix(&own).unwrap_or(reason))
-        }
-        BackendState::Connecting => ": still connecting".to_owned(),
-        BackendState::Connected => String::new(),
-    };
+/// A call to a backend that is not serving, naming it, its state and why.
+pub fn unavailable(backend: &str, state: HealthState, reason: &str) -> McpError {
+    // Backend errors name the backend themselves; don't say it twice.
+    let own = format!("backend '{backend}': ");
+    let reason = reason.strip_prefix(&own).unwrap_or(reason);
+    let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
     McpError::new(
         ErrorCode::INTERNAL_ERROR,
-        format!("backend '{backend}' is unavailable ({}){why}", state.name()),
-        Some(json!({"backend": backend, "state": state.name()})),
+        format!("backend '{backend}' is unavailable ({state}){why}"),
+        Some(json!({"backend": backend, "state": state.as_str()})),
     )
 }
 

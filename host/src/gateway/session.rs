@@ -13,7 +13,8 @@ use super::route::{forwardable_meta, mark_complete, page, unavailable, unknown_p
 use super::sessions::Channel;
 use super::Gateway;
 use super::streams::StreamSessions;
-use crate::backend::{Backend, BackendState, Connection, FrontCall, StreamClosed, advertisable};
+use crate::backend::{Backend, Connection, FrontCall, StreamClosed};
+use crate::health::{HealthState, advertisable};
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
 pub struct FrontSession {
@@ -34,7 +35,7 @@ impl FrontSession {
 
     /// The connection a request from this session to `backend` travels on.
     async fn connection(&self, backend: &Arc<Backend>, ctx: &RequestContext<RoleServer>) -> Result<Arc<Connection>, McpError> {
-        let shared = backend.shared().ok_or_else(|| unavailable(&backend.name, &backend.state()))?;
+        let shared = backend.shared().ok_or_else(|| down(backend))?;
         if !backend.per_session() || !self.registered.load(Ordering::Acquire) {
             return Ok(shared);
         }
@@ -50,9 +51,9 @@ impl FrontSession {
 
     /// Forwards one request to `backend` and returns its answer.
     async fn forward(&self, backend: &Arc<str>, request: ClientRequest, ctx: &RequestContext<RoleServer>) -> Result<ServerResult, McpError> {
-        let b = self.gw.backend(backend).ok_or_else(|| unavailable(backend, &BackendState::Connecting))?;
-        if !advertisable(&b.state()) {
-            return Err(unavailable(&b.name, &b.state()));
+        let b = self.gw.backend(backend).ok_or_else(|| unavailable(backend, HealthState::Unknown, "not configured"))?;
+        if !advertisable(b.state()) {
+            return Err(down(b));
         }
         let conn = self.connection(b, ctx).await?;
         let polling = self.stream_polling(ctx);
@@ -74,8 +75,7 @@ impl FrontSession {
             Err(e) => {
                 if e.is_connection_lost() {
                     self.conns.lock().await.remove(backend);
-                    let down = BackendState::Down { reason: e.to_string(), since: std::time::SystemTime::now() };
-                    return Err(unavailable(&b.name, &down));
+                    return Err(unavailable(&b.name, HealthState::Offline, &e.to_string()));
                 }
                 tracing::debug!(backend = %backend, error = %e, "routed request failed");
                 Err(e.into_mcp())
@@ -96,7 +96,7 @@ impl FrontSession {
     /// a backend that is not serving, `unknown` otherwise.
     fn unrouted(&self, catalog: &crate::catalog::Catalog, name: &str, unknown: fn(&str) -> McpError) -> McpError {
         match self.gw.owner_of_unrouted(catalog, name) {
-            Some(b) if !advertisable(&b.state()) => unavailable(&b.name, &b.state()),
+            Some(b) if !advertisable(b.state()) => down(b),
             _ => unknown(name),
         }
     }
@@ -122,6 +122,12 @@ impl FrontSession {
         let cursor = p.as_ref().and_then(|p| p.cursor.as_deref());
         page(list(&self.gw.catalog()), cursor, self.gw.config.page_size)
     }
+}
+
+/// The "unavailable" error for a backend that is not serving.
+fn down(b: &Backend) -> McpError {
+    let s = b.status();
+    unavailable(&b.name, s.state, &s.reason)
 }
 
 /// One request's SSE polling pass-through (see `super::streams`).
@@ -234,8 +240,14 @@ impl ServerHandler for FrontSession {
         };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
-        let result = self.forward(&route.backend, ClientRequest::CallToolRequest(CallToolRequest::new(p)), &ctx).await?;
-        match result {
+        let t0 = tokio::time::Instant::now();
+        let result = self.forward(&route.backend, ClientRequest::CallToolRequest(CallToolRequest::new(p)), &ctx).await;
+        if let Some(b) = self.gw.backend(&route.backend) {
+            // Application signal: real traffic's outcome and latency.
+            let ok = matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true));
+            b.stats.record(ok, t0.elapsed());
+        }
+        match result? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
             ServerResult::CreateTaskResult(r) => Ok(CallToolResponse::Task(r)),

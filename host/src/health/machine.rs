@@ -154,7 +154,7 @@ impl Machine {
                 }
             }
             Input::InfraFailed(reason) => {
-                if matches!(self.state, HealthState::Running | HealthState::Degraded) {
+                if matches!(self.state, HealthState::Running | HealthState::Degraded | HealthState::Starting) {
                     self.go(&mut out, HealthState::Unknown, format!("cannot tell: {reason}"), now);
                 }
             }

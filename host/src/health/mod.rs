@@ -4,6 +4,7 @@
 
 pub mod machine;
 pub mod policy;
+pub mod sanitize;
 mod state;
 pub mod stats;
 

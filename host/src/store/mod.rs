@@ -7,6 +7,9 @@
 //! replicas later. The data plane never waits on the store.
 
 pub mod sqlite;
+mod writer;
+
+pub use writer::StoreWriter;
 
 use std::time::SystemTime;
 

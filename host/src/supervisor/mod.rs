@@ -1,0 +1,398 @@
+//! The supervisor: one worker per backend that carries out what the health
+//! [`Machine`] decides. It owns the backend's runtime (the only caller of
+//! start/stop), opens the shared MCP connection over the runtime's endpoint,
+//! watches the instance's exit, runs the probes on schedule, executes
+//! operator commands, and reports every state change to the gateway (for
+//! routing and `list_changed`), the event bus and the store.
+//!
+//! Shape: `Supervisor::new(..)` then `run(shutdown)` returns a future; the
+//! gateway spawns it into its task tracker.
+
+mod probe;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{Backend, BackendUpdate, Command, CommandReply, Connection, Status};
+use crate::catalog::BackendCatalog;
+use crate::health::machine::{Action, Input, Machine, Step};
+use crate::health::policy::jitter_unit;
+use crate::health::sanitize::Sanitizer;
+use crate::health::{HealthState, Transition};
+use crate::runtime::process::StderrTail;
+use crate::runtime::{Exit, Runtime, RuntimeError, Started};
+use crate::store::{InstanceRecord, StoreWriter};
+
+/// Where the supervisor is in its loop.
+enum Phase {
+    /// Start an instance now.
+    Start,
+    /// Wait until the deadline, then start (backoff, re-probe, reconnect).
+    Wait(Instant),
+    /// Stay down until an operator acts (quarantine without re-probe).
+    Idle,
+}
+
+/// Where the supervisor reports.
+#[derive(Clone)]
+pub struct Outlets {
+    pub updates: mpsc::UnboundedSender<BackendUpdate>,
+    pub events: broadcast::Sender<Transition>,
+    pub store: Option<StoreWriter>,
+}
+
+pub struct Supervisor {
+    backend: Arc<Backend>,
+    runtime: Arc<dyn Runtime>,
+    stderr: Option<StderrTail>,
+    machine: Machine,
+    outlets: Outlets,
+    sanitizer: Sanitizer,
+    latency: Option<Duration>,
+    last_exit: Option<String>,
+}
+
+/// A started instance, once its endpoint is in use.
+struct Instance {
+    exited: oneshot::Receiver<Exit>,
+    id: String,
+}
+
+/// Why a start attempt failed.
+enum StartFailure {
+    /// The runtime's machinery failed: not the backend's fault.
+    Infrastructure(String),
+    Backend(String),
+}
+
+impl Supervisor {
+    pub fn new(
+        backend: Arc<Backend>,
+        runtime: Arc<dyn Runtime>,
+        stderr: Option<StderrTail>,
+        restored: Option<&InstanceRecord>,
+        outlets: Outlets,
+        sanitizer: Sanitizer,
+    ) -> Self {
+        let cfg = &backend.config;
+        let mut machine = Machine::new(&backend.name, cfg.restart.clone(), cfg.health.unhealthy_threshold, runtime.owns_lifecycle(), SystemTime::now());
+        if let Some(r) = restored {
+            machine.restore(r.state, r.restart_count, r.consecutive_failures, r.quarantine_reason.clone());
+        }
+        let s = Self { backend, runtime, stderr, machine, outlets, sanitizer, latency: None, last_exit: None };
+        s.publish_status();
+        s
+    }
+
+    /// Runs until `shutdown`, then stops the instance.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let Some(mut commands) = self.backend.take_commands() else {
+            tracing::error!(backend = %self.backend.name, "supervisor started twice");
+            return;
+        };
+        let mut phase = if self.machine.state == HealthState::Quarantined {
+            tracing::warn!(backend = %self.backend.name, reason = ?self.machine.quarantine_reason, "still quarantined from before the restart");
+            match self.machine.reprobe_delay() {
+                Some(d) => Phase::Wait(Instant::now() + d),
+                None => Phase::Idle,
+            }
+        } else {
+            Phase::Start
+        };
+        loop {
+            phase = match phase {
+                Phase::Start => {
+                    let Some(next) = self.start_and_serve(&mut commands, &shutdown).await else { break };
+                    next
+                }
+                Phase::Wait(deadline) => tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep_until(deadline) => Phase::Start,
+                    Some((cmd, reply)) = commands.recv() => self.command(cmd, reply).await.unwrap_or(Phase::Wait(deadline)),
+                },
+                Phase::Idle => tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    Some((cmd, reply)) = commands.recv() => self.command(cmd, reply).await.unwrap_or(Phase::Idle),
+                },
+            };
+        }
+        self.backend.set_shared(None);
+        if let Err(e) = self.runtime.stop().await {
+            tracing::warn!(backend = %self.backend.name, error = %e, "could not stop the backend at shutdown");
+        }
+    }
+
+    /// One start attempt and, if it comes up, serving until it goes down.
+    /// `None` on shutdown.
+    async fn start_and_serve(
+        &mut self,
+        commands: &mut mpsc::UnboundedReceiver<(Command, CommandReply)>,
+        shutdown: &CancellationToken,
+    ) -> Option<Phase> {
+        self.apply(Input::Starting);
+        let attempt = tokio::select! {
+            r = self.start_instance() => r,
+            _ = shutdown.cancelled() => return None,
+        };
+        match attempt {
+            Ok((conn, instance, catalog)) => {
+                let conn = Arc::new(conn);
+                self.backend.set_shared(Some(conn.clone()));
+                // The catalog first (known, not yet shown), then the state
+                // change that shows it: the gateway never sees a serving
+                // backend without its catalog.
+                let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), state: self.machine.state, catalog: Some(catalog) });
+                let step = self.apply(Input::Up);
+                tracing::info!(backend = %self.backend.name, instance = %instance.id, "backend up");
+                debug_assert!(step.action.is_none());
+                self.serve(conn, instance.exited, commands, shutdown).await
+            }
+            Err(StartFailure::Infrastructure(reason)) => {
+                let _ = self.runtime.stop().await;
+                self.apply(Input::InfraFailed(reason));
+                // Not the backend's fault: try again at the probe interval,
+                // without counting a failure.
+                Some(Phase::Wait(Instant::now() + self.backend.config.health.interval))
+            }
+            Err(StartFailure::Backend(reason)) => {
+                let step = self.apply(Input::StartFailed(reason));
+                Some(self.act(step.action).await)
+            }
+        }
+    }
+
+    /// Starts the runtime, connects, lists.
+    async fn start_instance(&mut self) -> Result<(Connection, Instance, BackendCatalog), StartFailure> {
+        let started = self.runtime.start().await.map_err(|e| match e {
+            RuntimeError::Infrastructure(m) => StartFailure::Infrastructure(m),
+            RuntimeError::Failed(m) => StartFailure::Backend(m),
+        })?;
+        let Started { endpoint, exited, id } = started;
+        let conn = match self.backend.open_shared_connection(endpoint, self.stderr.clone()).await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.runtime.stop().await;
+                return Err(StartFailure::Backend(self.with_stderr(e.to_string())));
+            }
+        };
+        let catalog = match conn.list_catalog().await {
+            Ok(c) => c,
+            Err(e) => {
+                conn.close().await;
+                let _ = self.runtime.stop().await;
+                return Err(StartFailure::Backend(format!("listing capabilities failed: {e}")));
+            }
+        };
+        Ok((conn, Instance { exited, id }, catalog))
+    }
+
+    /// Serves a ready instance until it goes down (returns the next phase)
+    /// or shutdown (`None`).
+    async fn serve(
+        &mut self,
+        conn: Arc<Connection>,
+        mut exited: oneshot::Receiver<Exit>,
+        commands: &mut mpsc::UnboundedReceiver<(Command, CommandReply)>,
+        shutdown: &CancellationToken,
+    ) -> Option<Phase> {
+        let up_since = Instant::now();
+        let interval = self.backend.config.health.interval;
+        let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watching_exit = true;
+        loop {
+            let input = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return None,
+                exit = &mut exited, if watching_exit => {
+                    watching_exit = false;
+                    match exit {
+                        Ok(exit) => {
+                            self.last_exit = Some(exit.summary.clone());
+                            Input::Exited(self.with_stderr(exit.summary))
+                        }
+                        // Remote runtimes never send; containers drop the
+                        // sender when they lose the engine's event stream.
+                        Err(_) if self.runtime.owns_lifecycle() => Input::InfraFailed("lost track of the instance (runtime event stream ended)".into()),
+                        Err(_) => continue,
+                    }
+                }
+                _ = conn.closed() => {
+                    // The process exit usually explains a closed stdio pipe:
+                    // give it a moment to arrive.
+                    let reason = match tokio::time::timeout(Duration::from_millis(300), &mut exited).await {
+                        Ok(Ok(exit)) if watching_exit => {
+                            self.last_exit = Some(exit.summary.clone());
+                            exit.summary
+                        }
+                        _ => "MCP connection closed".into(),
+                    };
+                    watching_exit = false;
+                    Input::Exited(self.with_stderr(reason))
+                }
+                Some((cmd, reply)) = commands.recv() => {
+                    match self.command(cmd, reply).await {
+                        Some(next) => {
+                            self.backend.set_shared(None);
+                            return Some(next);
+                        }
+                        None => continue,
+                    }
+                }
+                _ = self.backend.refresh_requested() => {
+                    match conn.list_catalog().await {
+                        Ok(catalog) => {
+                            let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), state: self.machine.state, catalog: Some(catalog) });
+                            continue;
+                        }
+                        Err(e) if e.is_connection_lost() => Input::Exited(self.with_stderr(e.to_string())),
+                        Err(e) => {
+                            // A failed listing keeps the cached catalog and counts as a failed observation.
+                            tracing::warn!(backend = %self.backend.name, error = %e, "re-listing failed; keeping the cached catalog");
+                            Input::ProbeFailed(format!("listing failed: {e}"))
+                        }
+                    }
+                }
+                _ = tick.tick() => {
+                    self.apply(Input::Uptime(up_since.elapsed()));
+                    self.probe(&conn).await
+                }
+            };
+            let step = self.apply(input);
+            if step.action.is_some() {
+                self.backend.set_shared(None);
+                return Some(self.act(step.action).await);
+            }
+        }
+    }
+
+    /// Executes an operator command; `Some(phase)` when it changes what the
+    /// supervisor does next.
+    async fn command(&mut self, cmd: Command, reply: CommandReply) -> Option<Phase> {
+        let input = match cmd {
+            Command::Restart { principal } => Input::OperatorRestart { principal },
+            Command::Quarantine { principal, reason } => Input::OperatorQuarantine { principal, reason: reason.map(|r| self.sanitizer.clean(&r)) },
+            Command::Release { principal } => Input::OperatorRelease { principal },
+        };
+        match self.machine.step(input, SystemTime::now(), jitter_unit()) {
+            Ok(step) => {
+                self.after_step(&step);
+                let _ = reply.send(Ok(self.status()));
+                match step.action {
+                    Some(_) => Some(self.act(step.action).await),
+                    None => None,
+                }
+            }
+            Err(refused) => {
+                let _ = reply.send(Err(refused.0));
+                None
+            }
+        }
+    }
+
+    /// Carries out an action of the machine: stop the instance when the
+    /// backend is going down, then pick the next phase.
+    async fn act(&mut self, action: Option<Action>) -> Phase {
+        match action {
+            None | Some(Action::Continue) => Phase::Start,
+            Some(Action::RestartAfter(d)) | Some(Action::RetryAfter(d)) => {
+                self.stop_instance().await;
+                Phase::Wait(Instant::now() + d)
+            }
+            Some(Action::Stop) => {
+                self.stop_instance().await;
+                Phase::Idle
+            }
+        }
+    }
+
+    async fn stop_instance(&mut self) {
+        self.backend.set_shared(None);
+        if let Err(e) = self.runtime.stop().await {
+            tracing::warn!(backend = %self.backend.name, error = %e, "could not stop the backend");
+        }
+    }
+
+    /// Feeds the machine (reasons sanitized) and reports what changed.
+    fn apply(&mut self, input: Input) -> Step {
+        let input = self.sanitize(input);
+        match self.machine.step(input, SystemTime::now(), jitter_unit()) {
+            Ok(step) => {
+                self.after_step(&step);
+                step
+            }
+            Err(refused) => {
+                tracing::debug!(backend = %self.backend.name, reason = %refused.0, "input refused");
+                Step::default()
+            }
+        }
+    }
+
+    /// Reports a step: status, log, event bus, store, gateway.
+    fn after_step(&mut self, step: &Step) {
+        self.publish_status();
+        for t in &step.transitions {
+            tracing::info!(backend = %t.backend, from = %t.from, to = %t.to, reason = %t.reason, "health transition");
+            let _ = self.outlets.events.send(t.clone());
+            if let Some(store) = &self.outlets.store {
+                store.transition(t.clone());
+            }
+        }
+        if let Some(store) = &self.outlets.store {
+            store.instance(InstanceRecord {
+                backend: self.backend.name.to_string(),
+                state: self.machine.state,
+                restart_count: self.machine.restart_count,
+                consecutive_failures: self.machine.consecutive_failures,
+                quarantine_reason: self.machine.quarantine_reason.clone(),
+                updated_at: SystemTime::now(),
+            });
+        }
+        if !step.transitions.is_empty() {
+            let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), state: self.machine.state, catalog: None });
+        }
+    }
+
+    fn status(&self) -> Status {
+        let m = &self.machine;
+        Status {
+            state: m.state,
+            since: m.since,
+            reason: m.reason.clone(),
+            restart_count: m.restart_count,
+            consecutive_failures: m.consecutive_failures,
+            quarantine_reason: m.quarantine_reason.clone(),
+            next_retry_at: m.next_retry_at,
+            latency: self.latency,
+            last_exit: self.last_exit.clone(),
+        }
+    }
+
+    fn publish_status(&self) {
+        self.backend.set_status(self.status());
+    }
+
+    fn sanitize(&self, input: Input) -> Input {
+        let c = |s: String| self.sanitizer.clean(&s);
+        match input {
+            Input::StartFailed(r) => Input::StartFailed(c(r)),
+            Input::Exited(r) => Input::Exited(c(r)),
+            Input::ProbeFailed(r) => Input::ProbeFailed(c(r)),
+            Input::InfraFailed(r) => Input::InfraFailed(c(r)),
+            Input::ProbeOk { degraded } => Input::ProbeOk { degraded: degraded.map(c) },
+            other => other,
+        }
+    }
+
+    /// Adds the last stderr line of a process backend to a reason.
+    fn with_stderr(&self, reason: String) -> String {
+        match self.stderr.as_ref().and_then(|t| t.last()) {
+            Some(line) if !reason.contains("stderr") => format!("{reason} (last stderr line: {line})"),
+            _ => reason,
+        }
+    }
+}
