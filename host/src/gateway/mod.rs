@@ -8,6 +8,7 @@
 //! `ServerHandler`) that reads the snapshot and routes requests; it never
 //! keeps its own copy of the catalog. [`http`] and [`stdio`] expose it.
 
+mod control;
 pub mod http;
 mod http_errors;
 mod route;

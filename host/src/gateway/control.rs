@@ -1,0 +1,85 @@
+//! What the control API may read and do, answered from each backend's
+//! status and carried out by its supervisor.
+
+use futures::future::BoxFuture;
+
+use super::Gateway;
+use crate::api::{Control, ControlError, InstanceDetail, InstanceReport};
+use crate::backend::{Backend, Command, Status};
+
+/// Transitions shown in an instance's detail.
+const HISTORY: usize = 100;
+
+impl Gateway {
+    fn report(b: &Backend, s: &Status) -> InstanceReport {
+        let window = b.stats.summary();
+        InstanceReport {
+            name: b.name.to_string(),
+            state: s.state,
+            runtime: match b.config.runtime {
+                crate::config::RuntimeKind::Process => "process",
+                crate::config::RuntimeKind::Container(_) => "container",
+                crate::config::RuntimeKind::Remote => "remote",
+            },
+            since: s.since,
+            latency_ms: s.latency.map(|l| l.as_secs_f64() * 1000.0),
+            error_rate: window.error_rate(),
+            calls_in_window: window.calls,
+            restart_count: s.restart_count,
+            consecutive_failures: s.consecutive_failures,
+            next_retry_at: s.next_retry_at,
+            quarantine_reason: s.quarantine_reason.clone(),
+            reason: s.reason.clone(),
+        }
+    }
+
+    fn find(&self, name: &str) -> Result<&std::sync::Arc<Backend>, ControlError> {
+        self.backend(name).ok_or_else(|| ControlError::NotFound(name.to_owned()))
+    }
+
+    async fn act(&self, name: &str, cmd: Command) -> Result<InstanceReport, ControlError> {
+        let b = self.find(name)?;
+        let status = b.command(cmd).await.map_err(ControlError::Conflict)?;
+        Ok(Self::report(b, &status))
+    }
+}
+
+impl Control for Gateway {
+    fn instances(&self) -> Vec<InstanceReport> {
+        self.backends().iter().map(|b| Self::report(b, &b.status())).collect()
+    }
+
+    fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>> {
+        let name = name.to_owned();
+        Box::pin(async move {
+            let b = self.find(&name)?;
+            let status = b.status();
+            let transitions = match &self.store {
+                Some(store) => {
+                    let (store, n) = (store.clone(), name.clone());
+                    tokio::task::spawn_blocking(move || store.transitions(&n, HISTORY))
+                        .await
+                        .map_err(|e| ControlError::Internal(e.to_string()))?
+                        .map_err(|e| ControlError::Internal(e.to_string()))?
+                }
+                None => Vec::new(),
+            };
+            Ok(InstanceDetail { report: Self::report(b, &status), transitions, last_exit: status.last_exit })
+        })
+    }
+
+    fn restart(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+        let (name, principal) = (name.to_owned(), principal.to_owned());
+        Box::pin(async move { self.act(&name, Command::Restart { principal }).await })
+    }
+
+    fn quarantine(&self, name: &str, principal: &str, reason: Option<String>) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+        let (name, principal) = (name.to_owned(), principal.to_owned());
+        Box::pin(async move { self.act(&name, Command::Quarantine { principal, reason }).await })
+    }
+
+    fn release(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+        let (name, principal) = (name.to_owned(), principal.to_owned());
+        Box::pin(async move { self.act(&name, Command::Release { principal }).await })
+    }
+}
