@@ -89,7 +89,8 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
-    let gw = Gateway::start(config, None, &tracker, shutdown.clone()).await?;
+    let store = open_store(&config.data_dir).await;
+    let gw = Gateway::start(config, store, &tracker, shutdown.clone()).await?;
     let result = if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await
     } else {
@@ -101,6 +102,26 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
         tracing::warn!("shutdown grace period over; exiting with tasks still running");
     }
     result
+}
+
+/// The store is not needed to serve: without it Vigil serves, but health
+/// state will not survive a restart, and it says so.
+async fn open_store(data_dir: &std::path::Path) -> Option<std::sync::Arc<dyn vigil::store::Store>> {
+    let dir = data_dir.to_owned();
+    match tokio::task::spawn_blocking(move || vigil::store::sqlite::SqliteStore::open(&dir)).await {
+        Ok(Ok(store)) => {
+            tracing::info!(data_dir = %data_dir.display(), "health state store opened");
+            Some(std::sync::Arc::new(store))
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot open the health state store; serving without it (quarantine and history will not survive a restart)");
+            None
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot open the health state store; serving without it");
+            None
+        }
+    }
 }
 
 async fn on_signal(shutdown: CancellationToken) {

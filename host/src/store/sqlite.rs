@@ -1,1 +1,324 @@
-//! The embedded SQLite store (placeholder; see the module docs of `store`).
+//! The embedded SQLite store: one file, `vigil.db`, under the data directory.
+//!
+//! It keeps what must survive a gateway restart:
+//!
+//! - `instances`: one row per backend with its current state, restart
+//!   count, consecutive failures and quarantine reason, replaced on every
+//!   save (quarantine is read back from here at start);
+//! - `transitions`: the append-only log of state changes, newest read by
+//!   `(backend, id)`;
+//! - `audit`: the append-only log of mutating control-API calls and monitor
+//!   actions, with their principal.
+//!
+//! States are stored as their lowercase names ([`HealthState::as_str`]) and
+//! times as milliseconds since the Unix epoch, so the schema moves to
+//! PostgreSQL unchanged. A value read back that does not parse is
+//! [`StoreError::Corrupt`], never a panic. The schema version lives in
+//! `PRAGMA user_version` and is migrated forward on open.
+//!
+//! File stores run in WAL mode with `synchronous = NORMAL`: the health
+//! writer appends often and in small batches, and WAL makes each commit one
+//! sequential append without blocking readers (the control API reading the
+//! log while the writer appends). A crash of the process loses nothing
+//! committed; a power loss may lose the last few commits, which fresh probes
+//! re-establish anyway. A busy timeout covers a second process (the CLI)
+//! holding the file briefly.
+//!
+//! Every call is short and synchronous, on one connection behind a mutex;
+//! async callers run them with `spawn_blocking` (see
+//! [`StoreWriter`](super::StoreWriter)).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, Row, TransactionBehavior, params};
+
+use super::{AuditEntry, InstanceRecord, Store, StoreError};
+use crate::health::{HealthState, Transition, unix_ms};
+
+/// The database's file name inside the data directory.
+pub const FILE_NAME: &str = "vigil.db";
+
+/// How long a statement waits for a lock held by another connection.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Schema migrations; entry `i` takes `user_version` from `i` to `i + 1`.
+/// A released entry is never edited, only followed by a new one.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "CREATE TABLE instances (
+         backend              TEXT    NOT NULL PRIMARY KEY,
+         state                TEXT    NOT NULL,
+         restart_count        INTEGER NOT NULL,
+         consecutive_failures INTEGER NOT NULL,
+         quarantine_reason    TEXT,
+         updated_at           INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE transitions (
+         id         INTEGER PRIMARY KEY AUTOINCREMENT,
+         backend    TEXT    NOT NULL,
+         from_state TEXT    NOT NULL,
+         to_state   TEXT    NOT NULL,
+         reason     TEXT    NOT NULL,
+         at         INTEGER NOT NULL
+     ) STRICT;
+     CREATE INDEX transitions_backend_id ON transitions (backend, id);
+     CREATE TABLE audit (
+         id        INTEGER PRIMARY KEY AUTOINCREMENT,
+         principal TEXT    NOT NULL,
+         action    TEXT    NOT NULL,
+         target    TEXT    NOT NULL,
+         outcome   TEXT    NOT NULL,
+         at        INTEGER NOT NULL
+     ) STRICT;",
+];
+
+/// The embedded [`Store`]: one SQLite connection behind a mutex.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    /// The database file, or `:memory:`; for `Debug` and messages.
+    location: String,
+}
+
+// === impl SqliteStore ===
+
+impl SqliteStore {
+    /// Opens (creating if needed) `data_dir/vigil.db`, creating `data_dir`
+    /// too, and migrates the schema.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Dir`] if `data_dir` cannot be created,
+    /// [`StoreError::Open`] (naming the file) if the database cannot be
+    /// opened or set up, and [`StoreError::Corrupt`] if it was written by a
+    /// newer Vigil with a schema this build does not know.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|source| StoreError::Dir { path: data_dir.display().to_string(), source })?;
+        let file = data_dir.join(FILE_NAME);
+        let location = file.display().to_string();
+        let with_path = |source: rusqlite::Error| StoreError::Open { path: location.clone(), source };
+        let mut conn = Connection::open(&file).map_err(with_path)?;
+        setup(&mut conn, true).map_err(|e| match e {
+            StoreError::Sql(source) => with_path(source),
+            other => other,
+        })?;
+        Ok(SqliteStore { conn: Mutex::new(conn), location })
+    }
+
+    /// A private in-memory store with the same schema; gone when dropped.
+    /// For tests and for running without a data directory.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let mut conn = Connection::open_in_memory()?;
+        setup(&mut conn, false)?;
+        Ok(SqliteStore { conn: Mutex::new(conn), location: ":memory:".into() })
+    }
+
+    /// Deletes all but the newest `keep_per_backend` transitions of every
+    /// backend and returns how many rows went. Maintenance only: the
+    /// [`Store`] contract itself is append-only.
+    pub fn prune_transitions(&self, keep_per_backend: usize) -> Result<usize, StoreError> {
+        let conn = self.conn();
+        let deleted = conn.execute(
+            "DELETE FROM transitions WHERE id IN (
+                 SELECT id FROM (
+                     SELECT id, ROW_NUMBER() OVER (PARTITION BY backend ORDER BY id DESC) AS newer
+                     FROM transitions
+                 ) WHERE newer > ?1
+             )",
+            params![sql_int(keep_per_backend)],
+        )?;
+        Ok(deleted)
+    }
+
+    /// The connection. A panic while it was held cannot leave it half
+    /// written (an open transaction rolls back when dropped), so a poisoned
+    /// lock is taken over rather than propagated.
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore").field("location", &self.location).finish_non_exhaustive()
+    }
+}
+
+impl Store for SqliteStore {
+    fn record_transition(&self, t: &Transition) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "INSERT INTO transitions (backend, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        stmt.execute(params![t.backend, t.from.as_str(), t.to.as_str(), t.reason, unix_ms::to_ms(t.at)])?;
+        Ok(())
+    }
+
+    fn transitions(&self, backend: &str, limit: usize) -> Result<Vec<Transition>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT backend, from_state, to_state, reason, at FROM (
+                 SELECT * FROM transitions WHERE backend = ?1 ORDER BY id DESC LIMIT ?2
+             ) ORDER BY id ASC",
+        )?;
+        let mut rows = stmt.query(params![backend, sql_int(limit)])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(Transition {
+                backend: row.get(0)?,
+                from: state(row, 1, "transitions.from_state")?,
+                to: state(row, 2, "transitions.to_state")?,
+                reason: row.get(3)?,
+                at: time(row, 4, "transitions.at")?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "INSERT INTO instances
+                 (backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (backend) DO UPDATE SET
+                 state = excluded.state,
+                 restart_count = excluded.restart_count,
+                 consecutive_failures = excluded.consecutive_failures,
+                 quarantine_reason = excluded.quarantine_reason,
+                 updated_at = excluded.updated_at",
+        )?;
+        stmt.execute(params![
+            r.backend,
+            r.state.as_str(),
+            // Saturates at i64::MAX, far beyond any real restart count.
+            i64::try_from(r.restart_count).unwrap_or(i64::MAX),
+            r.consecutive_failures,
+            r.quarantine_reason,
+            unix_ms::to_ms(r.updated_at),
+        ])?;
+        Ok(())
+    }
+
+    fn load_instances(&self) -> Result<Vec<InstanceRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at
+             FROM instances ORDER BY backend",
+        )?;
+        let mut rows = stmt.query([])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(InstanceRecord {
+                backend: row.get(0)?,
+                state: state(row, 1, "instances.state")?,
+                restart_count: int(row, 2, "instances.restart_count")?,
+                consecutive_failures: int(row, 3, "instances.consecutive_failures")?,
+                quarantine_reason: row.get(4)?,
+                updated_at: time(row, 5, "instances.updated_at")?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "INSERT INTO audit (principal, action, target, outcome, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        stmt.execute(params![a.principal, a.action, a.target, a.outcome, unix_ms::to_ms(a.at)])?;
+        Ok(())
+    }
+
+    fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT principal, action, target, outcome, at FROM (
+                 SELECT * FROM audit ORDER BY id DESC LIMIT ?1
+             ) ORDER BY id ASC",
+        )?;
+        let mut rows = stmt.query(params![sql_int(limit)])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(AuditEntry {
+                principal: row.get(0)?,
+                action: row.get(1)?,
+                target: row.get(2)?,
+                outcome: row.get(3)?,
+                at: time(row, 4, "audit.at")?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+// === setup ===
+
+/// What `open` and `open_in_memory` share: connection settings, then the
+/// schema brought up to date. `file_backed` turns on WAL (an in-memory
+/// database has no journal file to speak of).
+fn setup(conn: &mut Connection, file_backed: bool) -> Result<(), StoreError> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    if file_backed {
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(journal_mode = %mode, "SQLite store: WAL is not available here; writes will block readers");
+        }
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    migrate(conn)
+}
+
+/// Applies the migrations past the file's `user_version`, all in one
+/// transaction, and refuses a file from a newer schema.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let found: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = MIGRATIONS.len();
+    let from = usize::try_from(found).ok().filter(|v| *v <= known).ok_or_else(|| StoreError::Corrupt {
+        column: "PRAGMA user_version",
+        value: format!("{found} (this build knows schema versions up to {known})"),
+    })?;
+    if from == known {
+        return Ok(());
+    }
+    for sql in &MIGRATIONS[from..] {
+        tx.execute_batch(sql)?;
+    }
+    tx.pragma_update(None, "user_version", sql_int(known))?;
+    tx.commit()?;
+    Ok(())
+}
+
+// === reading values back ===
+
+/// A `LIMIT` or count as SQLite's integer; `usize` beyond `i64` means "all".
+fn sql_int(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn state(row: &Row<'_>, idx: usize, column: &'static str) -> Result<HealthState, StoreError> {
+    let value: String = row.get(idx)?;
+    value.parse().map_err(|_| StoreError::Corrupt { column, value })
+}
+
+fn int<T: TryFrom<i64>>(row: &Row<'_>, idx: usize, column: &'static str) -> Result<T, StoreError> {
+    let value: i64 = row.get(idx)?;
+    T::try_from(value).map_err(|_| StoreError::Corrupt { column, value: value.to_string() })
+}
+
+/// Milliseconds since the epoch; negative or unrepresentable is corrupt
+/// (this store never writes either).
+fn time(row: &Row<'_>, idx: usize, column: &'static str) -> Result<SystemTime, StoreError> {
+    let value: i64 = row.get(idx)?;
+    u64::try_from(value)
+        .ok()
+        .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+        .ok_or_else(|| StoreError::Corrupt { column, value: value.to_string() })
+}
+
+#[cfg(test)]
+mod tests;
