@@ -99,8 +99,19 @@ e2e() {
   "$venv/bin/python" -m pytest tests/e2e -q ${PYTEST_ARGS:-}
 }
 
+# A Docker-API container engine (Podman's service here) and the demo image,
+# for the container runtime's tests.
+container_env() {
+  local exports
+  exports=$(bash scripts/container-engine.sh) || return 1
+  eval "$exports"
+  export DOCKER_HOST
+  bash scripts/container-image.sh
+}
+
 step build cargo build --workspace
 if [ "${results[-1]}" = PASS ]; then
+  step container-engine container_env
   step cargo-test cargo test --workspace
   step python-env python_env
   if [ "${results[-1]}" = PASS ]; then
@@ -115,7 +126,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance ABSENT
   fi
 else
-  for name in cargo-test python-env e2e conformance; do record "$name" SKIPPED; done
+  for name in container-engine cargo-test python-env e2e conformance; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

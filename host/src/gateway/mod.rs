@@ -30,6 +30,7 @@ use crate::config::{BackendConfig, RuntimeKind, Transport};
 use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Transition, advertisable};
 use crate::runtime::Runtime;
+use crate::runtime::container::ContainerRuntime;
 use crate::runtime::process::{ProcessRuntime, StderrTail};
 use crate::runtime::remote::RemoteRuntime;
 use crate::store::{Store, StoreWriter};
@@ -323,7 +324,9 @@ fn runtime_for(b: &BackendConfig) -> (Arc<dyn Runtime>, Option<StderrTail>) {
             let tail = rt.stderr();
             (Arc::new(rt), Some(tail))
         }
-        // CONTAINER-RUNTIME-PENDING
+        (RuntimeKind::Container(spec), Transport::Http { url, headers }) => {
+            (Arc::new(ContainerRuntime::new(&b.name, spec.clone(), url.clone(), headers.clone())), None)
+        }
         (_, Transport::Http { url, headers }) => (Arc::new(RemoteRuntime::new(url.clone(), headers.clone())), None),
         // Config validation pairs stdio with the process runtime only.
         (_, Transport::Stdio { command, args, env, cwd }) => {
