@@ -186,7 +186,7 @@ async fn container_starts_serves_mcp_dies_and_restarts() {
     assert_eq!(exit.code, Some(137), "{exit:?}");
     assert_eq!(exit.signal, Some(9), "{exit:?}");
     assert!(!exit.oom_killed, "{exit:?}");
-    assert_eq!(exit.summary, "killed by signal 9 (SIGKILL)");
+    assert_eq!(exit.summary, "exited with code 137: killed by signal 9 (SIGKILL)");
 
     let seen = rt.inspect().await.expect("inspect after kill");
     assert!(!seen.running, "{seen:?}");

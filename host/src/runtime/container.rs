@@ -549,7 +549,7 @@ mod tests {
     fn exit_codes_above_128_are_signals() {
         let killed = exit(Some(137), false);
         assert_eq!((killed.code, killed.signal), (Some(137), Some(9)));
-        assert_eq!(killed.summary, "killed by signal 9 (SIGKILL)");
+        assert_eq!(killed.summary, "exited with code 137: killed by signal 9 (SIGKILL)");
         let oom = exit(Some(137), true);
         assert!(oom.oom_killed && oom.summary.ends_with("out of memory"));
         let plain = exit(Some(1), false);

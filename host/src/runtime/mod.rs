@@ -89,8 +89,10 @@ pub trait Runtime: Send + Sync + 'static {
 
 /// "killed by signal 9 (SIGKILL)" / "exited with code 1".
 pub fn describe_exit(code: Option<i64>, signal: Option<i32>, oom_killed: bool) -> String {
+    let killed = |sig: i32| format!("killed by signal {sig}{}", signal_name(sig).map(|n| format!(" ({n})")).unwrap_or_default());
     let mut s = match (code, signal) {
-        (_, Some(sig)) => format!("killed by signal {sig}{}", signal_name(sig).map(|n| format!(" ({n})")).unwrap_or_default()),
+        (Some(c), Some(sig)) => format!("exited with code {c}: {}", killed(sig)),
+        (None, Some(sig)) => killed(sig),
         (Some(c), None) => format!("exited with code {c}"),
         (None, None) => "exited".to_owned(),
     };
