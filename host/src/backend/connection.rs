@@ -113,16 +113,13 @@ impl Connection {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.service.is_closed() || self.service.peer().is_transport_closed()
+        self.relay.has_transport_ended() || self.service.is_closed() || self.service.peer().is_transport_closed()
     }
 
     /// Resolves when the connection has ended (process exit, transport
-    /// error). rmcp offers no close event without consuming the service, so
-    /// this checks the transport every 50 ms.
+    /// error, peer gone).
     pub async fn closed(&self) {
-        while !self.is_closed() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.relay.transport_ended().await
     }
 
     pub fn stderr_tail(&self) -> Vec<String> {

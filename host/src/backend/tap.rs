@@ -16,6 +16,7 @@ use rmcp::model::{JsonRpcMessage, LoggingMessageNotificationParam, ProgressNotif
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::client::Downstream;
 use super::inflight::Inflight;
@@ -31,15 +32,26 @@ enum Item {
 }
 
 /// The sending side, held by the tapped transport and the connection.
+/// Also carries the "transport ended" signal.
 #[derive(Clone)]
-pub struct Relay(mpsc::UnboundedSender<Item>);
+pub struct Relay(mpsc::UnboundedSender<Item>, CancellationToken);
 
 impl Relay {
     /// Starts the relay worker for one backend connection.
     pub fn spawn(inflight: Arc<Inflight>, downstream: Arc<dyn Downstream>, backend: Arc<str>, session: Option<u64>) -> Relay {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(rx, inflight, downstream, backend, session));
-        Relay(tx)
+        Relay(tx, CancellationToken::new())
+    }
+
+    /// Resolves once the tapped transport has ended (peer gone, process
+    /// exited, stream broken): an event, not a poll.
+    pub async fn transport_ended(&self) {
+        self.1.cancelled().await
+    }
+
+    pub fn has_transport_ended(&self) -> bool {
+        self.1.is_cancelled()
     }
 
     /// Waits (bounded) until every notification queued so far is relayed.
@@ -99,7 +111,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await?;
+        let Some(message) = self.inner.receive().await else {
+            self.relay.1.cancel();
+            return None;
+        };
         if let JsonRpcMessage::Notification(n) = &message {
             let item = match &n.notification {
                 ServerNotification::ProgressNotification(p) => Some(Item::Progress(p.params.clone())),
