@@ -1,0 +1,359 @@
+//! `vigil-bench`: how much a trip through Vigil costs.
+//!
+//! Starts the demo backend (`vigil-demo-backend --transport http`) and a
+//! `vigil serve` in front of it on free loopback ports, then drives
+//! `tools/call echo` over MCP streamable HTTP with N concurrent client
+//! sessions, first straight at the backend ("direct") and then through Vigil
+//! ("vigil", tool `demo__echo`), in the same run. For each it prints calls,
+//! throughput and latency percentiles, the CPU each process spent per call,
+//! and the ratios the project's goals are stated in: through-Vigil throughput
+//! at least 0.8x direct, p50 overhead at most 150 µs. It measures; it never
+//! fails on a threshold.
+//!
+//! ```text
+//! cargo build --release -p vigil -p vigil-demo-backend -p vigil-bench
+//! target/release/vigil-bench --sessions 1,8,32
+//! ```
+
+mod load;
+mod machine;
+mod procs;
+mod report;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+
+use crate::load::{Plan, Target};
+use crate::procs::Server;
+use crate::report::{Measurement, TargetKind};
+
+/// Goal: through-Vigil throughput at least this fraction of direct.
+pub const GOAL_THROUGHPUT_RATIO: f64 = 0.8;
+/// Goal: through-Vigil p50 at most this many microseconds above direct.
+pub const GOAL_P50_OVERHEAD_US: f64 = 150.0;
+
+/// Benchmark tools/call against the demo backend, directly and through Vigil.
+#[derive(Debug, Parser)]
+#[command(name = "vigil-bench", version, about)]
+pub struct Args {
+    /// Concurrent client sessions. Comma-separate (or repeat) for a sweep in
+    /// one run, e.g. `--sessions 1,8,32`.
+    #[arg(long, value_delimiter = ',', default_value = "8", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    sessions: Vec<u32>,
+
+    /// Measured seconds per target and round.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    duration: f64,
+
+    /// Seconds of unrecorded calls before each measurement (Vigil opens its
+    /// backend session lazily on a client session's first call).
+    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+    warmup: f64,
+
+    /// Rounds per session count. Round 1 runs direct then vigil, round 2
+    /// vigil then direct, and so on (ABBA), so slow drift of the machine
+    /// cancels out; the summary merges the rounds.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+
+    /// Directory holding the `vigil` and `vigil-demo-backend` binaries.
+    /// Default: `${CARGO_TARGET_DIR:-target}/release`, else the directory of
+    /// this binary.
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
+
+    /// Bytes of text sent to `echo` (and returned) per call.
+    #[arg(long, default_value_t = 64, value_name = "BYTES")]
+    payload: usize,
+
+    /// Let the bench's clients keep HTTP connections alive between requests.
+    /// By default they use rmcp's stock HTTP client, which opens a new TCP
+    /// connection per request (the same client Vigil uses for its backends).
+    #[arg(long)]
+    keep_alive: bool,
+
+    /// Worker threads of the bench client's runtime (default: one per CPU).
+    #[arg(long, value_name = "N")]
+    client_threads: Option<usize>,
+
+    /// Pin Vigil to these CPUs (e.g. `1` or `2-3`), so it does not compete
+    /// with the load for CPU. Linux only.
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    pin_vigil: Option<CpuList>,
+
+    /// Pin the bench client and the demo backend to these CPUs (e.g. `0`).
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    pin_load: Option<CpuList>,
+
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    // Before the runtime exists, so every worker thread inherits it.
+    if let Some(CpuList(cpus)) = &args.pin_load
+        && let Err(e) = procs::pin_current_process(cpus)
+    {
+        eprintln!("error: cannot pin the bench to CPUs {cpus:?}: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(n) = args.client_threads {
+        builder.worker_threads(n.max(1));
+    }
+    let runtime = match builder.build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = run(&args) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        }
+    });
+    // Dropping the runtime drops any child still owned by a task; children
+    // are spawned with kill_on_drop, so nothing outlives the bench.
+    drop(runtime);
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> anyhow::Result<()> {
+    if !args.duration.is_finite()
+        || args.duration <= 0.0
+        || !args.warmup.is_finite()
+        || args.warmup < 0.0
+    {
+        bail!("--duration must be > 0 and --warmup >= 0");
+    }
+    let bin_dir = resolve_bin_dir(args.bin_dir.as_deref())?;
+    let vigil_bin = bin_dir.join("vigil");
+    let backend_bin = bin_dir.join("vigil-demo-backend");
+
+    let machine = machine::Machine::detect();
+    println!("vigil-bench {}", env!("CARGO_PKG_VERSION"));
+    println!("{machine}");
+    println!(
+        "plan: sessions {:?}, {} round(s) x (direct, vigil), warm-up {}s + {}s measured per target, payload {} B, client HTTP {}",
+        args.sessions,
+        args.rounds,
+        args.warmup,
+        args.duration,
+        args.payload,
+        if args.keep_alive {
+            "keep-alive"
+        } else {
+            "new connection per request (rmcp default)"
+        },
+    );
+    if args.pin_vigil.is_some() || args.pin_load.is_some() {
+        println!(
+            "pinning: vigil on CPUs {}, bench client and backend on CPUs {}",
+            args.pin_vigil
+                .as_ref()
+                .map_or("any".into(), |c| format!("{:?}", c.0)),
+            args.pin_load
+                .as_ref()
+                .map_or("any".into(), |c| format!("{:?}", c.0)),
+        );
+    }
+
+    let work = procs::WorkDir::create()?;
+    let backend_port = procs::free_port()?;
+    let vigil_port = procs::free_port()?;
+    let backend_url = format!("http://127.0.0.1:{backend_port}/mcp");
+    let vigil_url = format!("http://127.0.0.1:{vigil_port}/mcp");
+
+    let mut backend = Server::spawn(
+        "vigil-demo-backend",
+        &backend_bin,
+        &[
+            "--transport".into(),
+            "http".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{backend_port}"),
+            "--name".into(),
+            "demo".into(),
+        ],
+        &[("RUST_LOG", "warn")],
+        args.pin_load.as_ref().map(|c| c.0.as_slice()),
+        work.path().join("backend.log"),
+    )?;
+    load::wait_ready(&mut backend, &backend_url, "echo", Duration::from_secs(30)).await?;
+
+    let config = work.path().join("vigil.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{vigil_port}\"\nlog_level = \"warn\"\n\n[[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\n"
+        ),
+    )
+    .with_context(|| format!("cannot write {}", config.display()))?;
+    let mut vigil = Server::spawn(
+        "vigil",
+        &vigil_bin,
+        &[
+            "serve".into(),
+            "--config".into(),
+            config.display().to_string(),
+        ],
+        &[],
+        args.pin_vigil.as_ref().map(|c| c.0.as_slice()),
+        work.path().join("vigil.log"),
+    )?;
+    load::wait_ready(
+        &mut vigil,
+        &vigil_url,
+        "demo__echo",
+        Duration::from_secs(30),
+    )
+    .await?;
+    if let Some(v) = procs::version(&vigil_bin).await {
+        println!("gateway: {v}, one HTTP backend (vigil-demo-backend), log_level = warn");
+    }
+    println!();
+
+    let direct = Target {
+        kind: TargetKind::Direct,
+        url: backend_url.clone(),
+        tool: "echo".into(),
+    };
+    let via = Target {
+        kind: TargetKind::Vigil,
+        url: vigil_url.clone(),
+        tool: "demo__echo".into(),
+    };
+    let pids = load::Pids {
+        backend: backend.pid(),
+        vigil: vigil.pid(),
+    };
+
+    let mut measurements: Vec<Measurement> = Vec::new();
+    for &n in &args.sessions {
+        let plan = Plan {
+            sessions: n as usize,
+            warmup: Duration::from_secs_f64(args.warmup),
+            duration: Duration::from_secs_f64(args.duration),
+            payload: "x".repeat(args.payload),
+            keep_alive: args.keep_alive,
+        };
+        for round in 1..=args.rounds {
+            let order = if round % 2 == 1 {
+                [&direct, &via]
+            } else {
+                [&via, &direct]
+            };
+            for target in order {
+                backend.check_alive()?;
+                vigil.check_alive()?;
+                let sample = load::run_target(target, &plan, &pids)
+                    .await
+                    .with_context(|| {
+                        format!("{} with {n} session(s), round {round}", target.kind)
+                    })?;
+                let m = Measurement::new(target.kind, n, round, sample);
+                println!("{}", m.line());
+                measurements.push(m);
+                // Let closed sessions drain before the next target starts.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+        println!();
+    }
+
+    let summary = report::Summary::new(&measurements);
+    println!("{}", summary.table());
+    println!("{}", summary.goals());
+    if let Some(path) = &args.json {
+        let doc = report::json(&machine, args, &measurements, &summary);
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("results written to {}", path.display());
+    }
+
+    vigil.stop().await;
+    backend.stop().await;
+    Ok(())
+}
+
+/// A set of CPU numbers.
+#[derive(Debug, Clone)]
+pub struct CpuList(pub Vec<usize>);
+
+/// Parses a CPU list: `0`, `0,2`, `1-3`.
+fn parse_cpus(s: &str) -> Result<CpuList, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("`{part}` is not a CPU number or range (e.g. 0,2-3)");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                if a > b {
+                    return Err(bad());
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if cpus.is_empty() {
+        return Err("empty CPU list".into());
+    }
+    Ok(CpuList(cpus))
+}
+
+/// Finds the directory holding both server binaries.
+fn resolve_bin_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let has_both =
+        |dir: &Path| dir.join("vigil").is_file() && dir.join("vigil-demo-backend").is_file();
+    if let Some(dir) = explicit {
+        if has_both(dir) {
+            return Ok(dir.to_path_buf());
+        }
+        bail!(
+            "{} does not hold both `vigil` and `vigil-demo-backend`; build them with \
+             `cargo build --release -p vigil -p vigil-demo-backend`",
+            dir.display()
+        );
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "target".into());
+    let mut candidates = vec![target.join("release")];
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        candidates.push(dir);
+    }
+    for dir in &candidates {
+        if has_both(dir) {
+            return Ok(dir.clone());
+        }
+    }
+    bail!(
+        "cannot find `vigil` and `vigil-demo-backend` in {}; build them with \
+         `cargo build --release -p vigil -p vigil-demo-backend` or pass --bin-dir",
+        candidates
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" or ")
+    )
+}
