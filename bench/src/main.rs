@@ -76,6 +76,11 @@ pub struct Args {
     #[arg(long)]
     keep_alive: bool,
 
+    /// Let Vigil keep its HTTP connections to the backend alive
+    /// (`keep_alive = true` on the backend in Vigil's config).
+    #[arg(long)]
+    backend_keep_alive: bool,
+
     /// Worker threads of the bench client's runtime (default: one per CPU).
     #[arg(long, value_name = "N")]
     client_threads: Option<usize>,
@@ -200,7 +205,8 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{vigil_port}\"\nlog_level = \"warn\"\n\n[[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\n"
+            "listen = \"127.0.0.1:{vigil_port}\"\nlog_level = \"warn\"\n\n[[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\nkeep_alive = {}\n",
+            args.backend_keep_alive
         ),
     )
     .with_context(|| format!("cannot write {}", config.display()))?;
@@ -224,7 +230,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     )
     .await?;
     if let Some(v) = procs::version(&vigil_bin).await {
-        println!("gateway: {v}, one HTTP backend (vigil-demo-backend), log_level = warn");
+        println!("gateway: {v}, one HTTP backend (vigil-demo-backend), log_level = warn, backend keep_alive = {}", args.backend_keep_alive);
     }
     println!();
 

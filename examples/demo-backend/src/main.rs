@@ -153,6 +153,10 @@ async fn serve_http(hub: Arc<Hub>, args: &Args, shutdown: CancellationToken) -> 
         name = hub.name(),
         "serving MCP over streamable HTTP at http://{local}/mcp"
     );
+    // Small SSE writes must not wait for the client's delayed ACK (Nagle).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;

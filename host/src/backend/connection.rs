@@ -42,6 +42,7 @@ pub async fn connect(
     inflight: Arc<Inflight>,
     relay: Relay,
     timeouts: Timeouts,
+    keep_alive: bool,
     stderr: Option<StderrTail>,
 ) -> Result<Connection, BackendError> {
     let backend = backend.clone();
@@ -63,7 +64,7 @@ pub async fn connect(
                 .reinit_on_expired_session(true);
             let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
-            let transport = StreamableHttpClientTransport::with_client(WatchedHttp::new(closed_tx), cfg);
+            let transport = StreamableHttpClientTransport::with_client(WatchedHttp::new(closed_tx, keep_alive), cfg);
             let transport = Tapped::new(transport, relay.clone());
             handshake(&backend, client.serve(transport), timeouts.connect, None).await?
         }

@@ -124,6 +124,10 @@ impl Backend {
         matches!(self.config.transport, Transport::Http { .. })
     }
 
+    fn keep_alive(&self) -> bool {
+        matches!(self.config.transport, Transport::Http { keep_alive: true, .. })
+    }
+
     pub fn state(&self) -> HealthState {
         self.status().state
     }
@@ -184,7 +188,7 @@ impl Backend {
     pub async fn open_shared_connection(&self, endpoint: Endpoint, stderr: Option<StderrTail>) -> Result<Connection, BackendError> {
         let client = BackendClient::new(self.name.clone(), self.inflight.clone(), self.downstream.clone(), None, None);
         let relay = Relay::spawn(self.inflight.clone(), self.downstream.clone(), self.name.clone(), None);
-        connection::connect(&self.name, endpoint, client, self.inflight.clone(), relay, self.timeouts, stderr).await
+        connection::connect(&self.name, endpoint, client, self.inflight.clone(), relay, self.timeouts, self.keep_alive(), stderr).await
     }
 
     /// Opens a connection for one client session, mirroring that client's
@@ -194,7 +198,7 @@ impl Backend {
         session: u64,
         capabilities: Option<ClientCapabilities>,
     ) -> Result<Connection, BackendError> {
-        let Transport::Http { url, headers } = &self.config.transport else {
+        let Transport::Http { url, headers, .. } = &self.config.transport else {
             return Err(BackendError::Transport {
                 backend: self.name.clone(),
                 reason: "stdio backends have one shared session".into(),
@@ -205,6 +209,6 @@ impl Backend {
         let client = BackendClient::new(self.name.clone(), inflight.clone(), self.downstream.clone(), Some(session), capabilities);
         let relay = Relay::spawn(inflight.clone(), self.downstream.clone(), self.name.clone(), Some(session));
         let endpoint = Endpoint::Http { url: url.clone(), headers: headers.clone() };
-        connection::connect(&self.name, endpoint, client, inflight, relay, self.timeouts, None).await
+        connection::connect(&self.name, endpoint, client, inflight, relay, self.timeouts, self.keep_alive(), None).await
     }
 }

@@ -33,12 +33,16 @@ pub struct WatchedHttp {
 }
 
 impl WatchedHttp {
-    pub fn new(closed: mpsc::UnboundedSender<RequestId>) -> Self {
-        // Like rmcp's default client: no idle pooling (avoids delayed-ACK
-        // stalls on reused connections) and no redirects (a redirect would
-        // replay session ids and configured headers to another place).
+    /// `keep_alive`: reuse connections (see `[[backends]] keep_alive`). Off,
+    /// like rmcp's default client: a server that writes its SSE answer in
+    /// several small segments without TCP_NODELAY makes a reused connection
+    /// wait for the delayed ACK (~40 ms a call). No redirects either: one
+    /// would replay session ids and configured headers to another place.
+    pub fn new(closed: mpsc::UnboundedSender<RequestId>, keep_alive: bool) -> Self {
+        let pool = if keep_alive { 32 } else { 0 };
         let inner = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
+            .pool_max_idle_per_host(pool)
+            .tcp_nodelay(true)
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();

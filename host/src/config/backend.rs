@@ -19,7 +19,8 @@ pub enum Transport {
         cwd: Option<PathBuf>,
     },
     /// Over streamable HTTP (runtime `remote` or `container`).
-    Http { url: String, headers: BTreeMap<String, String> },
+    /// `keep_alive`: reuse HTTP connections to the backend (default off).
+    Http { url: String, headers: BTreeMap<String, String>, keep_alive: bool },
 }
 
 /// What runs the backend (see `crate::runtime`).
@@ -90,7 +91,7 @@ impl Problems {
         let runtime_name = b.runtime.clone();
         let (transport, runtime) = match b.transport.as_deref() {
             Some("stdio") => {
-                self.refuse(at, "only applies to transport = \"http\"", [("url", b.url.is_some()), ("headers", !b.headers.is_empty())]);
+                self.refuse(at, "only applies to transport = \"http\"", [("url", b.url.is_some()), ("headers", !b.headers.is_empty()), ("keep_alive", b.keep_alive.is_some())]);
                 match runtime_name.as_deref() {
                     None | Some("process") => {}
                     Some(other) => self.add(format!("{at}.runtime"), format!("`{other}` does not run stdio backends: use runtime = \"process\" (the default) or transport = \"http\"")),
@@ -147,7 +148,7 @@ impl Problems {
                         RuntimeKind::Remote
                     }
                 };
-                (Transport::Http { url, headers: b.headers }, runtime)
+                (Transport::Http { url, headers: b.headers, keep_alive: b.keep_alive.unwrap_or(false) }, runtime)
             }
             Some(other) => {
                 self.add(format!("{at}.transport"), format!("unknown value `{other}`: use \"stdio\" or \"http\""));

@@ -103,6 +103,7 @@ pub struct RawBackend {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     pub request_timeout: Option<String>,
+    pub keep_alive: Option<bool>,
     pub runtime: Option<String>,
     pub image: Option<String>,
     #[serde(default)]

@@ -41,8 +41,13 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
 
 /// Serves until `shutdown`.
 pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
     let listener = tokio::net::TcpListener::bind(gw.config.listen).await?;
     tracing::info!(address = %listener.local_addr()?, "serving MCP over streamable HTTP at /mcp");
+    // Small SSE writes must not wait for the client's delayed ACK (Nagle).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let app = router(gw, shutdown.clone());
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }

@@ -324,10 +324,10 @@ fn runtime_for(b: &BackendConfig) -> (Arc<dyn Runtime>, Option<StderrTail>) {
             let tail = rt.stderr();
             (Arc::new(rt), Some(tail))
         }
-        (RuntimeKind::Container(spec), Transport::Http { url, headers }) => {
+        (RuntimeKind::Container(spec), Transport::Http { url, headers, .. }) => {
             (Arc::new(ContainerRuntime::new(&b.name, spec.clone(), url.clone(), headers.clone())), None)
         }
-        (_, Transport::Http { url, headers }) => (Arc::new(RemoteRuntime::new(url.clone(), headers.clone())), None),
+        (_, Transport::Http { url, headers, .. }) => (Arc::new(RemoteRuntime::new(url.clone(), headers.clone())), None),
         // Config validation pairs stdio with the process runtime only.
         (_, Transport::Stdio { command, args, env, cwd }) => {
             let rt = ProcessRuntime::new(&b.name, command.clone(), args.clone(), env.clone(), cwd.clone());
