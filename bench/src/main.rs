@@ -205,7 +205,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{vigil_port}\"\nlog_level = \"warn\"\n\n[[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\nkeep_alive = {}\n",
+            "listen = \"127.0.0.1:{vigil_port}\"\nlog_level = \"warn\"\n\n[api]\nlisten = \"127.0.0.1:0\"\n\n[[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\nkeep_alive = {}\n",
             args.backend_keep_alive
         ),
     )

@@ -39,8 +39,10 @@ enum Command {
     /// their servers, like desktop apps). Logs go to stderr.
     Stdio(ConfigArg),
     /// Validate a config file and print what it defines, without starting
-    /// anything. Exits 1 with every problem listed if the file is bad.
+    /// anything. Exits 2 with every problem listed if the file is bad.
     Check(ConfigArg),
+    #[command(flatten)]
+    Operator(vigil::cli::Command),
 }
 
 #[derive(clap::Args)]
@@ -52,7 +54,18 @@ struct ConfigArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (Command::Serve(arg) | Command::Stdio(arg) | Command::Check(arg)) = &cli.command;
+    let arg = match cli.command {
+        Command::Operator(cmd) => {
+            return match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt.block_on(vigil::cli::run(cmd)),
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Serve(ref arg) | Command::Stdio(ref arg) | Command::Check(ref arg) => arg,
+    };
     let config = match Config::load(&arg.config) {
         Ok(c) => c,
         Err(e) => {
@@ -90,7 +103,16 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
     let store = open_store(&config.data_dir).await;
-    let gw = Gateway::start(config, store, &tracker, shutdown.clone()).await?;
+    let api = config.api.clone();
+    let gw = Gateway::start(config, store.clone(), &tracker, shutdown.clone()).await?;
+    let api_state = vigil::api::ApiState { control: gw.clone(), store, tokens: std::sync::Arc::new(api.tokens) };
+    let api_shutdown = shutdown.clone();
+    tracker.spawn(async move {
+        if let Err(e) = vigil::api::serve(api.listen, api_state, api_shutdown.clone()).await {
+            tracing::error!(address = %api.listen, error = %e, "the control API cannot listen; shutting down");
+            api_shutdown.cancel();
+        }
+    });
     let result = if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await
     } else {

@@ -5,10 +5,18 @@
 //! The API reads and acts through [`Control`], implemented by the health
 //! monitor; it writes audit entries to the [`Store`](crate::store::Store).
 
+mod auth;
+mod error;
+mod router;
+
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
+
+pub use auth::Principal;
+pub use error::ApiError;
+pub use router::{ApiState, router, serve};
 
 use crate::health::{HealthState, Transition};
 
