@@ -1,5 +1,9 @@
-//! The API's one error type: a status, a stable code and a message, always
-//! as `{"error": {"code": ..., "message": ...}}`.
+//! [`ApiError`]: the one error every control-API handler returns.
+//!
+//! Its body is always `{"error": {"code": "...", "message": "..."}}`.
+//! Client mistakes (bad token, unknown backend, wrong method) are answered
+//! and logged at debug level only; internal errors are logged at error
+//! level and their message is hidden from the client.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -8,52 +12,94 @@ use serde_json::json;
 
 use super::ControlError;
 
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
+/// Why a control-API request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// No token, or one that matches no configured token. 401 with
+    /// `WWW-Authenticate: Bearer`.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The token is known but its role may not do this. 403.
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such backend, or no such path. 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// The path exists but not with this method. 405.
+    #[error("method {0} is not allowed here")]
+    MethodNotAllowed(String),
+    /// The action does not apply in the backend's current state. 409.
+    #[error("{0}")]
+    Conflict(String),
+    /// A malformed query or body. 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// A part the request needs is not running (the state store). 503.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Anything else: logged, answered as 500 without the detail.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
+// === impl ApiError ===
+
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
     }
 
-    pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
-    }
-
-    pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
-    }
-
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    /// The stable, machine-readable `error.code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal",
+        }
     }
 }
 
 impl From<ControlError> for ApiError {
     fn from(e: ControlError) -> Self {
         match e {
-            ControlError::NotFound(_) => ApiError::not_found(e.to_string()),
-            ControlError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
-            ControlError::Internal(m) => {
-                // Logged here, hidden from the client.
-                tracing::error!(error = %m, "control API internal error");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; see the gateway's log")
-            }
+            ControlError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            ControlError::Conflict(m) => ApiError::Conflict(m),
+            ControlError::Internal(m) => ApiError::Internal(m),
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
-        let mut r = (self.status, body).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        let message = match &self {
+            ApiError::Internal(detail) => {
+                tracing::error!(error = %detail, "control API: internal error");
+                "internal error; see the gateway's log".to_owned()
+            }
+            other => {
+                tracing::debug!(code = other.code(), message = %other, "control API: request refused");
+                other.to_string()
+            }
+        };
+        let body = Json(json!({ "error": { "code": self.code(), "message": message } }));
+        let mut res = (self.status(), body).into_response();
+        if let ApiError::Unauthorized(_) = self {
+            res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        r
+        res
     }
 }

@@ -8,15 +8,19 @@
 mod auth;
 mod error;
 mod router;
+#[cfg(test)]
+pub(crate) mod testutil;
+#[cfg(test)]
+mod tests;
 
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-pub use auth::Principal;
+pub use auth::{LOCAL, Principal};
 pub use error::ApiError;
-pub use router::{ApiState, router, serve};
+pub use router::{ApiState, router, serve, serve_on};
 
 use crate::health::{HealthState, Transition};
 

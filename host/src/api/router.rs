@@ -1,46 +1,78 @@
-//! The routes of the control API.
+//! The control API's routes, handlers and listener.
 //!
-//! | method and path | role | answer |
+//! | route | role | answer |
 //! |---|---|---|
-//! | `GET /api/v1/health/instances` | viewer | `{"instances": [InstanceReport]}` |
+//! | `GET /api/v1/health/instances` | viewer | `{"instances": [InstanceReport, ...]}` |
 //! | `GET /api/v1/health/instances/{id}` | viewer | `InstanceDetail` (report + transitions + last exit) |
-//! | `POST /api/v1/health/instances/{id}/restart` | operator | the new `InstanceReport` |
-//! | `POST /api/v1/health/instances/{id}/quarantine` (body `{"reason": "..."}` optional) | operator | the new `InstanceReport` |
-//! | `POST /api/v1/health/instances/{id}/release` | operator | the new `InstanceReport` |
-//! | `GET /api/v1/audit?limit=N` | operator | `{"entries": [AuditEntry]}` |
+//! | `POST /api/v1/health/instances/{id}/restart` | operator | the updated `InstanceReport` |
+//! | `POST /api/v1/health/instances/{id}/quarantine` | operator | same; optional body `{"reason": "..."}` |
+//! | `POST /api/v1/health/instances/{id}/release` | operator | same |
+//! | `GET /api/v1/audit?limit=N` | operator | `{"entries": [AuditEntry, ...]}`, oldest first (N ≤ 1000, default 100) |
 //!
-//! 401 without or with an unknown token, 403 for a viewer on an operator
-//! route, 404 for an unknown backend, 409 when the action does not apply
-//! (releasing a backend that is not quarantined, restarting a remote one).
-//! Every mutating call, refused ones included, is written to the audit log.
+//! Errors are [`ApiError`]s: 400 bad query or body, 401 no or unknown token
+//! (with `WWW-Authenticate: Bearer`; unknown paths too, so they reveal
+//! nothing), 403 role too weak, 404 unknown backend or path, 405 wrong
+//! method, 409 the action does not apply now (releasing a backend that is
+//! not quarantined, restarting a remote one), 500 internal (detail only in
+//! the log), 503 audit log asked for while running without a store.
+//!
+//! Every restart, quarantine and release — carried out, failed, or refused
+//! to a viewer — leaves one audit entry with the caller's token name (or
+//! `local`). The action and its audit entry run in their own task, so a
+//! client hanging up cannot cancel an action half-way or lose its entry.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{Method, Uri};
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use axum::{Extension, Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{Principal, authenticate};
-use super::error::ApiError;
-use super::{Control, InstanceReport};
-use crate::config::{ApiToken, Role};
+use super::auth::{self, Principal};
+use super::{ApiError, Control, ControlError, InstanceDetail, InstanceReport};
+use crate::config::ApiToken;
 use crate::store::{AuditEntry, Store};
 
-/// What the handlers share.
+/// Audit entries returned when `limit` is not given.
+const DEFAULT_AUDIT_LIMIT: usize = 100;
+/// The most audit entries one request may ask for.
+const MAX_AUDIT_LIMIT: usize = 1000;
+/// The longest quarantine reason accepted, in characters.
+const MAX_REASON_CHARS: usize = 500;
+
+/// What the control API needs.
 #[derive(Clone)]
 pub struct ApiState {
+    /// The health monitor, read and acted through.
     pub control: Arc<dyn Control>,
+    /// Where audit entries go. Without a store (it failed to open) actions
+    /// still work and are logged, and `GET /api/v1/audit` answers 503.
     pub store: Option<Arc<dyn Store>>,
+    /// `[[api.tokens]]`; empty means unauthenticated loopback mode, where
+    /// every caller is the operator `local`.
     pub tokens: Arc<Vec<ApiToken>>,
 }
 
+/// What handlers share.
+struct Shared {
+    control: Arc<dyn Control>,
+    store: Option<Arc<dyn Store>>,
+}
+
+type St = State<Arc<Shared>>;
+
+/// The control API as a `Router`, every route (and the 404/405 answers)
+/// behind token authentication.
 pub fn router(state: ApiState) -> Router {
+    let shared = Arc::new(Shared { control: state.control, store: state.store });
     Router::new()
         .route("/api/v1/health/instances", get(list))
         .route("/api/v1/health/instances/{id}", get(detail))
@@ -48,123 +80,204 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/health/instances/{id}/quarantine", post(quarantine))
         .route("/api/v1/health/instances/{id}/release", post(release))
         .route("/api/v1/audit", get(audit))
-        .fallback(|| async { ApiError::not_found("no such API route; see docs/api.md") })
-        .method_not_allowed_fallback(|| async { ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route") })
-        .with_state(state)
+        .fallback(not_found)
+        // After the routes: it only reaches routes that exist when called.
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.tokens, auth::authenticate))
+        .with_state(shared)
 }
 
-/// Serves the API on `listen` until `shutdown`.
+/// Binds `listen` and serves the control API until `shutdown` fires.
+///
+/// # Errors
+///
+/// The address cannot be bound (the message names it), or see
+/// [`serve_on`].
 pub async fn serve(listen: SocketAddr, state: ApiState, shutdown: CancellationToken) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("control API: cannot listen on {listen}: {e}")))?;
+    serve_on(listener, state, shutdown).await
+}
+
+/// Serves the control API on a bound listener until `shutdown` fires.
+///
+/// Logs once where it listens and, without tokens, that every caller is
+/// the operator `local`.
+///
+/// # Errors
+///
+/// Refuses to serve without tokens on a non-loopback address (config
+/// validation already forbids it; this is the last line), and returns the
+/// server's I/O errors.
+pub async fn serve_on(listener: TcpListener, state: ApiState, shutdown: CancellationToken) -> std::io::Result<()> {
     let address = listener.local_addr()?;
     if state.tokens.is_empty() {
-        tracing::warn!(%address, "control API without tokens: anyone who can connect to this loopback address is an operator (add [[api.tokens]] to require tokens)");
+        if !address.ip().is_loopback() {
+            return Err(std::io::Error::other(format!(
+                "control API: refusing to serve on {address} without [[api.tokens]]: anyone who can connect would be an operator"
+            )));
+        }
+        tracing::warn!(%address, "control API is unauthenticated (no [[api.tokens]]): every caller on loopback acts as operator `local`");
     } else {
-        tracing::info!(%address, tokens = state.tokens.len(), "control API listening");
+        tracing::info!(%address, tokens = state.tokens.len(), "serving the control API");
     }
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
-async fn list(State(s): State<ApiState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    authenticate(&headers, &s.tokens)?;
-    Ok(Json(json!({"instances": s.control.instances()})))
+// === read handlers ===
+
+#[derive(Serialize)]
+struct Instances {
+    instances: Vec<InstanceReport>,
 }
 
-async fn detail(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    authenticate(&headers, &s.tokens)?;
-    let d = s.control.instance(&id).await?;
-    Ok(Json(serde_json::to_value(d).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?))
+async fn list(State(s): St) -> Json<Instances> {
+    Json(Instances { instances: s.control.instances() })
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct QuarantineBody {
-    reason: Option<String>,
+async fn detail(State(s): St, BackendId(id): BackendId) -> Result<Json<InstanceDetail>, ApiError> {
+    Ok(Json(s.control.instance(&id).await?))
 }
 
-async fn restart(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<InstanceReport>, ApiError> {
-    let who = operator(&s, &headers, "restart", &id).await?;
-    let r = s.control.restart(&id, &who.name).await;
-    finish(&s, &who, "restart", &id, r).await
-}
-
-async fn quarantine(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<String>, body: Option<Json<QuarantineBody>>) -> Result<Json<InstanceReport>, ApiError> {
-    let who = operator(&s, &headers, "quarantine", &id).await?;
-    let reason = body.and_then(|Json(b)| b.reason);
-    let r = s.control.quarantine(&id, &who.name, reason).await;
-    finish(&s, &who, "quarantine", &id, r).await
-}
-
-async fn release(State(s): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Json<InstanceReport>, ApiError> {
-    let who = operator(&s, &headers, "release", &id).await?;
-    let r = s.control.release(&id, &who.name).await;
-    finish(&s, &who, "release", &id, r).await
-}
-
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AuditQuery {
     limit: Option<usize>,
 }
 
-async fn audit(State(s): State<ApiState>, headers: HeaderMap, Query(q): Query<AuditQuery>) -> Result<Json<Value>, ApiError> {
-    let who = authenticate(&headers, &s.tokens)?;
-    if who.role != Role::Operator {
-        return Err(ApiError::forbidden("reading the audit log needs an operator token"));
-    }
-    let Some(store) = s.store.clone() else {
-        return Ok(Json(json!({"entries": []})));
-    };
-    let limit = q.limit.unwrap_or(100).min(10_000);
+#[derive(Serialize)]
+struct AuditEntries {
+    entries: Vec<AuditEntry>,
+}
+
+async fn audit(State(s): St, Extension(who): Extension<Principal>, q: Result<Query<AuditQuery>, QueryRejection>) -> Result<Json<AuditEntries>, ApiError> {
+    who.require_operator()?;
+    let Query(q) = q.map_err(|e| ApiError::BadRequest(format!("bad query: {}; use ?limit=N", e.body_text())))?;
+    let limit = q.limit.unwrap_or(DEFAULT_AUDIT_LIMIT).min(MAX_AUDIT_LIMIT);
+    let store = s.store.clone().ok_or_else(|| {
+        ApiError::Unavailable("no audit log: the gateway runs without its state store (see its log for why)".into())
+    })?;
     let entries = tokio::task::spawn_blocking(move || store.audit(limit))
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
-    Ok(Json(json!({"entries": entries})))
+        .map_err(|e| ApiError::Internal(format!("audit read task: {e}")))?
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Json(AuditEntries { entries }))
 }
 
-/// Authenticates an operator for a mutating call; a viewer's attempt is
-/// refused and audited.
-async fn operator(s: &ApiState, headers: &HeaderMap, action: &str, target: &str) -> Result<Principal, ApiError> {
-    let who = authenticate(headers, &s.tokens)?;
-    if who.role != Role::Operator {
-        record(s, &who.name, action, target, "denied: viewer role").await;
-        return Err(ApiError::forbidden(format!("{action} needs an operator token; '{}' is a viewer", who.name)));
-    }
-    Ok(who)
+// === action handlers ===
+
+async fn restart(State(s): St, Extension(who): Extension<Principal>, BackendId(id): BackendId) -> Result<Json<InstanceReport>, ApiError> {
+    act(s, who, Action::Restart, id).await
 }
 
-async fn finish(
-    s: &ApiState,
-    who: &Principal,
-    action: &str,
-    target: &str,
-    result: Result<InstanceReport, super::ControlError>,
-) -> Result<Json<InstanceReport>, ApiError> {
-    let outcome = match &result {
-        Ok(_) => "ok".to_owned(),
-        Err(e) => format!("error: {e}"),
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct QuarantineBody {
+    reason: Option<String>,
+}
+
+/// The body is read as JSON whatever its content type (`curl -d` sends a
+/// form type), and may be empty.
+async fn quarantine(State(s): St, Extension(who): Extension<Principal>, BackendId(id): BackendId, body: Bytes) -> Result<Json<InstanceReport>, ApiError> {
+    let body: QuarantineBody = if body.iter().all(u8::is_ascii_whitespace) {
+        QuarantineBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("bad body: {e}; send {{\"reason\": \"...\"}} or nothing")))?
     };
-    record(s, &who.name, action, target, &outcome).await;
-    Ok(Json(result?))
+    if body.reason.as_ref().is_some_and(|r| r.chars().count() > MAX_REASON_CHARS) {
+        return Err(ApiError::BadRequest(format!("reason: at most {MAX_REASON_CHARS} characters")));
+    }
+    act(s, who, Action::Quarantine { reason: body.reason }, id).await
 }
 
-/// Writes one audit entry before the answer goes out; a failed write is
-/// logged and never hides the action's result.
-async fn record(s: &ApiState, principal: &str, action: &str, target: &str, outcome: &str) {
-    tracing::info!(principal, action, target, outcome, "control API action");
-    let Some(store) = s.store.clone() else { return };
-    let entry = AuditEntry {
-        principal: principal.to_owned(),
-        action: action.to_owned(),
-        target: target.to_owned(),
-        outcome: outcome.to_owned(),
-        at: SystemTime::now(),
-    };
-    match tokio::task::spawn_blocking(move || store.record_audit(&entry)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "could not write the audit log"),
-        Err(e) => tracing::error!(error = %e, "could not write the audit log"),
+async fn release(State(s): St, Extension(who): Extension<Principal>, BackendId(id): BackendId) -> Result<Json<InstanceReport>, ApiError> {
+    act(s, who, Action::Release, id).await
+}
+
+/// A mutating call on one backend.
+enum Action {
+    Restart,
+    Quarantine { reason: Option<String> },
+    Release,
+}
+
+impl Action {
+    fn name(&self) -> &'static str {
+        match self {
+            Action::Restart => "restart",
+            Action::Quarantine { .. } => "quarantine",
+            Action::Release => "release",
+        }
+    }
+
+    async fn run(self, control: &dyn Control, target: &str, principal: &str) -> Result<InstanceReport, ControlError> {
+        match self {
+            Action::Restart => control.restart(target, principal).await,
+            Action::Quarantine { reason } => control.quarantine(target, principal, reason).await,
+            Action::Release => control.release(target, principal).await,
+        }
     }
 }
 
-#[cfg(test)]
-mod tests;
+/// Checks the role, carries out `action` on `target`, and audits the
+/// outcome — `ok`, `denied: viewer role` or `error: ...` — whatever it is.
+async fn act(s: Arc<Shared>, who: Principal, action: Action, target: String) -> Result<Json<InstanceReport>, ApiError> {
+    let task = tokio::spawn(async move {
+        let name = action.name();
+        let result = match who.require_operator() {
+            Err(denied) => Err((denied, "denied: viewer role".to_owned())),
+            Ok(()) => action.run(&*s.control, &target, &who.name).await.map_err(|e| {
+                let outcome = format!("error: {e}");
+                (ApiError::from(e), outcome)
+            }),
+        };
+        let outcome = match &result {
+            Ok(_) => "ok".to_owned(),
+            Err((_, outcome)) => outcome.clone(),
+        };
+        tracing::info!(principal = %who.name, action = name, %target, %outcome, "control action");
+        if let Some(store) = s.store.clone() {
+            let entry = AuditEntry { principal: who.name, action: name.to_owned(), target, outcome, at: SystemTime::now() };
+            record_audit(store, entry).await;
+        }
+        result.map(Json).map_err(|(e, _)| e)
+    });
+    task.await.map_err(|e| ApiError::Internal(format!("control action task: {e}")))?
+}
+
+/// Writes `entry`; a failure is logged and otherwise ignored, so it never
+/// hides the action's result.
+async fn record_audit(store: Arc<dyn Store>, entry: AuditEntry) {
+    let (principal, action, target) = (entry.principal.clone(), entry.action.clone(), entry.target.clone());
+    let error = match tokio::task::spawn_blocking(move || store.record_audit(&entry)).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => format!("audit write task: {e}"),
+    };
+    tracing::error!(%principal, %action, %target, %error, "audit entry not recorded");
+}
+
+// === extractors and fallbacks ===
+
+/// The `{id}` path segment: a backend name.
+struct BackendId(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for BackendId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("bad backend name in path: {}", e.body_text())))?;
+        Ok(BackendId(id))
+    }
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no API route at {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::MethodNotAllowed(method.to_string())
+}

@@ -84,7 +84,7 @@ where
     let tail = || stderr.map(|t| t.lines()).unwrap_or_default();
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(BackendError::Handshake { backend: backend.clone(), reason: e.to_string(), stderr: tail() }),
+        Ok(Err(e)) => Err(BackendError::Handshake { backend: backend.clone(), reason: super::error::plain(e), stderr: tail() }),
         Err(_) => Err(BackendError::Handshake {
             backend: backend.clone(),
             reason: format!("no answer to initialize within {}", humantime::format_duration(timeout)),
@@ -206,7 +206,7 @@ impl Connection {
             ServiceError::Timeout { timeout } => BackendError::Timeout { backend: self.backend.clone(), timeout },
             other => BackendError::Transport {
                 backend: self.backend.clone(),
-                reason: other.to_string(),
+                reason: super::error::plain(other),
                 stderr: self.stderr_tail(),
             },
         }

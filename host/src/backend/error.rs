@@ -23,6 +23,25 @@ pub enum BackendError {
     Mcp(McpError),
 }
 
+/// An rmcp error message without the Rust type names it embeds
+/// (`Transport [vigil::backend::tap::Tapped<...>]`): operators read these.
+pub fn plain(message: impl std::fmt::Display) -> String {
+    let text = message.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']').map(|c| open + c) else { break };
+        out.push_str(&rest[..open]);
+        let inner = &rest[open + 1..close];
+        if !inner.contains("::") {
+            out.push_str(&rest[open..=close]);
+        }
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn stderr_suffix(lines: &[String]) -> String {
     match lines.last() {
         Some(last) => format!(" (last stderr line: {last})"),
@@ -43,5 +62,19 @@ impl BackendError {
             BackendError::Timeout { .. } => McpError::new(ErrorCode::INTERNAL_ERROR, self.to_string(), None),
             other => McpError::new(ErrorCode::INTERNAL_ERROR, other.to_string(), None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain;
+
+    #[test]
+    fn type_names_are_dropped_from_messages() {
+        assert_eq!(
+            plain("Send message error Transport [vigil::backend::tap::Tapped<rmcp::X<Y>>] error: closed, when send initialize request"),
+            "Send message error Transport error: closed, when send initialize request"
+        );
+        assert_eq!(plain("keeps [plain brackets]"), "keeps [plain brackets]");
     }
 }

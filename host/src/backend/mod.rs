@@ -10,7 +10,7 @@
 
 pub mod client;
 mod connection;
-mod error;
+pub mod error;
 pub mod inflight;
 mod stream_watch;
 mod tap;
@@ -74,6 +74,15 @@ pub enum Command {
 
 /// The supervisor's answer: the new status, or why it refused.
 pub type CommandReply = oneshot::Sender<Result<Status, String>>;
+
+/// Why an operator command did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandError {
+    /// The supervisor refused: the action does not apply in this state.
+    Refused(String),
+    /// No supervisor to ask (gateway shutting down).
+    NoSupervisor(String),
+}
 
 /// One configured backend.
 pub struct Backend {
@@ -173,10 +182,14 @@ impl Backend {
     }
 
     /// Sends an operator command to the supervisor and waits for its answer.
-    pub async fn command(&self, cmd: Command) -> Result<Status, String> {
+    pub async fn command(&self, cmd: Command) -> Result<Status, CommandError> {
         let (tx, rx) = oneshot::channel();
-        self.commands.send((cmd, tx)).map_err(|_| "the backend's supervisor is not running".to_owned())?;
-        rx.await.map_err(|_| "the backend's supervisor stopped".to_owned())?
+        self.commands
+            .send((cmd, tx))
+            .map_err(|_| CommandError::NoSupervisor("the backend's supervisor is not running".into()))?;
+        rx.await
+            .map_err(|_| CommandError::NoSupervisor("the backend's supervisor stopped".into()))?
+            .map_err(CommandError::Refused)
     }
 
     /// The command stream; taken once by the supervisor.

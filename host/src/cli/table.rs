@@ -1,77 +1,248 @@
-//! The `vigil status` table.
+//! The `vigil status` table: one row per backend, columns aligned, times
+//! relative to now ("in 4s"), reasons clipped to 80 characters.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
+use serde::Deserialize;
 
-const HEADERS: [&str; 8] = ["NAME", "STATE", "RUNTIME", "LATENCY", "ERRORS", "RESTARTS", "NEXT RETRY", "REASON"];
+use crate::health::{HealthState, advertisable};
 
-/// Renders instance reports as an aligned table; `now` makes times relative.
-pub fn render(rows: &[Value], now: SystemTime) -> String {
-    let cells: Vec<[String; 8]> = rows.iter().map(|r| row(r, now)).collect();
-    let mut widths = HEADERS.map(str::len);
-    for c in &cells {
-        for (w, v) in widths.iter_mut().zip(c.iter()) {
-            *w = (*w).max(v.chars().count());
+/// The fields of an `InstanceReport` the table shows, read leniently: a
+/// newer gateway may add fields or states.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Row {
+    pub name: String,
+    pub state: String,
+    #[serde(default)]
+    pub runtime: String,
+    #[serde(default)]
+    pub latency_ms: Option<f64>,
+    #[serde(default)]
+    pub error_rate: Option<f64>,
+    #[serde(default)]
+    pub calls_in_window: u64,
+    #[serde(default)]
+    pub restart_count: u64,
+    /// Unix milliseconds.
+    #[serde(default)]
+    pub next_retry_at: Option<i64>,
+    #[serde(default)]
+    pub quarantine_reason: Option<String>,
+    #[serde(default)]
+    pub reason: String,
+}
+
+// === impl Row ===
+
+impl Row {
+    /// Whether clients are being served this backend's tools (the gateway's
+    /// own [`advertisable`] rule); an unknown state is not serving.
+    pub fn serving(&self) -> bool {
+        self.state.parse::<HealthState>().is_ok_and(advertisable)
+    }
+}
+
+const HEADERS: [&str; 8] = ["NAME", "STATE", "RUNTIME", "LATENCY", "ERRORS", "RESTARTS", "NEXT-RETRY", "REASON"];
+
+/// The table, header first, one line per row, each ending in `\n`.
+pub fn render(rows: &[Row], now: SystemTime) -> String {
+    let cells: Vec<[String; 8]> = rows.iter().map(|r| cells(r, now)).collect();
+    let mut widths = HEADERS.map(|h| h.chars().count());
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
         }
     }
-    let line = |cols: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (v, w)) in cols.iter().zip(widths).enumerate() {
-            if i == cols.len() - 1 {
-                s.push_str(v);
+    let mut out = String::new();
+    let mut line = |fields: &[&str]| {
+        let mut l = String::new();
+        for (i, f) in fields.iter().enumerate() {
+            if i + 1 < fields.len() {
+                l.push_str(&format!("{f:<w$}  ", w = widths[i]));
             } else {
-                s.push_str(&format!("{v:<w$}  "));
+                l.push_str(f);
             }
         }
-        s.trim_end().to_owned() + "\n"
+        out.push_str(l.trim_end());
+        out.push('\n');
     };
-    let mut out = line(HEADERS.to_vec());
-    for c in &cells {
-        out.push_str(&line(c.iter().map(String::as_str).collect()));
+    line(&HEADERS);
+    for row in &cells {
+        line(&row.each_ref().map(String::as_str));
     }
     out
 }
 
-fn row(r: &Value, now: SystemTime) -> [String; 8] {
-    let text = |k: &str| r[k].as_str().unwrap_or("-").to_owned();
-    let latency = r["latency_ms"].as_f64().map(|ms| format!("{ms:.1}ms")).unwrap_or_else(|| "-".into());
-    let errors = match (r["error_rate"].as_f64(), r["calls_in_window"].as_u64()) {
-        (Some(rate), Some(n)) => format!("{:.0}% of {n}", rate * 100.0),
-        _ => "-".into(),
+fn cells(r: &Row, now: SystemTime) -> [String; 8] {
+    let reason = match (&r.quarantine_reason, r.state.as_str()) {
+        (Some(q), "quarantined") => q.as_str(),
+        _ => r.reason.as_str(),
     };
-    let next = r["next_retry_at"].as_i64().map(|ms| relative(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64), now)).unwrap_or_else(|| "-".into());
-    let mut reason = text("reason");
-    if reason.chars().count() > 60 {
-        reason = reason.chars().take(59).collect::<String>() + "…";
-    }
-    [text("name"), text("state"), text("runtime"), latency, errors, r["restart_count"].as_u64().unwrap_or(0).to_string(), next, reason]
+    [
+        one_line(&r.name),
+        one_line(&r.state),
+        one_line(if r.runtime.is_empty() { "-" } else { &r.runtime }),
+        r.latency_ms.map_or_else(|| "-".to_owned(), latency),
+        r.error_rate.map_or_else(|| "-".to_owned(), |e| errors(e, r.calls_in_window)),
+        r.restart_count.to_string(),
+        r.next_retry_at.map_or_else(|| "-".to_owned(), |at| relative(at, now)),
+        if reason.is_empty() { "-".to_owned() } else { clip(&one_line(reason)) },
+    ]
 }
 
-fn relative(at: SystemTime, now: SystemTime) -> String {
-    match at.duration_since(now) {
-        Ok(d) => format!("in {}", humantime::format_duration(Duration::from_secs(d.as_secs().max(1)))),
-        Err(_) => "due".into(),
+/// `0.4ms`, `12ms`, `1.3s`.
+pub fn latency(ms: f64) -> String {
+    if ms < 10.0 {
+        format!("{ms:.1}ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0}ms")
+    } else {
+        format!("{:.1}s", ms / 1000.0)
     }
+}
+
+/// Error share of the calls in the window: `0% of 12`, `<1% of 900`.
+pub fn errors(rate: f64, calls: u64) -> String {
+    let pct = rate * 100.0;
+    let pct = if pct > 0.0 && pct < 1.0 { "<1".to_owned() } else { format!("{pct:.0}") };
+    format!("{pct}% of {calls}")
+}
+
+/// When `at_ms` (Unix milliseconds) is, seen from `now`: `in 4s`,
+/// `in 2m 5s`, `in 1h 3m`, or `due` once it has passed.
+pub fn relative(at_ms: i64, now: SystemTime) -> String {
+    let now_ms = crate::health::unix_ms::to_ms(now);
+    let ahead = at_ms.saturating_sub(now_ms);
+    if ahead <= 0 {
+        return "due".to_owned();
+    }
+    // To the nearest second, but never "in 0s" for what is still ahead.
+    format!("in {}", short(Duration::from_secs(((ahead as u64 + 500) / 1000).max(1))))
+}
+
+fn short(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 if s.is_multiple_of(60) => format!("{}m", s / 60),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86400 if s % 3600 / 60 == 0 => format!("{}h", s / 3600),
+        3600..86400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// The widest REASON shown; `--json` has it whole.
+const MAX_REASON: usize = 80;
+
+fn clip(s: &str) -> String {
+    if s.chars().count() <= MAX_REASON {
+        return s.to_owned();
+    }
+    let mut cut: String = s.chars().take(MAX_REASON - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// Control characters (a newline in a reason) would break the table.
+fn one_line(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
+    const NOW_MS: i64 = 1_700_000_000_000;
+
+    fn now() -> SystemTime {
+        crate::health::unix_ms::from_ms(NOW_MS)
+    }
+
+    fn row(name: &str, state: &str) -> Row {
+        Row {
+            name: name.into(),
+            state: state.into(),
+            runtime: "process".into(),
+            latency_ms: None,
+            error_rate: None,
+            calls_in_window: 0,
+            restart_count: 0,
+            next_retry_at: None,
+            quarantine_reason: None,
+            reason: String::new(),
+        }
+    }
+
     #[test]
-    fn columns_align_and_times_are_relative() {
-        let now = UNIX_EPOCH + Duration::from_secs(1000);
-        let rows = [
-            json!({"name": "files", "state": "running", "runtime": "process", "latency_ms": 1.25, "error_rate": 0.0, "calls_in_window": 12, "restart_count": 0, "next_retry_at": null, "reason": "healthy"}),
-            json!({"name": "web", "state": "restarting", "runtime": "container", "latency_ms": null, "error_rate": null, "calls_in_window": 0, "restart_count": 3, "next_retry_at": 1_004_000, "reason": "restart in 4s"}),
-        ];
-        let out = render(&rows, now);
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines[0], "NAME   STATE       RUNTIME    LATENCY  ERRORS    RESTARTS  NEXT RETRY  REASON");
-        assert_eq!(lines[1], "files  running     process    1.2ms    0% of 12  0         -           healthy");
-        assert_eq!(lines[2], "web    restarting  container  -        -         3         in 4s       restart in 4s");
+    fn table_is_aligned_with_relative_times() {
+        let mut a = row("alpha", "running");
+        a.latency_ms = Some(12.4);
+        a.error_rate = Some(0.25);
+        a.calls_in_window = 40;
+        a.reason = "ready".into();
+        let mut b = row("search-backend", "restarting");
+        b.runtime = "container".into();
+        b.restart_count = 3;
+        b.next_retry_at = Some(NOW_MS + 4_000);
+        b.reason = "exited with code 1\nstderr: boom".into();
+        let mut c = row("db", "quarantined");
+        c.runtime = "remote".into();
+        c.restart_count = 12;
+        c.quarantine_reason = Some("crashed 5 times".into());
+        c.reason = "exited".into();
+        let expected = "\
+NAME            STATE        RUNTIME    LATENCY  ERRORS     RESTARTS  NEXT-RETRY  REASON
+alpha           running      process    12ms     25% of 40  0         -           ready
+search-backend  restarting   container  -        -          3         in 4s       exited with code 1 stderr: boom
+db              quarantined  remote     -        -          12        -           crashed 5 times
+";
+        assert_eq!(render(&[a, b, c], now()), expected);
+    }
+
+    #[test]
+    fn empty_table_is_the_header() {
+        assert_eq!(render(&[], now()), "NAME  STATE  RUNTIME  LATENCY  ERRORS  RESTARTS  NEXT-RETRY  REASON\n");
+    }
+
+    #[test]
+    fn long_reasons_are_clipped() {
+        let mut r = row("x", "offline");
+        r.reason = "e".repeat(200);
+        let line = render(&[r], now()).lines().nth(1).unwrap().to_owned();
+        assert!(line.ends_with(&format!("{}…", "e".repeat(MAX_REASON - 1))), "{line}");
+    }
+
+    #[test]
+    fn relative_times() {
+        assert_eq!(relative(NOW_MS + 300, now()), "in 1s");
+        assert_eq!(relative(NOW_MS + 4_000, now()), "in 4s");
+        assert_eq!(relative(NOW_MS + 4_020, now()), "in 4s");
+        assert_eq!(relative(NOW_MS + 4_600, now()), "in 5s");
+        assert_eq!(relative(NOW_MS + 59_000, now()), "in 59s");
+        assert_eq!(relative(NOW_MS + 60_000, now()), "in 1m");
+        assert_eq!(relative(NOW_MS + 125_000, now()), "in 2m 5s");
+        assert_eq!(relative(NOW_MS + 3_600_000, now()), "in 1h");
+        assert_eq!(relative(NOW_MS + 3_780_000, now()), "in 1h 3m");
+        assert_eq!(relative(NOW_MS + 90_000_000, now()), "in 1d 1h");
+        assert_eq!(relative(NOW_MS, now()), "due");
+        assert_eq!(relative(NOW_MS - 5_000, now()), "due");
+    }
+
+    #[test]
+    fn latency_and_errors() {
+        assert_eq!(latency(0.42), "0.4ms");
+        assert_eq!(latency(12.4), "12ms");
+        assert_eq!(latency(1340.0), "1.3s");
+        assert_eq!(errors(0.0, 12), "0% of 12");
+        assert_eq!(errors(0.001, 900), "<1% of 900");
+        assert_eq!(errors(1.0, 5), "100% of 5");
+    }
+
+    #[test]
+    fn serving_follows_the_gateway_rule() {
+        for (state, serving) in [("running", true), ("degraded", true), ("unknown", true), ("starting", false), ("offline", false), ("restarting", false), ("updating", false), ("quarantined", false), ("from-the-future", false)] {
+            assert_eq!(row("x", state).serving(), serving, "{state}");
+        }
     }
 }

@@ -39,7 +39,10 @@ impl Gateway {
 
     async fn act(&self, name: &str, cmd: Command) -> Result<InstanceReport, ControlError> {
         let b = self.find(name)?;
-        let status = b.command(cmd).await.map_err(ControlError::Conflict)?;
+        let status = b.command(cmd).await.map_err(|e| match e {
+            crate::backend::CommandError::Refused(why) => ControlError::Conflict(why),
+            crate::backend::CommandError::NoSupervisor(why) => ControlError::Internal(why),
+        })?;
         Ok(Self::report(b, &status))
     }
 }

@@ -1,0 +1,163 @@
+//! A small client of the control API: builds URLs under `--api`, sends the
+//! bearer token, and turns every failure into a [`ClientError`] that knows
+//! its exit code.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode, Url};
+use serde_json::Value;
+
+/// How long to wait for the TCP connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a whole request may take (an action waits for the monitor).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a call to the control API failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("`{url}` is not a usable API URL: {reason}")]
+    BadUrl { url: String, reason: String },
+    /// No answer: refused, unresolvable, timed out, reset.
+    #[error("cannot reach the control API at {url}: {reason}\nhint: is `vigil serve` running, and does --api (or VIGIL_API) match its [api] listen address?")]
+    Unreachable { url: String, reason: String },
+    /// The API answered with an error status.
+    #[error("{}", api_message(*.status, .code.as_deref(), .message))]
+    Api { status: StatusCode, code: Option<String>, message: String },
+    /// A success status with a body that is not what Vigil sends.
+    #[error("unexpected answer from {url}: {reason}")]
+    BadAnswer { url: String, reason: String },
+}
+
+fn api_message(status: StatusCode, code: Option<&str>, message: &str) -> String {
+    let hint = match status {
+        StatusCode::UNAUTHORIZED => "\nhint: pass an [[api.tokens]] secret with --token or VIGIL_TOKEN",
+        StatusCode::FORBIDDEN => "\nhint: this needs a token with role = \"operator\"",
+        _ => "",
+    };
+    match code {
+        Some(code) => format!("{message} ({status}, {code}){hint}"),
+        None => format!("the API answered {status}: {message}{hint}"),
+    }
+}
+
+/// What an error means for the caller; see the exit codes in `cli`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Unreachable, or an answer that is not the control API's.
+    Api,
+    /// 401 or 403.
+    Refused,
+    /// 400, 404 or 409 from the control API: the request was understood
+    /// and turned down (no such backend, action does not apply now).
+    Rejected,
+}
+
+// === impl ClientError ===
+
+impl ClientError {
+    pub fn failure(&self) -> Failure {
+        match self {
+            ClientError::Api { status, .. } if matches!(*status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => Failure::Refused,
+            // Only the control API's own JSON errors: a 404 page from some
+            // other server at --api is a wrong URL, not a missing backend.
+            ClientError::Api { status, code: Some(_), .. }
+                if matches!(*status, StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::CONFLICT) =>
+            {
+                Failure::Rejected
+            }
+            _ => Failure::Api,
+        }
+    }
+}
+
+/// A control-API client for one `--api` base URL and token.
+pub struct ApiClient {
+    base: Url,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+// === impl ApiClient ===
+
+impl ApiClient {
+    /// `api` is the base URL (`http://127.0.0.1:8081`, or with a path
+    /// prefix behind a proxy); a bare `host:port` gets `http://`. An empty
+    /// token counts as none.
+    pub fn new(api: &str, token: Option<String>) -> Result<Self, ClientError> {
+        let text = if api.contains("://") { api.to_owned() } else { format!("http://{api}") };
+        let bad = |reason: String| ClientError::BadUrl { url: api.to_owned(), reason };
+        let base = Url::parse(&text).map_err(|e| bad(e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(bad("use an http:// or https:// URL".into()));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| bad(chain(&e)))?;
+        Ok(ApiClient { base, token: token.filter(|t| !t.is_empty()), http })
+    }
+
+    /// `base` + `/api/v1/` + `segments`, each segment percent-encoded.
+    pub fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut().expect("checked in new").pop_if_empty().extend(["api", "v1"]).extend(segments);
+        url
+    }
+
+    /// `GET /api/v1/health/instances`: the raw answer.
+    pub async fn instances(&self) -> Result<Value, ClientError> {
+        self.send(Method::GET, self.url(&["health", "instances"]), None).await
+    }
+
+    /// `POST /api/v1/health/instances/{name}/{action}`: the raw answer
+    /// (the backend's new report).
+    pub async fn act(&self, action: &str, name: &str, body: Option<Value>) -> Result<Value, ClientError> {
+        self.send(Method::POST, self.url(&["health", "instances", name, action]), body).await
+    }
+
+    async fn send(&self, method: Method, url: Url, body: Option<Value>) -> Result<Value, ClientError> {
+        let mut req = self.http.request(method, url.clone());
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(body.to_string());
+        }
+        let res = req.send().await.map_err(|e| ClientError::Unreachable { url: url.to_string(), reason: chain(&e.without_url()) })?;
+        let status = res.status();
+        let bytes = res.bytes().await.map_err(|e| ClientError::Unreachable { url: url.to_string(), reason: chain(&e.without_url()) })?;
+        let json = serde_json::from_slice::<Value>(&bytes);
+        if status.is_success() {
+            return json.map_err(|e| ClientError::BadAnswer { url: url.to_string(), reason: format!("not JSON ({e})") });
+        }
+        let error = json.ok().and_then(|v| {
+            let e = v.get("error")?;
+            Some((e.get("code")?.as_str()?.to_owned(), e.get("message")?.as_str()?.to_owned()))
+        });
+        Err(match error {
+            Some((code, message)) => ClientError::Api { status, code: Some(code), message },
+            None => {
+                let text = String::from_utf8_lossy(&bytes);
+                let message = if text.trim().is_empty() { "(empty body)".to_owned() } else { text.chars().take(200).collect() };
+                ClientError::Api { status, code: None, message }
+            }
+        })
+    }
+}
+
+/// An error and its causes on one line: reqwest's own message alone says
+/// only "error sending request".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
