@@ -108,9 +108,10 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     let api_state = vigil::api::ApiState { control: gw.clone(), store, tokens: std::sync::Arc::new(api.tokens) };
     let api_shutdown = shutdown.clone();
     tracker.spawn(async move {
-        if let Err(e) = vigil::api::serve(api.listen, api_state, api_shutdown.clone()).await {
-            tracing::error!(address = %api.listen, error = %e, "the control API cannot listen; shutting down");
-            api_shutdown.cancel();
+        // Losing the control API must not stop MCP traffic: say so loudly
+        // and keep serving.
+        if let Err(e) = vigil::api::serve(api.listen, api_state, api_shutdown).await {
+            tracing::error!(address = %api.listen, error = %e, "the control API cannot listen; serving MCP without it (set [api] listen to a free address)");
         }
     });
     let result = if stdio {

@@ -4,7 +4,9 @@
   attaches their captured output to the report of a failed test;
 - `demo_http`: starts an HTTP demo backend and waits until it answers;
 - `vigil`: writes a config into the test's directory, runs
-  `vigil serve --config FILE` and waits until `/mcp` answers;
+  `vigil serve --config FILE` and waits until `/mcp` (and, when asked, the
+  control API) answers; `vigil.serve_again(gw)` restarts it on the same
+  config;
 - `vigil_bin`, `demo_bin`: the binaries under test;
 - `anyio_backend`: async tests (`@pytest.mark.anyio`) run on asyncio.
 """
@@ -22,12 +24,11 @@ from harness import (
     LOG_HEAD_BYTES,
     LOG_TAIL_BYTES,
     DemoHttp,
+    Gateways,
     Procs,
-    Vigil,
     find_binary,
     free_port,
     port_taken,
-    render_config,
     wait_http,
 )
 
@@ -113,27 +114,16 @@ def demo_http(procs: Procs, demo_bin: Path) -> Callable[..., DemoHttp]:
 
 
 @pytest.fixture
-def vigil(procs: Procs, vigil_bin: Path, tmp_path: Path) -> Callable[..., Vigil]:
+def vigil(procs: Procs, vigil_bin: Path, tmp_path: Path) -> Gateways:
     """Write a config and run `vigil serve --config FILE` until `/mcp` answers.
 
-    `start(backends, naming="prefix", separator="__", **extra_top_level_keys)`.
+    `vigil(backends, naming="prefix", separator="__", api=None, env=None, **extra_top_level_keys)`.
+    A dict among the extra keys becomes a table (`health={"interval": "1s"}`
+    → `[health]`). The control API always gets a free loopback port
+    (`[api] listen`, kept in `Vigil.api_port`); with `api` given (more `[api]`
+    keys such as `{"tokens": [...]}`, or `{}`), the call also waits until the
+    API answers. `env` adds environment variables for vigil.
+    `vigil.serve_again(gw)` stops `gw` with SIGTERM and serves its config
+    file again.
     """
-
-    def start(backends: list[dict[str, Any]], *, naming: str = "prefix", separator: str = "__", **extra: Any) -> Vigil:
-        for _attempt in range(3):
-            port = free_port()
-            top = {"listen": f"127.0.0.1:{port}", "naming": naming, "separator": separator, **extra}
-            config = tmp_path / "vigil.toml"
-            config.write_text(render_config(top, backends), encoding="utf-8")
-            proc = procs.start("vigil", [vigil_bin, "serve", "--config", config])
-            gw = Vigil(port, proc, config)
-            try:
-                wait_http(gw.url, proc, "vigil")
-            except pytest.fail.Exception:
-                if not proc.alive() and port_taken(proc):
-                    continue
-                raise
-            return gw
-        pytest.fail("could not find a free port for vigil", pytrace=False)
-
-    return start
+    return Gateways(procs, vigil_bin, tmp_path)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -154,6 +155,14 @@ class Proc:
         except subprocess.TimeoutExpired:
             pytest.fail(f"{self.name} (pid {self.pid}) survived SIGKILL for {DEADLINE}s", pytrace=False)
 
+    def terminate(self) -> int:
+        """SIGTERM the process alone (as an operator would) and wait for it to exit; its exit status."""
+        _signal_pid(self.pid, signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.name} (pid {self.pid}) still running {DEADLINE}s after SIGTERM", pytrace=False)
+
     def stop(self) -> None:
         """SIGTERM, wait a grace period, then SIGKILL the process and every descendant."""
         tree = descendants(self.pid) if self.alive() else []
@@ -184,6 +193,38 @@ def _signal_pid(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of `pid` in /proc (`R`, `S`, `T` for stopped, `Z`, ...), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat.rsplit(")", 1)[-1].split()
+    return rest[0] if rest else None
+
+
+def pids_with_arg(marker: str) -> list[int]:
+    """Every live (non-zombie) process on the machine with `marker` in one of its arguments."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and any(marker in a for a in cmdline(int(entry))):
+            if process_state(int(entry)) not in (None, "Z"):
+                found.append(int(entry))
+    return found
+
+
+def demo_pids(root: int, name: str, binary: Path) -> list[int]:
+    """Pids of the demo backend processes started with `--name NAME` under process `root`."""
+    found = []
+    for pid in descendants(root):
+        argv = cmdline(pid)
+        if argv and Path(argv[0]).name == binary.name and "--name" in argv and name in argv:
+            if process_state(pid) not in (None, "Z"):
+                found.append(pid)
+    return found
 
 
 @dataclass
@@ -256,6 +297,31 @@ def wait_http(url: str, proc: Proc, what: str) -> None:
     pytest.fail(f"{what} did not answer at {url} within {DEADLINE}s (last: {last!r})", pytrace=False)
 
 
+def wait_api(base: str, proc: Proc) -> None:
+    """Wait until the control API at `base` answers a GET (any status), or fail if `proc` exits first."""
+    url = f"{base}/api/v1/health/instances"
+    deadline = time.monotonic() + DEADLINE
+    last: Any = None
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            pytest.fail(
+                f"vigil exited with {proc.popen.returncode} before its control API answered; stderr:\n{proc.stderr()}",
+                pytrace=False,
+            )
+        try:
+            httpx.get(url, timeout=2.0)
+        except httpx.HTTPError as exc:
+            last = exc
+        else:
+            return
+        time.sleep(POLL_INTERVAL)
+    pytest.fail(
+        f"vigil's control API ([api] listen) did not answer at {url} within {DEADLINE}s (last: {last!r}); "
+        "is the API served by `vigil serve`?",
+        pytrace=False,
+    )
+
+
 def port_taken(proc: Proc) -> bool:
     text = proc.stderr().lower()
     return "address already in use" in text or "addrinuse" in text
@@ -285,22 +351,63 @@ def demo_stdio_args(name: str, tools_file: Path | None = None) -> list[str]:
 # === the gateway ===
 
 
+def toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
 def toml_value(value: Any) -> str:
+    """One TOML value; a dict is written as an inline table (`{ k = v }`)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise TypeError(f"cannot write {value!r} as TOML")
+        return repr(value)  # always has a '.' or an exponent: a TOML float
     if isinstance(value, str | Path):
         return json.dumps(str(value))  # a JSON string is a valid TOML basic string
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _table(header: str, path: str, body: dict[str, Any]) -> list[str]:
+    """`[path]` (or `[[path]]`) with its keys, then its sub-tables and arrays of tables."""
+    plain = {k: v for k, v in body.items() if not isinstance(v, dict) and not _is_table_array(v)}
+    lines = [header] + [f"{toml_key(k)} = {toml_value(v)}" for k, v in plain.items()]
+    for k, v in body.items():
+        sub = f"{path}.{toml_key(k)}"
+        if isinstance(v, dict):
+            lines += ["", *_table(f"[{sub}]", sub, v)]
+        elif _is_table_array(v):
+            for item in v:
+                lines += ["", *_table(f"[[{sub}]]", sub, item)]
+    return lines
+
+
 def render_config(top: dict[str, Any], backends: list[dict[str, Any]]) -> str:
-    lines = [f"{k} = {toml_value(v)}" for k, v in top.items()]
+    """A `vigil.toml`.
+
+    In `top`, plain values are top-level keys, dicts become tables
+    (`health={...}` → `[health]`) and lists of dicts arrays of tables
+    (`api={"tokens": [{...}]}` → `[[api.tokens]]`). In a backend, a dict is
+    an inline table (`health = { interval = "1s" }`).
+    """
+    lines = [f"{toml_key(k)} = {toml_value(v)}" for k, v in top.items() if not isinstance(v, dict)]
+    for k, v in top.items():
+        if isinstance(v, dict):
+            lines += ["", *_table(f"[{toml_key(k)}]", toml_key(k), v)]
     for b in backends:
-        lines += ["", "[[backends]]"] + [f"{k} = {toml_value(v)}" for k, v in b.items()]
+        lines += ["", "[[backends]]"] + [f"{toml_key(k)} = {toml_value(v)}" for k, v in b.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -317,6 +424,8 @@ class Vigil:
     port: int
     proc: Proc
     config_path: Path
+    #: The control API's port (`[api] listen`); the fixture always sets one.
+    api_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -325,6 +434,70 @@ class Vigil:
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        """`http://127.0.0.1:PORT` of the control API (paths start with `/api/v1/`)."""
+        assert self.api_port is not None, "this gateway was started without [api] listen"
+        return f"http://127.0.0.1:{self.api_port}"
+
+
+class Gateways:
+    """What the `vigil` fixture gives: call it to start a gateway; `serve_again` restarts one."""
+
+    def __init__(self, procs: Procs, vigil_bin: Path, tmp_path: Path) -> None:
+        self.procs, self.vigil_bin, self.dir = procs, vigil_bin, tmp_path
+
+    def __call__(
+        self,
+        backends: list[dict[str, Any]],
+        *,
+        naming: str = "prefix",
+        separator: str = "__",
+        api: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> Vigil:
+        for _attempt in range(3):
+            port, api_port = free_port(), free_port()
+            top = {
+                "listen": f"127.0.0.1:{port}",
+                "naming": naming,
+                "separator": separator,
+                **extra,
+                "api": {"listen": f"127.0.0.1:{api_port}", **(api or {})},
+            }
+            config = self.dir / "vigil.toml"
+            config.write_text(render_config(top, backends), encoding="utf-8")
+            gw = self._serve(config, port, api_port, wait_for_api=api is not None, env=env)
+            if gw is not None:
+                return gw
+        pytest.fail("could not find free ports for vigil", pytrace=False)
+
+    def serve_again(self, gw: Vigil, *, env: dict[str, str] | None = None) -> Vigil:
+        """Stop `gw` with SIGTERM, then serve the same config file again (same ports, same data_dir)."""
+        gw.proc.terminate()
+        assert gw.api_port is not None
+        again = self._serve(gw.config_path, gw.port, gw.api_port, wait_for_api=True, env=env)
+        if again is None:
+            pytest.fail("the new vigil could not listen on the ports of the one it replaced", pytrace=False)
+        return again
+
+    def _serve(
+        self, config: Path, port: int, api_port: int, *, wait_for_api: bool, env: dict[str, str] | None
+    ) -> Vigil | None:
+        """`vigil serve --config CONFIG` until it answers; None if a port was taken (pick others)."""
+        proc = self.procs.start("vigil", [self.vigil_bin, "serve", "--config", config], env=env)
+        gw = Vigil(port, proc, config, api_port)
+        try:
+            wait_http(gw.url, proc, "vigil")
+            if wait_for_api:
+                wait_api(gw.api_base, proc)
+        except pytest.fail.Exception:
+            if not proc.alive() and port_taken(proc):
+                return None
+            raise
+        return gw
 
 
 def run_vigil(vigil_bin: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

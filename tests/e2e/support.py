@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.streamable_http import streamable_http_client
@@ -308,3 +309,76 @@ def write_tools_file(path: Path, tools: list[dict[str, str]], *, notify: bool = 
 
 def eprint(*args: Any) -> None:
     print(*args, file=sys.stderr)
+
+
+# === the control API ===
+
+
+class ControlApi:
+    """Vigil's control API (`[api] listen`) as one principal: `token`, or none.
+
+    Requests are bounded by the deadline; the JSON helpers check the status.
+    """
+
+    def __init__(self, base: str, token: str | None = None) -> None:
+        self.base = base
+        self.token = token
+
+    def as_token(self, token: str | None) -> ControlApi:
+        return ControlApi(self.base, token)
+
+    async def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token is not None else {}
+        async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            return await client.request(method, f"{self.base}{path}", headers=headers, json=body)
+
+    async def get_json(self, path: str) -> Any:
+        resp = await self.request("GET", path)
+        assert resp.status_code == 200, f"GET {path}: HTTP {resp.status_code} {resp.text[:500]}"
+        return resp.json()
+
+    async def instances(self) -> list[dict[str, Any]]:
+        """`GET /api/v1/health/instances`: every backend's report."""
+        return (await self.get_json("/api/v1/health/instances"))["instances"]
+
+    async def instance(self, name: str) -> dict[str, Any]:
+        """`GET /api/v1/health/instances/NAME`: the report with `transitions` (oldest first) and `last_exit`."""
+        return await self.get_json(f"/api/v1/health/instances/{name}")
+
+    async def act(self, name: str, action: str, body: Any = None) -> httpx.Response:
+        """`POST /api/v1/health/instances/NAME/ACTION` (`restart`, `quarantine`, `release`)."""
+        return await self.request("POST", f"/api/v1/health/instances/{name}/{action}", body)
+
+    async def act_ok(self, name: str, action: str, body: Any = None) -> dict[str, Any]:
+        resp = await self.act(name, action, body)
+        assert resp.status_code == 200, f"{action} {name}: HTTP {resp.status_code} {resp.text[:500]}"
+        return resp.json()
+
+    async def audit(self, limit: int = 100) -> list[dict[str, Any]]:
+        """`GET /api/v1/audit?limit=N`: the newest audit entries, oldest first."""
+        return (await self.get_json(f"/api/v1/audit?limit={limit}"))["entries"]
+
+    async def wait_for(self, name: str, until: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        """Poll backend `name`'s detail until `until(detail)` holds; return that detail."""
+        return await poll(lambda: self.instance(name), until, f"{name}: {what}")
+
+    async def wait_state(self, name: str, *states: str) -> dict[str, Any]:
+        return await self.wait_for(name, lambda d: d["state"] in states, f"state in {states}")
+
+
+def transition_path(transitions: list[dict[str, Any]]) -> list[str]:
+    """`["running>offline", ...]` of a backend's transitions, for failure messages and comparisons."""
+    return [f"{t['from']}>{t['to']}" for t in transitions]
+
+
+def find_run(transitions: list[dict[str, Any]], states: list[str], start: int = 0) -> int | None:
+    """Index of the first run of consecutive transitions (at or after `start`) that moves through `states`.
+
+    `states = ["running", "offline", "restarting"]` matches
+    `running>offline, offline>restarting`.
+    """
+    steps = list(zip(states, states[1:], strict=False))
+    for i in range(start, len(transitions) - len(steps) + 1):
+        if all((transitions[i + k]["from"], transitions[i + k]["to"]) == step for k, step in enumerate(steps)):
+            return i
+    return None

@@ -12,6 +12,9 @@ pub fn unavailable(backend: &str, state: HealthState, reason: &str) -> McpError 
     // Backend errors name the backend themselves; don't say it twice.
     let own = format!("backend '{backend}': ");
     let reason = reason.strip_prefix(&own).unwrap_or(reason);
+    // Clients get what happened, not the backend's own log lines (those
+    // are for operators: API and logs).
+    let reason = reason.split(" (last stderr line:").next().unwrap_or(reason);
     let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
     McpError::new(
         ErrorCode::INTERNAL_ERROR,

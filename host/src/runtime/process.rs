@@ -85,7 +85,9 @@ impl ProcessRuntime {
         }
         // SIGTERM the group first for a clean exit, then SIGKILL.
         if let Some(pid) = pid {
-            signal_group(pid, libc_sigterm());
+            signal_group(pid, SIGTERM);
+            // A stopped (SIGSTOP) process only acts on SIGTERM once continued.
+            signal_group(pid, SIGCONT);
         }
         if tokio::time::timeout(STOP_GRACE, exit.wait_for(Option::is_some)).await.is_err()
             && let Some(kill) = kill
@@ -152,9 +154,8 @@ impl ProcessRuntime {
     }
 }
 
-fn libc_sigterm() -> i32 {
-    15
-}
+const SIGTERM: i32 = 15;
+const SIGCONT: i32 = 18;
 
 /// Sends `sig` to the process group led by `pid` (the child and what it spawned).
 fn signal_group(pid: u32, sig: i32) {

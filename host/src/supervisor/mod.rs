@@ -171,12 +171,21 @@ impl Supervisor {
             RuntimeError::Infrastructure(m) => StartFailure::Infrastructure(m),
             RuntimeError::Failed(m) => StartFailure::Backend(m),
         })?;
-        let Started { endpoint, exited, id } = started;
+        let Started { endpoint, mut exited, id } = started;
         let conn = match self.backend.open_shared_connection(endpoint, self.stderr.clone()).await {
             Ok(c) => c,
             Err(e) => {
+                // A process that died during the handshake explains it best;
+                // its exit also flushes the stderr we quote.
+                let why = match tokio::time::timeout(Duration::from_millis(500), &mut exited).await {
+                    Ok(Ok(exit)) => {
+                        self.last_exit = Some(exit.summary.clone());
+                        format!("{} during the MCP handshake", exit.summary)
+                    }
+                    _ => e.to_string(),
+                };
                 let _ = self.runtime.stop().await;
-                return Err(StartFailure::Backend(self.with_stderr(e.to_string())));
+                return Err(StartFailure::Backend(self.with_stderr(why)));
             }
         };
         let catalog = match conn.list_catalog().await {
