@@ -10,13 +10,18 @@
 //! at least 0.8x direct, p50 overhead at most 150 µs. It measures; it never
 //! fails on a threshold.
 //!
+//! `vigil-bench probes` measures health-probe fan-out instead: one Vigil
+//! probing many HTTP backends (see `probes.rs`).
+//!
 //! ```text
 //! cargo build --release -p vigil -p vigil-demo-backend -p vigil-bench
 //! target/release/vigil-bench --sessions 1,8,32
+//! target/release/vigil-bench probes --backends 100,1000
 //! ```
 
 mod load;
 mod machine;
+mod probes;
 mod procs;
 mod report;
 mod stats;
@@ -25,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 use crate::load::{Plan, Target};
 use crate::procs::Server;
@@ -36,9 +41,33 @@ pub const GOAL_THROUGHPUT_RATIO: f64 = 0.8;
 /// Goal: through-Vigil p50 at most this many microseconds above direct.
 pub const GOAL_P50_OVERHEAD_US: f64 = 150.0;
 
-/// Benchmark tools/call against the demo backend, directly and through Vigil.
+/// Benchmarks of Vigil: tools/call against the demo backend, directly and
+/// through Vigil (the default, or `calls`), and health-probe fan-out
+/// (`probes`).
 #[derive(Debug, Parser)]
-#[command(name = "vigil-bench", version, about)]
+#[command(name = "vigil-bench", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
+    #[command(flatten)]
+    calls: Args,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// tools/call against the demo backend, directly and through Vigil (what
+    /// `vigil-bench` without a subcommand runs).
+    Calls(Args),
+    /// Health-probe fan-out: one Vigil probing many HTTP backends (one demo
+    /// backend process serving them all); Vigil's CPU, memory and the probe
+    /// latency distribution, against an idle baseline.
+    Probes(probes::ProbeArgs),
+}
+
+// The options of the tools/call benchmark (no doc comment: clap would take
+// it as the whole program's description).
+#[derive(Debug, clap::Args)]
 pub struct Args {
     /// Concurrent client sessions. Comma-separate (or repeat) for a sweep in
     /// one run, e.g. `--sessions 1,8,32`.
@@ -100,7 +129,58 @@ pub struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let cli = Cli::parse();
+    match cli.command {
+        None => main_calls(cli.calls),
+        Some(Command::Calls(args)) => main_calls(args),
+        Some(Command::Probes(args)) => main_probes(args),
+    }
+}
+
+fn main_probes(args: probes::ProbeArgs) -> std::process::ExitCode {
+    // One worker: the bench only samples, it should take little CPU.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = probes::run(&args) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+            _ = terminated() => Err(anyhow::anyhow!("terminated")),
+        }
+    });
+    // Children are spawned with kill_on_drop: dropping the runtime (and the
+    // future holding them) kills whatever is still running.
+    drop(runtime);
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGTERM (never if it cannot be watched), so the bench can
+/// stop its servers instead of dying with them still running.
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
+    }
+}
+
+fn main_calls(args: Args) -> std::process::ExitCode {
     // Before the runtime exists, so every worker thread inherits it.
     if let Some(CpuList(cpus)) = &args.pin_load
         && let Err(e) = procs::pin_current_process(cpus)
@@ -325,7 +405,7 @@ fn parse_cpus(s: &str) -> Result<CpuList, String> {
 }
 
 /// Finds the directory holding both server binaries.
-fn resolve_bin_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub(crate) fn resolve_bin_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     let has_both =
         |dir: &Path| dir.join("vigil").is_file() && dir.join("vigil-demo-backend").is_file();
     if let Some(dir) = explicit {

@@ -12,6 +12,8 @@
 //! cargo run -p vigil-demo-backend
 //! # streamable HTTP at http://127.0.0.1:3901/mcp
 //! cargo run -p vigil-demo-backend -- --transport http --listen 127.0.0.1:3901 --name alpha
+//! # also 100 independent endpoints /mcp/0 ... /mcp/99 in one process
+//! cargo run -p vigil-demo-backend -- --transport http --endpoints 100
 //! # with extra tools that follow a file
 //! cargo run -p vigil-demo-backend -- --tools-file tools.json
 //! ```
@@ -28,6 +30,11 @@ mod watch;
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use anyhow::Context as _;
+use axum::{
+    extract::{Path, Request, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
 use clap::{Parser, ValueEnum};
 use rmcp::{
     ServiceExt,
@@ -68,6 +75,13 @@ struct Args {
     /// any). Loopback names (localhost, 127.0.0.1, ::1) are always accepted.
     #[arg(long, value_name = "HOST")]
     allow_host: Vec<String>,
+
+    /// With `--transport http`, also serve N independent MCP endpoints at
+    /// `/mcp/0` ... `/mcp/{N-1}`, each with its own sessions (one process
+    /// standing in for many backends, e.g. for benchmarks). They share the
+    /// server name, the extra tools and the counter. `/mcp` is served as well.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    endpoints: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -81,6 +95,14 @@ enum Transport {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.endpoints > 0 && args.transport != Transport::Http {
+        <Args as clap::CommandFactory>::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--endpoints needs --transport http",
+            )
+            .exit();
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
@@ -126,7 +148,11 @@ async fn serve_stdio(hub: Arc<Hub>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves streamable HTTP at `/mcp` until Ctrl-C or SIGTERM.
+/// The streamable HTTP MCP service of one endpoint.
+type HttpService = StreamableHttpService<DemoServer, LocalSessionManager>;
+
+/// Serves streamable HTTP at `/mcp` (and `/mcp/0` ... with `--endpoints`)
+/// until Ctrl-C or SIGTERM.
 async fn serve_http(hub: Arc<Hub>, args: &Args, shutdown: CancellationToken) -> anyhow::Result<()> {
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
@@ -138,21 +164,46 @@ async fn serve_http(hub: Arc<Hub>, args: &Args, shutdown: CancellationToken) -> 
         hosts.extend(args.allow_host.iter().cloned());
         config = config.with_allowed_hosts(hosts);
     }
-    let factory_hub = hub.clone();
-    let service = StreamableHttpService::new(
-        move || Ok(DemoServer::new(factory_hub.clone())),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    // One service per endpoint, each with its own session manager, so the
+    // endpoints are as independent as separate servers.
+    let new_service = |config: StreamableHttpServerConfig| -> HttpService {
+        let factory_hub = hub.clone();
+        StreamableHttpService::new(
+            move || Ok(DemoServer::new(factory_hub.clone())),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        )
+    };
+    let service = new_service(config.clone());
+    let router = if args.endpoints == 0 {
+        axum::Router::new().nest_service("/mcp", service)
+    } else {
+        let endpoints: Arc<Vec<HttpService>> = Arc::new(
+            (0..args.endpoints)
+                .map(|_| new_service(config.clone()))
+                .collect(),
+        );
+        axum::Router::new()
+            .route_service("/mcp", service)
+            .route("/mcp/{n}", axum::routing::any(serve_endpoint))
+            .with_state(endpoints)
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr().unwrap_or(args.listen);
-    tracing::info!(
-        name = hub.name(),
-        "serving MCP over streamable HTTP at http://{local}/mcp"
-    );
+    if args.endpoints == 0 {
+        tracing::info!(
+            name = hub.name(),
+            "serving MCP over streamable HTTP at http://{local}/mcp"
+        );
+    } else {
+        tracing::info!(
+            name = hub.name(),
+            "serving MCP over streamable HTTP at http://{local}/mcp and http://{local}/mcp/0 ... /mcp/{}",
+            args.endpoints - 1
+        );
+    }
     // Small SSE writes must not wait for the client's delayed ACK (Nagle).
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
@@ -165,6 +216,25 @@ async fn serve_http(hub: Arc<Hub>, args: &Args, shutdown: CancellationToken) -> 
         })
         .await
         .context("HTTP server failed")
+}
+
+/// `/mcp/{n}`: hands the request to endpoint `n`'s service.
+async fn serve_endpoint(
+    State(endpoints): State<Arc<Vec<HttpService>>>,
+    Path(n): Path<String>,
+    request: Request,
+) -> Response {
+    match n.parse::<usize>().ok().and_then(|n| endpoints.get(n)) {
+        Some(service) => service.handle(request).await.into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no MCP endpoint /mcp/{n}; this server has /mcp/0 ... /mcp/{}\n",
+                endpoints.len() - 1
+            ),
+        )
+            .into_response(),
+    }
 }
 
 /// Resolves on Ctrl-C or (on Unix) SIGTERM.

@@ -64,7 +64,9 @@ pub async fn connect(
                 .reinit_on_expired_session(true);
             let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
-            let transport = StreamableHttpClientTransport::with_client(WatchedHttp::new(closed_tx, keep_alive), cfg);
+            let http = WatchedHttp::new(closed_tx, keep_alive)
+                .map_err(|reason| BackendError::Transport { backend: backend.clone(), reason, stderr: vec![] })?;
+            let transport = StreamableHttpClientTransport::with_client(http, cfg);
             let transport = Tapped::new(transport, relay.clone());
             handshake(&backend, client.serve(transport), timeouts.connect, None).await?
         }

@@ -38,15 +38,17 @@ impl WatchedHttp {
     /// several small segments without TCP_NODELAY makes a reused connection
     /// wait for the delayed ACK (~40 ms a call). No redirects either: one
     /// would replay session ids and configured headers to another place.
-    pub fn new(closed: mpsc::UnboundedSender<RequestId>, keep_alive: bool) -> Self {
+    pub fn new(closed: mpsc::UnboundedSender<RequestId>, keep_alive: bool) -> Result<Self, String> {
         let pool = if keep_alive { 32 } else { 0 };
+        // Building the client can fail (e.g. out of file descriptors while
+        // loading root certificates): an error for this attempt, never a panic.
         let inner = reqwest::Client::builder()
             .pool_max_idle_per_host(pool)
             .tcp_nodelay(true)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .unwrap_or_default();
-        Self { inner, closed }
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self { inner, closed })
     }
 }
 
