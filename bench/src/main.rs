@@ -310,7 +310,10 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     )
     .await?;
     if let Some(v) = procs::version(&vigil_bin).await {
-        println!("gateway: {v}, one HTTP backend (vigil-demo-backend), log_level = warn, backend keep_alive = {}", args.backend_keep_alive);
+        println!(
+            "gateway: {v}, one HTTP backend (vigil-demo-backend), log_level = warn, backend keep_alive = {}",
+            args.backend_keep_alive
+        );
     }
     println!();
 

@@ -74,9 +74,20 @@ fn main() -> ExitCode {
         }
     };
     if let Command::Check(_) = cli.command {
-        println!("{}: ok, {} backend(s)", config.file.display(), config.backends.len());
+        println!(
+            "{}: ok, {} backend(s)",
+            config.file.display(),
+            config.backends.len()
+        );
         for b in &config.backends {
-            println!("  {} ({})", b.name, match b.transport { vigil::config::Transport::Stdio { .. } => "stdio", vigil::config::Transport::Http { .. } => "http" });
+            println!(
+                "  {} ({})",
+                b.name,
+                match b.transport {
+                    vigil::config::Transport::Stdio { .. } => "stdio",
+                    vigil::config::Transport::Http { .. } => "http",
+                }
+            );
         }
         return ExitCode::SUCCESS;
     }
@@ -105,7 +116,11 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     let store = open_store(&config.data_dir).await;
     let api = config.api.clone();
     let gw = Gateway::start(config, store.clone(), &tracker, shutdown.clone()).await?;
-    let api_state = vigil::api::ApiState { control: gw.clone(), store, tokens: std::sync::Arc::new(api.tokens) };
+    let api_state = vigil::api::ApiState {
+        control: gw.clone(),
+        store,
+        tokens: std::sync::Arc::new(api.tokens),
+    };
     let api_shutdown = shutdown.clone();
     tracker.spawn(async move {
         // Losing the control API must not stop MCP traffic: say so loudly
@@ -117,11 +132,16 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     let result = if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await
     } else {
-        gateway::http::serve(gw, shutdown.clone()).await.map_err(Into::into)
+        gateway::http::serve(gw, shutdown.clone())
+            .await
+            .map_err(Into::into)
     };
     shutdown.cancel();
     tracker.close();
-    if tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!("shutdown grace period over; exiting with tasks still running");
     }
     result
@@ -151,14 +171,15 @@ async fn on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(t) => t,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                shutdown.cancel();
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    shutdown.cancel();
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -172,7 +193,8 @@ async fn on_signal(shutdown: CancellationToken) {
 
 fn init_logging(config: &Config) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -23,7 +23,8 @@ use vigil::runtime::{Endpoint, Runtime, RuntimeError};
 
 /// The demo backend's image (`VIGIL_TEST_IMAGE`, as for scripts/container-image.sh).
 fn image() -> String {
-    std::env::var("VIGIL_TEST_IMAGE").unwrap_or_else(|_| "localhost/vigil-demo-backend:test".to_owned())
+    std::env::var("VIGIL_TEST_IMAGE")
+        .unwrap_or_else(|_| "localhost/vigil-demo-backend:test".to_owned())
 }
 const SETUP: &str = "run `eval \"$(bash scripts/container-engine.sh)\"` and `bash scripts/container-image.sh` first";
 
@@ -40,14 +41,16 @@ async fn engine() -> Docker {
     logs();
     let host = match std::env::var("DOCKER_HOST") {
         Ok(host) if !host.trim().is_empty() => host,
-        _ => panic!("DOCKER_HOST is not set: these tests need a Docker-API container engine; {SETUP}"),
+        _ => panic!(
+            "DOCKER_HOST is not set: these tests need a Docker-API container engine; {SETUP}"
+        ),
     };
-    let docker = Docker::connect_with_host(&host)
-        .unwrap_or_else(|e| panic!("cannot connect to the engine at DOCKER_HOST={host}: {e}; {SETUP}"));
-    let docker = docker
-        .negotiate_version()
-        .await
-        .unwrap_or_else(|e| panic!("the engine at DOCKER_HOST={host} does not answer: {e}; {SETUP}"));
+    let docker = Docker::connect_with_host(&host).unwrap_or_else(|e| {
+        panic!("cannot connect to the engine at DOCKER_HOST={host}: {e}; {SETUP}")
+    });
+    let docker = docker.negotiate_version().await.unwrap_or_else(|e| {
+        panic!("the engine at DOCKER_HOST={host} does not answer: {e}; {SETUP}")
+    });
     let image = image();
     if let Err(e) = docker.inspect_image(&image).await {
         panic!("image {image} is not in the engine at {host} ({e}); {SETUP}");
@@ -57,7 +60,11 @@ async fn engine() -> Docker {
 
 /// A loopback port nobody listens on right now.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A backend name unique to this test run.
@@ -73,10 +80,16 @@ impl Drop for Cleanup {
         let name = self.0.clone();
         // A runtime of its own: this may run while the test's runtime unwinds.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 if let Ok(docker) = Docker::connect_with_defaults() {
-                    let options = RemoveContainerOptions { force: true, ..Default::default() };
+                    let options = RemoveContainerOptions {
+                        force: true,
+                        ..Default::default()
+                    };
                     let _ = docker.remove_container(&name, Some(options)).await;
                 }
             });
@@ -90,15 +103,25 @@ fn demo_runtime(backend: &str, port: u16) -> (ContainerRuntime, String) {
     let spec = ContainerSpec {
         image: image(),
         command: None,
-        args: ["--transport", "http", "--listen", &format!("127.0.0.1:{port}"), "--name", "c1"]
-            .map(String::from)
-            .to_vec(),
+        args: [
+            "--transport",
+            "http",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--name",
+            "c1",
+        ]
+        .map(String::from)
+        .to_vec(),
         env: BTreeMap::from([("RUST_LOG".to_owned(), "info".to_owned())]),
         labels: BTreeMap::from([("vigil.test".to_owned(), "container_runtime".to_owned())]),
         port: None,
         network: Some("host".to_owned()),
     };
-    (ContainerRuntime::new(backend, spec, url.clone(), BTreeMap::new()), url)
+    (
+        ContainerRuntime::new(backend, spec, url.clone(), BTreeMap::new()),
+        url,
+    )
 }
 
 /// Polls until an MCP `initialize` at `url` answers with the demo's serverInfo.
@@ -162,12 +185,24 @@ async fn container_starts_serves_mcp_dies_and_restarts() {
     }
     wait_for_mcp(&url).await;
 
-    let info = docker.inspect_container(&started.id, None).await.expect("inspect by id");
-    assert_eq!(info.name.as_deref().map(|n| n.trim_start_matches('/')), Some(rt.container_name()));
+    let info = docker
+        .inspect_container(&started.id, None)
+        .await
+        .expect("inspect by id");
+    assert_eq!(
+        info.name.as_deref().map(|n| n.trim_start_matches('/')),
+        Some(rt.container_name())
+    );
     let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
     assert_eq!(labels.get("vigil.backend"), Some(&backend));
-    assert_eq!(labels.get("vigil.managed").map(String::as_str), Some("true"));
-    assert_eq!(labels.get("vigil.test").map(String::as_str), Some("container_runtime"));
+    assert_eq!(
+        labels.get("vigil.managed").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        labels.get("vigil.test").map(String::as_str),
+        Some("container_runtime")
+    );
 
     let seen = rt.inspect().await.expect("inspect");
     assert!(seen.running, "{seen:?}");
@@ -176,7 +211,12 @@ async fn container_starts_serves_mcp_dies_and_restarts() {
 
     // Killed behind Vigil's back: the exit is reported with its signal.
     docker
-        .kill_container(&started.id, Some(KillContainerOptions { signal: "SIGKILL".to_owned() }))
+        .kill_container(
+            &started.id,
+            Some(KillContainerOptions {
+                signal: "SIGKILL".to_owned(),
+            }),
+        )
         .await
         .expect("kill");
     let exit = tokio::time::timeout(Duration::from_secs(20), started.exited)
@@ -186,7 +226,10 @@ async fn container_starts_serves_mcp_dies_and_restarts() {
     assert_eq!(exit.code, Some(137), "{exit:?}");
     assert_eq!(exit.signal, Some(9), "{exit:?}");
     assert!(!exit.oom_killed, "{exit:?}");
-    assert_eq!(exit.summary, "exited with code 137: killed by signal 9 (SIGKILL)");
+    assert_eq!(
+        exit.summary,
+        "exited with code 137: killed by signal 9 (SIGKILL)"
+    );
 
     let seen = rt.inspect().await.expect("inspect after kill");
     assert!(!seen.running, "{seen:?}");
@@ -199,7 +242,9 @@ async fn container_starts_serves_mcp_dies_and_restarts() {
     wait_for_mcp(&url).await;
     assert!(rt.inspect().await.expect("inspect").running);
     match docker.inspect_container(&started.id, None).await {
-        Err(EngineError::DockerResponseServerError { status_code: 404, .. }) => {}
+        Err(EngineError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => {}
         other => panic!("the first container should be gone: {other:?}"),
     }
 
@@ -211,14 +256,18 @@ async fn container_starts_serves_mcp_dies_and_restarts() {
         .expect("exit after stop reported");
     assert!(!exit.summary.is_empty());
     match docker.inspect_container(rt.container_name(), None).await {
-        Err(EngineError::DockerResponseServerError { status_code: 404, .. }) => {}
+        Err(EngineError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => {}
         other => panic!("stop should remove the container: {other:?}"),
     }
     let seen = rt.inspect().await.expect("inspect after stop");
     assert!(!seen.running);
     assert_eq!(seen.exit, None);
     assert_eq!(seen.engine_restart_count, None);
-    rt.stop().await.expect("stopping a missing container is fine");
+    rt.stop()
+        .await
+        .expect("stopping a missing container is fine");
 }
 
 /// Without host networking, `port` is published on the host's loopback only.
@@ -231,9 +280,16 @@ async fn port_is_published_on_loopback() {
     let spec = ContainerSpec {
         image: image(),
         command: None,
-        args: ["--transport", "http", "--listen", &format!("0.0.0.0:{port}"), "--name", "c1"]
-            .map(String::from)
-            .to_vec(),
+        args: [
+            "--transport",
+            "http",
+            "--listen",
+            &format!("0.0.0.0:{port}"),
+            "--name",
+            "c1",
+        ]
+        .map(String::from)
+        .to_vec(),
         env: BTreeMap::new(),
         labels: BTreeMap::new(),
         port: Some(port),
@@ -242,7 +298,10 @@ async fn port_is_published_on_loopback() {
     let rt = ContainerRuntime::new(&backend, spec, url.clone(), BTreeMap::new());
     let _cleanup = Cleanup(rt.container_name().to_owned());
     let started = rt.start().await.expect("start");
-    let info = docker.inspect_container(&started.id, None).await.expect("inspect");
+    let info = docker
+        .inspect_container(&started.id, None)
+        .await
+        .expect("inspect");
     let host = info.host_config.expect("host config");
     assert_eq!(host.network_mode.as_deref(), Some("bridge"));
     let bindings = host.port_bindings.unwrap_or_default();
@@ -272,7 +331,12 @@ async fn missing_image_fails_and_asks_to_build_it() {
         port: None,
         network: Some("host".to_owned()),
     };
-    let rt = ContainerRuntime::new(&backend, spec, "http://127.0.0.1:1/mcp".to_owned(), BTreeMap::new());
+    let rt = ContainerRuntime::new(
+        &backend,
+        spec,
+        "http://127.0.0.1:1/mcp".to_owned(),
+        BTreeMap::new(),
+    );
     match rt.start().await {
         Err(RuntimeError::Failed(message)) => {
             eprintln!("start without the image: {message}");
@@ -299,7 +363,12 @@ async fn entrypoint_that_cannot_run_fails_the_start() {
         port: None,
         network: Some("host".to_owned()),
     };
-    let rt = ContainerRuntime::new(&backend, spec, "http://127.0.0.1:1/mcp".to_owned(), BTreeMap::new());
+    let rt = ContainerRuntime::new(
+        &backend,
+        spec,
+        "http://127.0.0.1:1/mcp".to_owned(),
+        BTreeMap::new(),
+    );
     match rt.start().await {
         Err(RuntimeError::Failed(message)) => {
             eprintln!("start of a missing program: {message}");
@@ -338,10 +407,15 @@ async fn unreachable_engine_is_an_infrastructure_error() {
         Ok(_) => panic!("started without an engine"),
     }
     match rt.inspect().await {
-        Err(RuntimeError::Infrastructure(message)) => assert!(message.contains(&socket), "{message}"),
+        Err(RuntimeError::Infrastructure(message)) => {
+            assert!(message.contains(&socket), "{message}")
+        }
         other => panic!("expected Infrastructure, got {other:?}"),
     }
-    assert!(matches!(rt.stop().await, Err(RuntimeError::Infrastructure(_))));
+    assert!(matches!(
+        rt.stop().await,
+        Err(RuntimeError::Infrastructure(_))
+    ));
 }
 
 /// A socket file that exists but where nobody answers is unreachable too.
@@ -375,7 +449,8 @@ struct EngineProxy {
 
 impl EngineProxy {
     fn start(engine: &str, name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("vigil-engine-proxy-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("vigil-engine-proxy-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("engine.sock");
         let _ = std::fs::remove_file(&path);
@@ -389,19 +464,27 @@ impl EngineProxy {
                 let task = tokio::spawn(async move {
                     if let Some(path) = engine.strip_prefix("unix://") {
                         if let Ok(mut outbound) = tokio::net::UnixStream::connect(path).await {
-                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                         }
                     } else {
-                        let address = engine.trim_start_matches("tcp://").trim_start_matches("http://");
+                        let address = engine
+                            .trim_start_matches("tcp://")
+                            .trim_start_matches("http://");
                         if let Ok(mut outbound) = tokio::net::TcpStream::connect(address).await {
-                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                         }
                     }
                 });
                 tracked.lock().unwrap().push(task.abort_handle());
             }
         });
-        Self { path, accept, connections }
+        Self {
+            path,
+            accept,
+            connections,
+        }
     }
 
     fn host(&self) -> String {
@@ -446,7 +529,12 @@ async fn lost_event_stream_falls_back_to_polling_and_lost_engine_to_unknown() {
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(500)).await;
     docker
-        .kill_container(&started.id, Some(KillContainerOptions { signal: "SIGKILL".to_owned() }))
+        .kill_container(
+            &started.id,
+            Some(KillContainerOptions {
+                signal: "SIGKILL".to_owned(),
+            }),
+        )
         .await
         .expect("kill");
     let exit = tokio::time::timeout(Duration::from_secs(20), started.exited)
@@ -469,9 +557,18 @@ async fn lost_event_stream_falls_back_to_polling_and_lost_engine_to_unknown() {
     let lost = tokio::time::timeout(Duration::from_secs(20), started.exited)
         .await
         .expect("liveness given up within 20 s");
-    assert!(lost.is_err(), "the sender should be dropped without an exit: {lost:?}");
-    assert!(matches!(rt.inspect().await, Err(RuntimeError::Infrastructure(_))));
-    let info = docker.inspect_container(&started.id, None).await.expect("the container is still there");
+    assert!(
+        lost.is_err(),
+        "the sender should be dropped without an exit: {lost:?}"
+    );
+    assert!(matches!(
+        rt.inspect().await,
+        Err(RuntimeError::Infrastructure(_))
+    ));
+    let info = docker
+        .inspect_container(&started.id, None)
+        .await
+        .expect("the container is still there");
     assert_eq!(info.state.and_then(|s| s.running), Some(true));
     wait_for_mcp(&url).await;
 }

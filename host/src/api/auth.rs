@@ -28,14 +28,20 @@ pub struct Principal {
 
 impl Principal {
     pub fn local() -> Self {
-        Principal { name: LOCAL.to_owned(), role: Role::Operator }
+        Principal {
+            name: LOCAL.to_owned(),
+            role: Role::Operator,
+        }
     }
 
     /// `Forbidden` unless this principal may act on backends.
     pub fn require_operator(&self) -> Result<(), ApiError> {
         match self.role {
             Role::Operator => Ok(()),
-            Role::Viewer => Err(ApiError::Forbidden(format!("token '{}' has the viewer role; this needs an operator token", self.name))),
+            Role::Viewer => Err(ApiError::Forbidden(format!(
+                "token '{}' has the viewer role; this needs an operator token",
+                self.name
+            ))),
         }
     }
 }
@@ -67,13 +73,22 @@ fn bearer(req: &Request) -> Option<&str> {
 
 /// Middleware: resolves the caller into a [`Principal`] extension or
 /// answers 401. Roles are checked by the handlers, which know the action.
-pub async fn authenticate(State(tokens): State<std::sync::Arc<Vec<ApiToken>>>, mut req: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn authenticate(
+    State(tokens): State<std::sync::Arc<Vec<ApiToken>>>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     let principal = if tokens.is_empty() {
         Principal::local()
     } else {
-        let given = bearer(&req).ok_or(ApiError::Unauthorized("missing bearer token: send `Authorization: Bearer <token>`"))?;
+        let given = bearer(&req).ok_or(ApiError::Unauthorized(
+            "missing bearer token: send `Authorization: Bearer <token>`",
+        ))?;
         let token = find(&tokens, given).ok_or(ApiError::Unauthorized("unknown token"))?;
-        Principal { name: token.name.clone(), role: token.role }
+        Principal {
+            name: token.name.clone(),
+            role: token.role,
+        }
     };
     req.extensions_mut().insert(principal);
     Ok(next.run(req).await)
@@ -84,14 +99,27 @@ mod tests {
     use super::*;
 
     fn token(name: &str, secret: &str, role: Role) -> ApiToken {
-        ApiToken { name: name.into(), secret: secret.into(), role }
+        ApiToken {
+            name: name.into(),
+            secret: secret.into(),
+            role,
+        }
     }
 
     #[test]
     fn find_matches_whole_secret_only() {
-        let tokens = [token("ops", "operator-secret-123", Role::Operator), token("view", "viewer-secret-4567", Role::Viewer)];
-        assert_eq!(find(&tokens, "viewer-secret-4567").map(|t| t.name.as_str()), Some("view"));
-        assert_eq!(find(&tokens, "operator-secret-123").map(|t| t.name.as_str()), Some("ops"));
+        let tokens = [
+            token("ops", "operator-secret-123", Role::Operator),
+            token("view", "viewer-secret-4567", Role::Viewer),
+        ];
+        assert_eq!(
+            find(&tokens, "viewer-secret-4567").map(|t| t.name.as_str()),
+            Some("view")
+        );
+        assert_eq!(
+            find(&tokens, "operator-secret-123").map(|t| t.name.as_str()),
+            Some("ops")
+        );
         assert!(find(&tokens, "operator-secret-12").is_none());
         assert!(find(&tokens, "operator-secret-1234").is_none());
         assert!(find(&tokens, "").is_none());

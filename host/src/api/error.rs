@@ -98,7 +98,8 @@ impl IntoResponse for ApiError {
         let body = Json(json!({ "error": { "code": self.code(), "message": message } }));
         let mut res = (self.status(), body).into_response();
         if let ApiError::Unauthorized(_) = self {
-            res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            res.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         res
     }

@@ -9,9 +9,9 @@ mod auth;
 mod error;
 mod router;
 #[cfg(test)]
-pub(crate) mod testutil;
-#[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 use std::time::SystemTime;
 
@@ -83,11 +83,24 @@ pub trait Control: Send + Sync + 'static {
     fn instances(&self) -> Vec<InstanceReport>;
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>>;
     /// Restarts now (resets the failure count; leaves no quarantine behind).
-    fn restart(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
+    fn restart(
+        &self,
+        name: &str,
+        principal: &str,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
     /// Quarantines now: stops the instance, no automatic restarts.
-    fn quarantine(&self, name: &str, principal: &str, reason: Option<String>) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
+    fn quarantine(
+        &self,
+        name: &str,
+        principal: &str,
+        reason: Option<String>,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
     /// Leaves quarantine → `restarting`.
-    fn release(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
+    fn release(
+        &self,
+        name: &str,
+        principal: &str,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
 }
 
 /// `Option<SystemTime>` as Unix milliseconds or null.

@@ -72,7 +72,10 @@ type St = State<Arc<Shared>>;
 /// The control API as a `Router`, every route (and the 404/405 answers)
 /// behind token authentication.
 pub fn router(state: ApiState) -> Router {
-    let shared = Arc::new(Shared { control: state.control, store: state.store });
+    let shared = Arc::new(Shared {
+        control: state.control,
+        store: state.store,
+    });
     Router::new()
         .route("/api/v1/health/instances", get(list))
         .route("/api/v1/health/instances/{id}", get(detail))
@@ -83,7 +86,10 @@ pub fn router(state: ApiState) -> Router {
         .fallback(not_found)
         // After the routes: it only reaches routes that exist when called.
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(state.tokens, auth::authenticate))
+        .layer(axum::middleware::from_fn_with_state(
+            state.tokens,
+            auth::authenticate,
+        ))
         .with_state(shared)
 }
 
@@ -93,10 +99,17 @@ pub fn router(state: ApiState) -> Router {
 ///
 /// The address cannot be bound (the message names it), or see
 /// [`serve_on`].
-pub async fn serve(listen: SocketAddr, state: ApiState, shutdown: CancellationToken) -> std::io::Result<()> {
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("control API: cannot listen on {listen}: {e}")))?;
+pub async fn serve(
+    listen: SocketAddr,
+    state: ApiState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let listener = TcpListener::bind(listen).await.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("control API: cannot listen on {listen}: {e}"),
+        )
+    })?;
     serve_on(listener, state, shutdown).await
 }
 
@@ -110,7 +123,11 @@ pub async fn serve(listen: SocketAddr, state: ApiState, shutdown: CancellationTo
 /// Refuses to serve without tokens on a non-loopback address (config
 /// validation already forbids it; this is the last line), and returns the
 /// server's I/O errors.
-pub async fn serve_on(listener: TcpListener, state: ApiState, shutdown: CancellationToken) -> std::io::Result<()> {
+pub async fn serve_on(
+    listener: TcpListener,
+    state: ApiState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     let address = listener.local_addr()?;
     if state.tokens.is_empty() {
         if !address.ip().is_loopback() {
@@ -122,7 +139,9 @@ pub async fn serve_on(listener: TcpListener, state: ApiState, shutdown: Cancella
     } else {
         tracing::info!(%address, tokens = state.tokens.len(), "serving the control API");
     }
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
 }
 
 // === read handlers ===
@@ -133,7 +152,9 @@ struct Instances {
 }
 
 async fn list(State(s): St) -> Json<Instances> {
-    Json(Instances { instances: s.control.instances() })
+    Json(Instances {
+        instances: s.control.instances(),
+    })
 }
 
 async fn detail(State(s): St, BackendId(id): BackendId) -> Result<Json<InstanceDetail>, ApiError> {
@@ -151,12 +172,19 @@ struct AuditEntries {
     entries: Vec<AuditEntry>,
 }
 
-async fn audit(State(s): St, Extension(who): Extension<Principal>, q: Result<Query<AuditQuery>, QueryRejection>) -> Result<Json<AuditEntries>, ApiError> {
+async fn audit(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    q: Result<Query<AuditQuery>, QueryRejection>,
+) -> Result<Json<AuditEntries>, ApiError> {
     who.require_operator()?;
-    let Query(q) = q.map_err(|e| ApiError::BadRequest(format!("bad query: {}; use ?limit=N", e.body_text())))?;
+    let Query(q) =
+        q.map_err(|e| ApiError::BadRequest(format!("bad query: {}; use ?limit=N", e.body_text())))?;
     let limit = q.limit.unwrap_or(DEFAULT_AUDIT_LIMIT).min(MAX_AUDIT_LIMIT);
     let store = s.store.clone().ok_or_else(|| {
-        ApiError::Unavailable("no audit log: the gateway runs without its state store (see its log for why)".into())
+        ApiError::Unavailable(
+            "no audit log: the gateway runs without its state store (see its log for why)".into(),
+        )
     })?;
     let entries = tokio::task::spawn_blocking(move || store.audit(limit))
         .await
@@ -167,7 +195,11 @@ async fn audit(State(s): St, Extension(who): Extension<Principal>, q: Result<Que
 
 // === action handlers ===
 
-async fn restart(State(s): St, Extension(who): Extension<Principal>, BackendId(id): BackendId) -> Result<Json<InstanceReport>, ApiError> {
+async fn restart(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    BackendId(id): BackendId,
+) -> Result<Json<InstanceReport>, ApiError> {
     act(s, who, Action::Restart, id).await
 }
 
@@ -179,19 +211,46 @@ struct QuarantineBody {
 
 /// The body is read as JSON whatever its content type (`curl -d` sends a
 /// form type), and may be empty.
-async fn quarantine(State(s): St, Extension(who): Extension<Principal>, BackendId(id): BackendId, body: Bytes) -> Result<Json<InstanceReport>, ApiError> {
+async fn quarantine(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    BackendId(id): BackendId,
+    body: Bytes,
+) -> Result<Json<InstanceReport>, ApiError> {
     let body: QuarantineBody = if body.iter().all(u8::is_ascii_whitespace) {
         QuarantineBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("bad body: {e}; send {{\"reason\": \"...\"}} or nothing")))?
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "bad body: {e}; send {{\"reason\": \"...\"}} or nothing"
+            ))
+        })?
     };
-    if body.reason.as_ref().is_some_and(|r| r.chars().count() > MAX_REASON_CHARS) {
-        return Err(ApiError::BadRequest(format!("reason: at most {MAX_REASON_CHARS} characters")));
+    if body
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.chars().count() > MAX_REASON_CHARS)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "reason: at most {MAX_REASON_CHARS} characters"
+        )));
     }
-    act(s, who, Action::Quarantine { reason: body.reason }, id).await
+    act(
+        s,
+        who,
+        Action::Quarantine {
+            reason: body.reason,
+        },
+        id,
+    )
+    .await
 }
 
-async fn release(State(s): St, Extension(who): Extension<Principal>, BackendId(id): BackendId) -> Result<Json<InstanceReport>, ApiError> {
+async fn release(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    BackendId(id): BackendId,
+) -> Result<Json<InstanceReport>, ApiError> {
     act(s, who, Action::Release, id).await
 }
 
@@ -211,7 +270,12 @@ impl Action {
         }
     }
 
-    async fn run(self, control: &dyn Control, target: &str, principal: &str) -> Result<InstanceReport, ControlError> {
+    async fn run(
+        self,
+        control: &dyn Control,
+        target: &str,
+        principal: &str,
+    ) -> Result<InstanceReport, ControlError> {
         match self {
             Action::Restart => control.restart(target, principal).await,
             Action::Quarantine { reason } => control.quarantine(target, principal, reason).await,
@@ -222,15 +286,23 @@ impl Action {
 
 /// Checks the role, carries out `action` on `target`, and audits the
 /// outcome — `ok`, `denied: viewer role` or `error: ...` — whatever it is.
-async fn act(s: Arc<Shared>, who: Principal, action: Action, target: String) -> Result<Json<InstanceReport>, ApiError> {
+async fn act(
+    s: Arc<Shared>,
+    who: Principal,
+    action: Action,
+    target: String,
+) -> Result<Json<InstanceReport>, ApiError> {
     let task = tokio::spawn(async move {
         let name = action.name();
         let result = match who.require_operator() {
             Err(denied) => Err((denied, "denied: viewer role".to_owned())),
-            Ok(()) => action.run(&*s.control, &target, &who.name).await.map_err(|e| {
-                let outcome = format!("error: {e}");
-                (ApiError::from(e), outcome)
-            }),
+            Ok(()) => action
+                .run(&*s.control, &target, &who.name)
+                .await
+                .map_err(|e| {
+                    let outcome = format!("error: {e}");
+                    (ApiError::from(e), outcome)
+                }),
         };
         let outcome = match &result {
             Ok(_) => "ok".to_owned(),
@@ -238,18 +310,29 @@ async fn act(s: Arc<Shared>, who: Principal, action: Action, target: String) -> 
         };
         tracing::info!(principal = %who.name, action = name, %target, %outcome, "control action");
         if let Some(store) = s.store.clone() {
-            let entry = AuditEntry { principal: who.name, action: name.to_owned(), target, outcome, at: SystemTime::now() };
+            let entry = AuditEntry {
+                principal: who.name,
+                action: name.to_owned(),
+                target,
+                outcome,
+                at: SystemTime::now(),
+            };
             record_audit(store, entry).await;
         }
         result.map(Json).map_err(|(e, _)| e)
     });
-    task.await.map_err(|e| ApiError::Internal(format!("control action task: {e}")))?
+    task.await
+        .map_err(|e| ApiError::Internal(format!("control action task: {e}")))?
 }
 
 /// Writes `entry`; a failure is logged and otherwise ignored, so it never
 /// hides the action's result.
 async fn record_audit(store: Arc<dyn Store>, entry: AuditEntry) {
-    let (principal, action, target) = (entry.principal.clone(), entry.action.clone(), entry.target.clone());
+    let (principal, action, target) = (
+        entry.principal.clone(),
+        entry.action.clone(),
+        entry.target.clone(),
+    );
     let error = match tokio::task::spawn_blocking(move || store.record_audit(&entry)).await {
         Ok(Ok(())) => return,
         Ok(Err(e)) => e.to_string(),
@@ -269,7 +352,9 @@ impl<S: Send + Sync> FromRequestParts<S> for BackendId {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
-            .map_err(|e| ApiError::BadRequest(format!("bad backend name in path: {}", e.body_text())))?;
+            .map_err(|e| {
+                ApiError::BadRequest(format!("bad backend name in path: {}", e.body_text()))
+            })?;
         Ok(BackendId(id))
     }
 }

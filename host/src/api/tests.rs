@@ -22,21 +22,38 @@ struct Answer {
     json: Value,
 }
 
-async fn send(app: &Router, method: Method, path: &str, token: Option<&str>, body: Option<&str>) -> Answer {
+async fn send(
+    app: &Router,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> Answer {
     let mut req = Request::builder().method(method).uri(path);
     if let Some(t) = token {
         req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
     }
     let req = match body {
-        Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b.to_owned())),
+        Some(b) => req
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(b.to_owned())),
         None => req.body(Body::empty()),
     }
     .unwrap();
     let res = app.clone().oneshot(req).await.unwrap();
     let (status, headers) = (res.status(), res.headers().clone());
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let json = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{method_path} answered non-JSON ({e}): {bytes:?}", method_path = path));
-    Answer { status, headers, json }
+    let json = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        panic!(
+            "{method_path} answered non-JSON ({e}): {bytes:?}",
+            method_path = path
+        )
+    });
+    Answer {
+        status,
+        headers,
+        json,
+    }
 }
 
 async fn get(app: &Router, path: &str, token: Option<&str>) -> Answer {
@@ -48,17 +65,38 @@ async fn post(app: &Router, path: &str, token: Option<&str>) -> Answer {
 }
 
 fn audit_of(store: &dyn Store) -> Vec<(String, String, String, String)> {
-    store.audit(100).unwrap().into_iter().map(|a| (a.principal, a.action, a.target, a.outcome)).collect()
+    store
+        .audit(100)
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.principal, a.action, a.target, a.outcome))
+        .collect()
 }
 
-fn entry(principal: &str, action: &str, target: &str, outcome: &str) -> (String, String, String, String) {
-    (principal.into(), action.into(), target.into(), outcome.into())
+fn entry(
+    principal: &str,
+    action: &str,
+    target: &str,
+    outcome: &str,
+) -> (String, String, String, String) {
+    (
+        principal.into(),
+        action.into(),
+        target.into(),
+        outcome.into(),
+    )
 }
 
 fn assert_error(a: &Answer, status: StatusCode, code: &str) {
     assert_eq!(a.status, status, "{}", a.json);
     assert_eq!(a.json["error"]["code"], code, "{}", a.json);
-    assert!(a.json["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", a.json);
+    assert!(
+        a.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{}",
+        a.json
+    );
 }
 
 // === authentication ===
@@ -67,35 +105,63 @@ fn assert_error(a: &Answer, status: StatusCode, code: &str) {
 async fn no_token_is_401_with_bearer_challenge() {
     let (state, control, store) = testutil::state(testutil::tokens());
     let app = router(state);
-    for (method, path) in [(Method::GET, "/api/v1/health/instances"), (Method::POST, "/api/v1/health/instances/alpha/restart")] {
+    for (method, path) in [
+        (Method::GET, "/api/v1/health/instances"),
+        (Method::POST, "/api/v1/health/instances/alpha/restart"),
+    ] {
         let a = send(&app, method, path, None, None).await;
         assert_error(&a, StatusCode::UNAUTHORIZED, "unauthorized");
         assert_eq!(a.headers[header::WWW_AUTHENTICATE], "Bearer");
     }
     assert!(control.calls().is_empty());
-    assert!(audit_of(&*store).is_empty(), "no principal, nothing to audit");
+    assert!(
+        audit_of(&*store).is_empty(),
+        "no principal, nothing to audit"
+    );
 }
 
 #[tokio::test]
 async fn unknown_or_malformed_token_is_401() {
     let (state, control, _store) = testutil::state(testutil::tokens());
     let app = router(state);
-    let a = post(&app, "/api/v1/health/instances/alpha/restart", Some("not-a-configured-token")).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/alpha/restart",
+        Some("not-a-configured-token"),
+    )
+    .await;
     assert_error(&a, StatusCode::UNAUTHORIZED, "unauthorized");
     assert_eq!(a.headers[header::WWW_AUTHENTICATE], "Bearer");
 
-    let basic = Request::get("/api/v1/health/instances").header(header::AUTHORIZATION, format!("Basic {OPERATOR_SECRET}")).body(Body::empty()).unwrap();
-    assert_eq!(app.clone().oneshot(basic).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let basic = Request::get("/api/v1/health/instances")
+        .header(header::AUTHORIZATION, format!("Basic {OPERATOR_SECRET}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        app.clone().oneshot(basic).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
     let prefix = &OPERATOR_SECRET[..OPERATOR_SECRET.len() - 1];
-    assert_eq!(get(&app, "/api/v1/health/instances", Some(prefix)).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        get(&app, "/api/v1/health/instances", Some(prefix))
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
     assert!(control.calls().is_empty());
 }
 
 #[tokio::test]
 async fn bearer_scheme_is_case_insensitive() {
     let (state, ..) = testutil::state(testutil::tokens());
-    let req = Request::get("/api/v1/health/instances").header(header::AUTHORIZATION, format!("bearer {VIEWER_SECRET}")).body(Body::empty()).unwrap();
-    assert_eq!(router(state).oneshot(req).await.unwrap().status(), StatusCode::OK);
+    let req = Request::get("/api/v1/health/instances")
+        .header(header::AUTHORIZATION, format!("bearer {VIEWER_SECRET}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        router(state).oneshot(req).await.unwrap().status(),
+        StatusCode::OK
+    );
 }
 
 // === reads ===
@@ -106,7 +172,12 @@ async fn viewer_reads_instances_and_detail() {
     let app = router(state);
     let a = get(&app, "/api/v1/health/instances", Some(VIEWER_SECRET)).await;
     assert_eq!(a.status, StatusCode::OK);
-    let names: Vec<_> = a.json["instances"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    let names: Vec<_> = a.json["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["alpha", "beta", "gamma"]);
     assert_eq!(a.json["instances"][0]["state"], "running");
     assert_eq!(a.json["instances"][0]["runtime"], "process");
@@ -127,12 +198,39 @@ async fn unknown_backend_is_404_naming_it() {
     let app = router(state);
     let a = get(&app, "/api/v1/health/instances/nosuch", Some(VIEWER_SECRET)).await;
     assert_error(&a, StatusCode::NOT_FOUND, "not_found");
-    assert!(a.json["error"]["message"].as_str().unwrap().contains("'nosuch'"), "{}", a.json);
+    assert!(
+        a.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'nosuch'"),
+        "{}",
+        a.json
+    );
 
-    let a = post(&app, "/api/v1/health/instances/nosuch/restart", Some(OPERATOR_SECRET)).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/nosuch/restart",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_error(&a, StatusCode::NOT_FOUND, "not_found");
-    assert!(a.json["error"]["message"].as_str().unwrap().contains("'nosuch'"), "{}", a.json);
-    assert_eq!(audit_of(&*store), [entry("ops", "restart", "nosuch", "error: no backend named 'nosuch'")]);
+    assert!(
+        a.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'nosuch'"),
+        "{}",
+        a.json
+    );
+    assert_eq!(
+        audit_of(&*store),
+        [entry(
+            "ops",
+            "restart",
+            "nosuch",
+            "error: no backend named 'nosuch'"
+        )]
+    );
 }
 
 // === actions ===
@@ -141,12 +239,28 @@ async fn unknown_backend_is_404_naming_it() {
 async fn viewer_restart_is_403_and_audited_as_denied() {
     let (state, control, store) = testutil::state(testutil::tokens());
     let app = router(state);
-    let a = post(&app, "/api/v1/health/instances/alpha/restart", Some(VIEWER_SECRET)).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/alpha/restart",
+        Some(VIEWER_SECRET),
+    )
+    .await;
     assert_error(&a, StatusCode::FORBIDDEN, "forbidden");
-    assert!(control.calls().is_empty(), "a viewer's request must not reach the monitor");
-    assert_eq!(audit_of(&*store), [entry("dash", "restart", "alpha", "denied: viewer role")]);
+    assert!(
+        control.calls().is_empty(),
+        "a viewer's request must not reach the monitor"
+    );
+    assert_eq!(
+        audit_of(&*store),
+        [entry("dash", "restart", "alpha", "denied: viewer role")]
+    );
     for action in ["quarantine", "release"] {
-        let a = post(&app, &format!("/api/v1/health/instances/alpha/{action}"), Some(VIEWER_SECRET)).await;
+        let a = post(
+            &app,
+            &format!("/api/v1/health/instances/alpha/{action}"),
+            Some(VIEWER_SECRET),
+        )
+        .await;
         assert_eq!(a.status, StatusCode::FORBIDDEN);
     }
     assert_eq!(store.audit(10).unwrap().len(), 3);
@@ -157,12 +271,20 @@ async fn operator_restart_answers_the_new_state_and_is_audited() {
     let (state, control, store) = testutil::state(testutil::tokens());
     let app = router(state);
     let before = std::time::SystemTime::now();
-    let a = post(&app, "/api/v1/health/instances/alpha/restart", Some(OPERATOR_SECRET)).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/alpha/restart",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.json);
     assert_eq!(a.json["name"], "alpha");
     assert_eq!(a.json["state"], "restarting");
     assert_eq!(a.json["restart_count"], 1);
-    assert_eq!(control.calls(), [("restart", "alpha".to_owned(), "ops".to_owned())]);
+    assert_eq!(
+        control.calls(),
+        [("restart", "alpha".to_owned(), "ops".to_owned())]
+    );
     let audit = store.audit(10).unwrap();
     assert_eq!(audit_of(&*store), [entry("ops", "restart", "alpha", "ok")]);
     assert!(audit[0].at >= before - std::time::Duration::from_millis(1));
@@ -172,43 +294,107 @@ async fn operator_restart_answers_the_new_state_and_is_audited() {
 async fn quarantine_takes_an_optional_reason() {
     let (state, control, store) = testutil::state(testutil::tokens());
     let app = router(state);
-    let a = send(&app, Method::POST, "/api/v1/health/instances/alpha/quarantine", Some(OPERATOR_SECRET), Some(r#"{"reason": "leaks memory"}"#)).await;
+    let a = send(
+        &app,
+        Method::POST,
+        "/api/v1/health/instances/alpha/quarantine",
+        Some(OPERATOR_SECRET),
+        Some(r#"{"reason": "leaks memory"}"#),
+    )
+    .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.json);
     assert_eq!(a.json["state"], "quarantined");
     assert_eq!(a.json["quarantine_reason"], "leaks memory");
 
-    let a = post(&app, "/api/v1/health/instances/beta/quarantine", Some(OPERATOR_SECRET)).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/beta/quarantine",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.json);
     assert_eq!(a.json["quarantine_reason"], "quarantined by an operator");
 
-    let bad = send(&app, Method::POST, "/api/v1/health/instances/alpha/quarantine", Some(OPERATOR_SECRET), Some(r#"{"reson": "typo"}"#)).await;
+    let bad = send(
+        &app,
+        Method::POST,
+        "/api/v1/health/instances/alpha/quarantine",
+        Some(OPERATOR_SECRET),
+        Some(r#"{"reson": "typo"}"#),
+    )
+    .await;
     assert_error(&bad, StatusCode::BAD_REQUEST, "bad_request");
     let long = format!(r#"{{"reason": "{}"}}"#, "x".repeat(501));
-    let bad = send(&app, Method::POST, "/api/v1/health/instances/alpha/quarantine", Some(OPERATOR_SECRET), Some(&long)).await;
+    let bad = send(
+        &app,
+        Method::POST,
+        "/api/v1/health/instances/alpha/quarantine",
+        Some(OPERATOR_SECRET),
+        Some(&long),
+    )
+    .await;
     assert_error(&bad, StatusCode::BAD_REQUEST, "bad_request");
 
-    assert_eq!(control.calls().len(), 2, "bad bodies never reach the monitor");
-    assert_eq!(audit_of(&*store), [entry("ops", "quarantine", "alpha", "ok"), entry("ops", "quarantine", "beta", "ok")]);
+    assert_eq!(
+        control.calls().len(),
+        2,
+        "bad bodies never reach the monitor"
+    );
+    assert_eq!(
+        audit_of(&*store),
+        [
+            entry("ops", "quarantine", "alpha", "ok"),
+            entry("ops", "quarantine", "beta", "ok")
+        ]
+    );
 }
 
 #[tokio::test]
 async fn conflict_is_409_and_audited_as_error() {
     let (state, _control, store) = testutil::state(testutil::tokens());
     let app = router(state);
-    let a = post(&app, "/api/v1/health/instances/alpha/release", Some(OPERATOR_SECRET)).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/alpha/release",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_error(&a, StatusCode::CONFLICT, "conflict");
-    assert_eq!(a.json["error"]["message"], "backend 'alpha' is not quarantined");
-    let a = post(&app, "/api/v1/health/instances/beta/restart", Some(OPERATOR_SECRET)).await;
+    assert_eq!(
+        a.json["error"]["message"],
+        "backend 'alpha' is not quarantined"
+    );
+    let a = post(
+        &app,
+        "/api/v1/health/instances/beta/restart",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_error(&a, StatusCode::CONFLICT, "conflict");
 
-    let a = post(&app, "/api/v1/health/instances/gamma/release", Some(OPERATOR_SECRET)).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/gamma/release",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.json["state"], "restarting");
     assert_eq!(
         audit_of(&*store),
         [
-            entry("ops", "release", "alpha", "error: backend 'alpha' is not quarantined"),
-            entry("ops", "restart", "beta", "error: backend 'beta' is remote: Vigil cannot restart it"),
+            entry(
+                "ops",
+                "release",
+                "alpha",
+                "error: backend 'alpha' is not quarantined"
+            ),
+            entry(
+                "ops",
+                "restart",
+                "beta",
+                "error: backend 'beta' is remote: Vigil cannot restart it"
+            ),
             entry("ops", "release", "gamma", "ok"),
         ]
     );
@@ -218,27 +404,62 @@ async fn conflict_is_409_and_audited_as_error() {
 async fn internal_error_is_500_without_detail() {
     let (state, _control, store) = testutil::state(testutil::tokens());
     let app = router(state);
-    let a = post(&app, "/api/v1/health/instances/oops/restart", Some(OPERATOR_SECRET)).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/oops/restart",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_error(&a, StatusCode::INTERNAL_SERVER_ERROR, "internal");
-    assert!(!a.json.to_string().contains("secret detail"), "internal detail leaked: {}", a.json);
+    assert!(
+        !a.json.to_string().contains("secret detail"),
+        "internal detail leaked: {}",
+        a.json
+    );
     let audit = audit_of(&*store);
     assert_eq!(audit.len(), 1);
-    assert!(audit[0].3.starts_with("error: internal error:"), "{audit:?}");
+    assert!(
+        audit[0].3.starts_with("error: internal error:"),
+        "{audit:?}"
+    );
 }
 
 #[tokio::test]
 async fn no_tokens_mode_acts_as_local_operator() {
     let (state, control, store) = testutil::state(Vec::new());
     let app = router(state);
-    assert_eq!(get(&app, "/api/v1/health/instances", None).await.status, StatusCode::OK);
+    assert_eq!(
+        get(&app, "/api/v1/health/instances", None).await.status,
+        StatusCode::OK
+    );
     let a = post(&app, "/api/v1/health/instances/alpha/restart", None).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.json);
     // A stray header changes nothing: there is nothing to match it against.
-    let a = post(&app, "/api/v1/health/instances/alpha/quarantine", Some("whatever")).await;
+    let a = post(
+        &app,
+        "/api/v1/health/instances/alpha/quarantine",
+        Some("whatever"),
+    )
+    .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.json);
-    assert_eq!(control.calls(), [("restart", "alpha".to_owned(), "local".to_owned()), ("quarantine", "alpha".to_owned(), "local".to_owned())]);
-    assert_eq!(audit_of(&*store), [entry("local", "restart", "alpha", "ok"), entry("local", "quarantine", "alpha", "ok")]);
-    assert_eq!(get(&app, "/api/v1/audit", None).await.status, StatusCode::OK);
+    assert_eq!(
+        control.calls(),
+        [
+            ("restart", "alpha".to_owned(), "local".to_owned()),
+            ("quarantine", "alpha".to_owned(), "local".to_owned())
+        ]
+    );
+    assert_eq!(
+        audit_of(&*store),
+        [
+            entry("local", "restart", "alpha", "ok"),
+            entry("local", "quarantine", "alpha", "ok")
+        ]
+    );
+    assert_eq!(
+        get(&app, "/api/v1/audit", None).await.status,
+        StatusCode::OK
+    );
 }
 
 /// A store whose every call fails.
@@ -246,30 +467,56 @@ struct BrokenStore;
 
 impl Store for BrokenStore {
     fn record_transition(&self, _: &Transition) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt { column: "test", value: "broken".into() })
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
     }
     fn transitions(&self, _: &str, _: usize) -> Result<Vec<Transition>, StoreError> {
-        Err(StoreError::Corrupt { column: "test", value: "broken".into() })
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
     }
     fn save_instance(&self, _: &InstanceRecord) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt { column: "test", value: "broken".into() })
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
     }
     fn load_instances(&self) -> Result<Vec<InstanceRecord>, StoreError> {
-        Err(StoreError::Corrupt { column: "test", value: "broken".into() })
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
     }
     fn record_audit(&self, _: &AuditEntry) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt { column: "test", value: "broken".into() })
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
     }
     fn audit(&self, _: usize) -> Result<Vec<AuditEntry>, StoreError> {
-        Err(StoreError::Corrupt { column: "test", value: "broken".into() })
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
     }
 }
 
 #[tokio::test]
 async fn failing_audit_write_does_not_hide_the_result() {
     let (state, control, _store) = testutil::state(testutil::tokens());
-    let app = router(ApiState { store: Some(Arc::new(BrokenStore)), ..state });
-    let a = post(&app, "/api/v1/health/instances/alpha/restart", Some(OPERATOR_SECRET)).await;
+    let app = router(ApiState {
+        store: Some(Arc::new(BrokenStore)),
+        ..state
+    });
+    let a = post(
+        &app,
+        "/api/v1/health/instances/alpha/restart",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.json);
     assert_eq!(control.calls().len(), 1);
     let a = get(&app, "/api/v1/audit", Some(OPERATOR_SECRET)).await;
@@ -281,21 +528,56 @@ async fn failing_audit_write_does_not_hide_the_result() {
 #[tokio::test]
 async fn without_a_store_actions_work_and_the_audit_log_is_503() {
     let (state, control, _store) = testutil::state(testutil::tokens());
-    let app = router(ApiState { store: None, ..state });
-    assert_eq!(post(&app, "/api/v1/health/instances/alpha/restart", Some(OPERATOR_SECRET)).await.status, StatusCode::OK);
+    let app = router(ApiState {
+        store: None,
+        ..state
+    });
+    assert_eq!(
+        post(
+            &app,
+            "/api/v1/health/instances/alpha/restart",
+            Some(OPERATOR_SECRET)
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
     assert_eq!(control.calls().len(), 1);
-    assert_error(&get(&app, "/api/v1/audit", Some(OPERATOR_SECRET)).await, StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    assert_error(
+        &get(&app, "/api/v1/audit", Some(OPERATOR_SECRET)).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+    );
 }
 
 #[tokio::test]
 async fn audit_log_is_for_operators_with_a_limit() {
     let (state, ..) = testutil::state(testutil::tokens());
     let app = router(state);
-    post(&app, "/api/v1/health/instances/alpha/restart", Some(VIEWER_SECRET)).await;
-    post(&app, "/api/v1/health/instances/alpha/restart", Some(OPERATOR_SECRET)).await;
-    post(&app, "/api/v1/health/instances/alpha/quarantine", Some(OPERATOR_SECRET)).await;
+    post(
+        &app,
+        "/api/v1/health/instances/alpha/restart",
+        Some(VIEWER_SECRET),
+    )
+    .await;
+    post(
+        &app,
+        "/api/v1/health/instances/alpha/restart",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
+    post(
+        &app,
+        "/api/v1/health/instances/alpha/quarantine",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
 
-    assert_error(&get(&app, "/api/v1/audit", Some(VIEWER_SECRET)).await, StatusCode::FORBIDDEN, "forbidden");
+    assert_error(
+        &get(&app, "/api/v1/audit", Some(VIEWER_SECRET)).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
     let a = get(&app, "/api/v1/audit", Some(OPERATOR_SECRET)).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.json["entries"].as_array().unwrap().len(), 3);
@@ -304,9 +586,22 @@ async fn audit_log_is_for_operators_with_a_limit() {
     assert!(a.json["entries"][0]["at"].as_i64().is_some());
 
     let a = get(&app, "/api/v1/audit?limit=2", Some(OPERATOR_SECRET)).await;
-    let actions: Vec<_> = a.json["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
-    assert_eq!(actions, ["restart", "quarantine"], "the newest two, oldest first");
-    assert_error(&get(&app, "/api/v1/audit?limit=many", Some(OPERATOR_SECRET)).await, StatusCode::BAD_REQUEST, "bad_request");
+    let actions: Vec<_> = a.json["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        ["restart", "quarantine"],
+        "the newest two, oldest first"
+    );
+    assert_error(
+        &get(&app, "/api/v1/audit?limit=many", Some(OPERATOR_SECRET)).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
 }
 
 // === routing ===
@@ -317,19 +612,39 @@ async fn unknown_path_is_404_json() {
     let app = router(state);
     let a = get(&app, "/api/v2/nothing", Some(VIEWER_SECRET)).await;
     assert_error(&a, StatusCode::NOT_FOUND, "not_found");
-    assert!(a.json["error"]["message"].as_str().unwrap().contains("/api/v2/nothing"));
+    assert!(
+        a.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/api/v2/nothing")
+    );
     // Unauthenticated callers learn nothing about which paths exist.
-    assert_eq!(get(&app, "/api/v2/nothing", None).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        get(&app, "/api/v2/nothing", None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 #[tokio::test]
 async fn wrong_method_is_405_json() {
     let (state, control, _store) = testutil::state(testutil::tokens());
     let app = router(state);
-    let a = get(&app, "/api/v1/health/instances/alpha/restart", Some(OPERATOR_SECRET)).await;
+    let a = get(
+        &app,
+        "/api/v1/health/instances/alpha/restart",
+        Some(OPERATOR_SECRET),
+    )
+    .await;
     assert_error(&a, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
     assert_eq!(a.headers[header::ALLOW], "POST");
-    let a = send(&app, Method::DELETE, "/api/v1/health/instances", Some(OPERATOR_SECRET), None).await;
+    let a = send(
+        &app,
+        Method::DELETE,
+        "/api/v1/health/instances",
+        Some(OPERATOR_SECRET),
+        None,
+    )
+    .await;
     assert_error(&a, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
     assert!(control.calls().is_empty());
 }
@@ -338,7 +653,9 @@ async fn wrong_method_is_405_json() {
 async fn serve_refuses_unauthenticated_non_loopback() {
     let (state, ..) = testutil::state(Vec::new());
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
-    let err = super::serve_on(listener, state, tokio_util::sync::CancellationToken::new()).await.unwrap_err();
+    let err = super::serve_on(listener, state, tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("without [[api.tokens]]"), "{err}");
 }
 
@@ -353,7 +670,8 @@ async fn quarantine_body_is_json_whatever_its_content_type() {
         .unwrap();
     let res = router(state).oneshot(req).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    let json: Value = serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let json: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(json["quarantine_reason"], "from curl");
 }
 
@@ -367,23 +685,43 @@ impl super::Control for GatedControl {
     fn instances(&self) -> Vec<super::InstanceReport> {
         Vec::new()
     }
-    fn instance(&self, name: &str) -> futures::future::BoxFuture<'_, Result<super::InstanceDetail, super::ControlError>> {
+    fn instance(
+        &self,
+        name: &str,
+    ) -> futures::future::BoxFuture<'_, Result<super::InstanceDetail, super::ControlError>> {
         let name = name.to_owned();
         Box::pin(async move { Err(super::ControlError::NotFound(name)) })
     }
-    fn restart(&self, name: &str, _: &str) -> futures::future::BoxFuture<'_, Result<super::InstanceReport, super::ControlError>> {
+    fn restart(
+        &self,
+        name: &str,
+        _: &str,
+    ) -> futures::future::BoxFuture<'_, Result<super::InstanceReport, super::ControlError>> {
         let name = name.to_owned();
         Box::pin(async move {
             self.started.notify_one();
             self.gate.notified().await;
-            Ok(testutil::report(&name, "process", crate::health::HealthState::Restarting))
+            Ok(testutil::report(
+                &name,
+                "process",
+                crate::health::HealthState::Restarting,
+            ))
         })
     }
-    fn quarantine(&self, name: &str, _: &str, _: Option<String>) -> futures::future::BoxFuture<'_, Result<super::InstanceReport, super::ControlError>> {
+    fn quarantine(
+        &self,
+        name: &str,
+        _: &str,
+        _: Option<String>,
+    ) -> futures::future::BoxFuture<'_, Result<super::InstanceReport, super::ControlError>> {
         let name = name.to_owned();
         Box::pin(async move { Err(super::ControlError::NotFound(name)) })
     }
-    fn release(&self, name: &str, _: &str) -> futures::future::BoxFuture<'_, Result<super::InstanceReport, super::ControlError>> {
+    fn release(
+        &self,
+        name: &str,
+        _: &str,
+    ) -> futures::future::BoxFuture<'_, Result<super::InstanceReport, super::ControlError>> {
         let name = name.to_owned();
         Box::pin(async move { Err(super::ControlError::NotFound(name)) })
     }
@@ -392,16 +730,28 @@ impl super::Control for GatedControl {
 #[tokio::test]
 async fn a_client_hanging_up_does_not_lose_the_audit_entry() {
     let (state, _, store) = testutil::state(testutil::tokens());
-    let control = Arc::new(GatedControl { started: tokio::sync::Notify::new(), gate: tokio::sync::Notify::new() });
-    let app = router(ApiState { control: control.clone(), ..state });
-    let req = Request::post("/api/v1/health/instances/alpha/restart").header(header::AUTHORIZATION, format!("Bearer {OPERATOR_SECRET}")).body(Body::empty()).unwrap();
+    let control = Arc::new(GatedControl {
+        started: tokio::sync::Notify::new(),
+        gate: tokio::sync::Notify::new(),
+    });
+    let app = router(ApiState {
+        control: control.clone(),
+        ..state
+    });
+    let req = Request::post("/api/v1/health/instances/alpha/restart")
+        .header(header::AUTHORIZATION, format!("Bearer {OPERATOR_SECRET}"))
+        .body(Body::empty())
+        .unwrap();
     let call = tokio::spawn(app.oneshot(req));
     control.started.notified().await;
     call.abort(); // the client goes away mid-action
     control.gate.notify_one();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
     while audit_of(&*store).is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "the action's audit entry never came");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the action's audit entry never came"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(audit_of(&*store), [entry("ops", "restart", "alpha", "ok")]);

@@ -24,8 +24,16 @@ pub const VIEWER_SECRET: &str = "viewer-secret-0123456789";
 /// One operator token `ops` and one viewer token `dash`.
 pub fn tokens() -> Vec<ApiToken> {
     vec![
-        ApiToken { name: "ops".into(), secret: OPERATOR_SECRET.into(), role: Role::Operator },
-        ApiToken { name: "dash".into(), secret: VIEWER_SECRET.into(), role: Role::Viewer },
+        ApiToken {
+            name: "ops".into(),
+            secret: OPERATOR_SECRET.into(),
+            role: Role::Operator,
+        },
+        ApiToken {
+            name: "dash".into(),
+            secret: VIEWER_SECRET.into(),
+            role: Role::Viewer,
+        },
     ]
 }
 
@@ -75,13 +83,27 @@ impl FakeControl {
         self.calls.lock().unwrap().clone()
     }
 
-    fn act(&self, action: &'static str, name: &str, principal: &str, f: impl FnOnce(&mut InstanceReport) -> Result<(), String>) -> Result<InstanceReport, ControlError> {
-        self.calls.lock().unwrap().push((action, name.to_owned(), principal.to_owned()));
+    fn act(
+        &self,
+        action: &'static str,
+        name: &str,
+        principal: &str,
+        f: impl FnOnce(&mut InstanceReport) -> Result<(), String>,
+    ) -> Result<InstanceReport, ControlError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((action, name.to_owned(), principal.to_owned()));
         if name == "oops" {
-            return Err(ControlError::Internal("the supervisor's channel is closed (secret detail)".into()));
+            return Err(ControlError::Internal(
+                "the supervisor's channel is closed (secret detail)".into(),
+            ));
         }
         let mut backends = self.backends.lock().unwrap();
-        let b = backends.iter_mut().find(|b| b.name == name).ok_or_else(|| ControlError::NotFound(name.to_owned()))?;
+        let b = backends
+            .iter_mut()
+            .find(|b| b.name == name)
+            .ok_or_else(|| ControlError::NotFound(name.to_owned()))?;
         f(b).map_err(ControlError::Conflict)?;
         Ok(b.clone())
     }
@@ -93,18 +115,35 @@ impl Control for FakeControl {
     }
 
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>> {
-        let found = self.backends.lock().unwrap().iter().find(|b| b.name == name).cloned();
+        let found = self
+            .backends
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|b| b.name == name)
+            .cloned();
         let name = name.to_owned();
         Box::pin(async move {
             let report = found.ok_or(ControlError::NotFound(name))?;
-            Ok(InstanceDetail { report, transitions: Vec::new(), last_exit: None })
+            Ok(InstanceDetail {
+                report,
+                transitions: Vec::new(),
+                last_exit: None,
+            })
         })
     }
 
-    fn restart(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+    fn restart(
+        &self,
+        name: &str,
+        principal: &str,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
         let r = self.act("restart", name, principal, |b| {
             if b.runtime == "remote" {
-                return Err(format!("backend '{}' is remote: Vigil cannot restart it", b.name));
+                return Err(format!(
+                    "backend '{}' is remote: Vigil cannot restart it",
+                    b.name
+                ));
             }
             b.state = HealthState::Restarting;
             b.restart_count += 1;
@@ -115,16 +154,26 @@ impl Control for FakeControl {
         Box::pin(async move { r })
     }
 
-    fn quarantine(&self, name: &str, principal: &str, reason: Option<String>) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+    fn quarantine(
+        &self,
+        name: &str,
+        principal: &str,
+        reason: Option<String>,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
         let r = self.act("quarantine", name, principal, |b| {
             b.state = HealthState::Quarantined;
-            b.quarantine_reason = Some(reason.unwrap_or_else(|| "quarantined by an operator".into()));
+            b.quarantine_reason =
+                Some(reason.unwrap_or_else(|| "quarantined by an operator".into()));
             Ok(())
         });
         Box::pin(async move { r })
     }
 
-    fn release(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+    fn release(
+        &self,
+        name: &str,
+        principal: &str,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
         let r = self.act("release", name, principal, |b| {
             if b.state != HealthState::Quarantined {
                 return Err(format!("backend '{}' is not quarantined", b.name));
@@ -141,5 +190,13 @@ impl Control for FakeControl {
 pub fn state(tokens: Vec<ApiToken>) -> (ApiState, Arc<FakeControl>, Arc<SqliteStore>) {
     let control = Arc::new(FakeControl::new());
     let store = Arc::new(SqliteStore::open_in_memory().expect("in-memory store"));
-    (ApiState { control: control.clone(), store: Some(store.clone()), tokens: Arc::new(tokens) }, control, store)
+    (
+        ApiState {
+            control: control.clone(),
+            store: Some(store.clone()),
+            tokens: Arc::new(tokens),
+        },
+        control,
+        store,
+    )
 }

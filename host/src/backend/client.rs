@@ -32,7 +32,12 @@ pub trait Downstream: Send + Sync + 'static {
     /// A `notifications/message`; `session` is set on per-session
     /// connections. Resolves once the message is handed to the client(s),
     /// so messages keep their order.
-    fn log(&self, backend: &Arc<str>, session: Option<u64>, params: LoggingMessageNotificationParam) -> super::tap::LogFuture;
+    fn log(
+        &self,
+        backend: &Arc<str>,
+        session: Option<u64>,
+        params: LoggingMessageNotificationParam,
+    ) -> super::tap::LogFuture;
     /// A `notifications/resources/updated`; `session` as for [`Self::log`].
     fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String);
 }
@@ -60,9 +65,18 @@ impl BackendClient {
         capabilities: Option<ClientCapabilities>,
     ) -> Self {
         let capabilities = capabilities.unwrap_or_else(default_capabilities);
-        let mut info = ClientConfig::new(capabilities, Implementation::new("vigil", env!("CARGO_PKG_VERSION")));
+        let mut info = ClientConfig::new(
+            capabilities,
+            Implementation::new("vigil", env!("CARGO_PKG_VERSION")),
+        );
         info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
-        Self { backend, inflight, downstream, session, info }
+        Self {
+            backend,
+            inflight,
+            downstream,
+            session,
+            info,
+        }
     }
 
     /// Finds the client call a server→client request belongs to.
@@ -78,7 +92,10 @@ impl BackendClient {
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(McpError::invalid_request(
-                    format!("vigil: no client request to backend '{}' is in flight, so there is no client to ask", self.backend),
+                    format!(
+                        "vigil: no client request to backend '{}' is in flight, so there is no client to ask",
+                        self.backend
+                    ),
                     None,
                 ));
             }
@@ -87,12 +104,18 @@ impl BackendClient {
     }
 
     /// Sends a server→client request to the client whose call caused it.
-    async fn forward(&self, ctx: &RequestContext<RoleClient>, mut request: ServerRequest) -> Result<ClientResult, McpError> {
+    async fn forward(
+        &self,
+        ctx: &RequestContext<RoleClient>,
+        mut request: ServerRequest,
+    ) -> Result<ClientResult, McpError> {
         let call = self.front_call(ctx).await?;
         tracing::debug!(backend = %self.backend, front_request = %call.request_id, origin = ?ctx.extensions.get::<InboundStreamOrigin>(), "relaying a server request to the client");
         // Deliver on the originating request's stream (SEP-2260), so clients
         // that only listen there see it.
-        request.extensions_mut().insert(OriginatingRequestId(call.request_id.clone()));
+        request
+            .extensions_mut()
+            .insert(OriginatingRequestId(call.request_id.clone()));
         // Sent from a fresh task: rmcp tags requests sent while a handler
         // runs with *that* handler's request id (here the backend's), which
         // would overwrite the client-side id set above.
@@ -124,12 +147,18 @@ fn default_capabilities() -> ClientCapabilities {
 fn service_error(backend: &str, e: ServiceError) -> McpError {
     match e {
         ServiceError::McpError(e) => e,
-        other => McpError::internal_error(format!("vigil could not relay backend '{backend}' request to the client: {other}"), None),
+        other => McpError::internal_error(
+            format!("vigil could not relay backend '{backend}' request to the client: {other}"),
+            None,
+        ),
     }
 }
 
 fn unexpected<T>(what: &str) -> Result<T, McpError> {
-    Err(McpError::internal_error(format!("the client answered {what} with an unexpected result type"), None))
+    Err(McpError::internal_error(
+        format!("the client answered {what} with an unexpected result type"),
+        None,
+    ))
 }
 
 impl ClientHandler for BackendClient {
@@ -161,7 +190,10 @@ impl ClientHandler for BackendClient {
         }
     }
 
-    async fn list_roots(&self, ctx: RequestContext<RoleClient>) -> Result<ListRootsResult, McpError> {
+    async fn list_roots(
+        &self,
+        ctx: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, McpError> {
         let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
         match self.forward(&ctx, request).await? {
             ClientResult::ListRootsResult(r) => Ok(r),
@@ -176,8 +208,13 @@ impl ClientHandler for BackendClient {
     // Progress and log notifications are relayed in arrival order by the
     // transport tap (see `super::tap`), not from these per-task callbacks.
 
-    async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _ctx: NotificationContext<RoleClient>) {
-        self.downstream.resource_updated(&self.backend, self.session, params.uri);
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        self.downstream
+            .resource_updated(&self.backend, self.session, params.uri);
     }
 
     async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
@@ -185,10 +222,12 @@ impl ClientHandler for BackendClient {
     }
 
     async fn on_resource_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
-        self.downstream.list_changed(&self.backend, ListKind::Resources);
+        self.downstream
+            .list_changed(&self.backend, ListKind::Resources);
     }
 
     async fn on_prompt_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
-        self.downstream.list_changed(&self.backend, ListKind::Prompts);
+        self.downstream
+            .list_changed(&self.backend, ListKind::Prompts);
     }
 }

@@ -8,17 +8,17 @@ use std::time::Duration;
 
 use rmcp::model::*;
 use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError, ServiceExt};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio_util::sync::CancellationToken;
 
+use super::Timeouts;
 use super::client::BackendClient;
 use super::error::BackendError;
 use super::inflight::{FrontCall, Inflight};
 use super::stream_watch::WatchedHttp;
 use super::tap::{Relay, Tapped};
-use super::Timeouts;
 use crate::catalog::BackendCatalog;
 use crate::runtime::Endpoint;
 use crate::runtime::process::StderrTail;
@@ -49,13 +49,22 @@ pub async fn connect(
     let service = match endpoint {
         Endpoint::Stdio { stdin, stdout } => {
             let transport = Tapped::new(AsyncRwTransport::new_client(stdout, stdin), relay.clone());
-            handshake(&backend, client.serve(transport), timeouts.connect, stderr.as_ref()).await?
+            handshake(
+                &backend,
+                client.serve(transport),
+                timeouts.connect,
+                stderr.as_ref(),
+            )
+            .await?
         }
         Endpoint::Http { url, headers } => {
             let mut custom = HashMap::new();
             for (k, v) in &headers {
                 // Validated in config; skip defensively rather than panic.
-                if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v)) {
+                if let (Ok(k), Ok(v)) = (
+                    http::HeaderName::from_bytes(k.as_bytes()),
+                    http::HeaderValue::from_str(v),
+                ) {
                     custom.insert(k, v);
                 }
             }
@@ -64,14 +73,26 @@ pub async fn connect(
                 .reinit_on_expired_session(true);
             let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
-            let http = WatchedHttp::new(closed_tx, keep_alive)
-                .map_err(|reason| BackendError::Transport { backend: backend.clone(), reason, stderr: vec![] })?;
+            let http = WatchedHttp::new(closed_tx, keep_alive).map_err(|reason| {
+                BackendError::Transport {
+                    backend: backend.clone(),
+                    reason,
+                    stderr: vec![],
+                }
+            })?;
             let transport = StreamableHttpClientTransport::with_client(http, cfg);
             let transport = Tapped::new(transport, relay.clone());
             handshake(&backend, client.serve(transport), timeouts.connect, None).await?
         }
     };
-    Ok(Connection { backend, service, inflight, relay, request_timeout: timeouts.request, stderr })
+    Ok(Connection {
+        backend,
+        service,
+        inflight,
+        relay,
+        request_timeout: timeouts.request,
+        stderr,
+    })
 }
 
 async fn handshake<F>(
@@ -81,15 +102,27 @@ async fn handshake<F>(
     stderr: Option<&StderrTail>,
 ) -> Result<RunningService<RoleClient, BackendClient>, BackendError>
 where
-    F: Future<Output = Result<RunningService<RoleClient, BackendClient>, rmcp::service::ClientInitializeError>>,
+    F: Future<
+        Output = Result<
+            RunningService<RoleClient, BackendClient>,
+            rmcp::service::ClientInitializeError,
+        >,
+    >,
 {
     let tail = || stderr.map(|t| t.lines()).unwrap_or_default();
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(BackendError::Handshake { backend: backend.clone(), reason: super::error::plain(e), stderr: tail() }),
+        Ok(Err(e)) => Err(BackendError::Handshake {
+            backend: backend.clone(),
+            reason: super::error::plain(e),
+            stderr: tail(),
+        }),
         Err(_) => Err(BackendError::Handshake {
             backend: backend.clone(),
-            reason: format!("no answer to initialize within {}", humantime::format_duration(timeout)),
+            reason: format!(
+                "no answer to initialize within {}",
+                humantime::format_duration(timeout)
+            ),
             stderr: tail(),
         }),
     }
@@ -97,7 +130,10 @@ where
 
 /// Tells each client whose backend request lost its stream early.
 /// Ends when the connection's HTTP client is dropped.
-async fn relay_stream_closes(mut closed: tokio::sync::mpsc::UnboundedReceiver<RequestId>, inflight: Arc<Inflight>) {
+async fn relay_stream_closes(
+    mut closed: tokio::sync::mpsc::UnboundedReceiver<RequestId>,
+    inflight: Arc<Inflight>,
+) {
     while let Some(id) = closed.recv().await {
         if let Some(hook) = inflight.by_request(&id).and_then(|c| c.on_stream_closed) {
             hook();
@@ -112,11 +148,17 @@ impl Connection {
 
     /// What the backend declared at the handshake.
     pub fn capabilities(&self) -> ServerCapabilities {
-        self.service.peer().peer_info().map(|i| i.capabilities.clone()).unwrap_or_default()
+        self.service
+            .peer()
+            .peer_info()
+            .map(|i| i.capabilities.clone())
+            .unwrap_or_default()
     }
 
     pub fn is_closed(&self) -> bool {
-        self.relay.has_transport_ended() || self.service.is_closed() || self.service.peer().is_transport_closed()
+        self.relay.has_transport_ended()
+            || self.service.is_closed()
+            || self.service.peer().is_transport_closed()
     }
 
     /// Resolves when the connection has ended (process exit, transport
@@ -130,13 +172,20 @@ impl Connection {
     }
 
     /// Sends one request with its own timeout (probes), relaying nothing.
-    pub async fn probe_request(&self, request: ClientRequest, timeout: Duration) -> Result<ServerResult, BackendError> {
+    pub async fn probe_request(
+        &self,
+        request: ClientRequest,
+        timeout: Duration,
+    ) -> Result<ServerResult, BackendError> {
         let peer = self.service.peer();
         let handle = peer
             .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
             .await
             .map_err(|e| self.service_error(e))?;
-        handle.await_response().await.map_err(|e| self.service_error(e))
+        handle
+            .await_response()
+            .await
+            .map_err(|e| self.service_error(e))
     }
 
     /// Forwards `request` and waits for its answer, relaying the backend's
@@ -149,13 +198,17 @@ impl Connection {
         ct: &CancellationToken,
     ) -> Result<ServerResult, BackendError> {
         let peer = self.service.peer();
-        let options = PeerRequestOptions::with_timeout(self.request_timeout).reset_timeout_on_progress();
+        let options =
+            PeerRequestOptions::with_timeout(self.request_timeout).reset_timeout_on_progress();
         let handle = peer
             .send_request_with_option(request, options)
             .await
             .map_err(|e| self.service_error(e))?;
         let id = handle.id.clone();
-        let _registration = front.map(|f| self.inflight.register(id.clone(), handle.progress_token.clone(), f));
+        let _registration = front.map(|f| {
+            self.inflight
+                .register(id.clone(), handle.progress_token.clone(), f)
+        });
         tokio::select! {
             r = handle.await_response() => {
                 // Progress and logs sent before the answer reach the client first.
@@ -175,7 +228,11 @@ impl Connection {
 
     /// Sends a notification (e.g. `roots/list_changed`) to the backend.
     pub async fn notify(&self, notification: ClientNotification) -> Result<(), BackendError> {
-        self.service.peer().send_notification(notification).await.map_err(|e| self.service_error(e))
+        self.service
+            .peer()
+            .send_notification(notification)
+            .await
+            .map_err(|e| self.service_error(e))
     }
 
     /// Lists everything the backend declared at the handshake.
@@ -199,13 +256,19 @@ impl Connection {
 
     /// Closes the connection (for stdio: ends the process).
     pub async fn close(mut self) {
-        let _ = self.service.close_with_timeout(Duration::from_secs(2)).await;
+        let _ = self
+            .service
+            .close_with_timeout(Duration::from_secs(2))
+            .await;
     }
 
     fn service_error(&self, e: ServiceError) -> BackendError {
         match e {
             ServiceError::McpError(e) => BackendError::Mcp(e),
-            ServiceError::Timeout { timeout } => BackendError::Timeout { backend: self.backend.clone(), timeout },
+            ServiceError::Timeout { timeout } => BackendError::Timeout {
+                backend: self.backend.clone(),
+                timeout,
+            },
             other => BackendError::Transport {
                 backend: self.backend.clone(),
                 reason: super::error::plain(other),

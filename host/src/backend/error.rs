@@ -9,13 +9,29 @@ use rmcp::model::ErrorCode;
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("backend '{backend}': cannot start `{command}`: {source}")]
-    Spawn { backend: Arc<str>, command: String, #[source] source: std::io::Error },
+    Spawn {
+        backend: Arc<str>,
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("backend '{backend}': MCP handshake failed: {reason}{}", stderr_suffix(.stderr))]
-    Handshake { backend: Arc<str>, reason: String, stderr: Vec<String> },
+    Handshake {
+        backend: Arc<str>,
+        reason: String,
+        stderr: Vec<String>,
+    },
     #[error("backend '{backend}': connection failed: {reason}{}", stderr_suffix(.stderr))]
-    Transport { backend: Arc<str>, reason: String, stderr: Vec<String> },
+    Transport {
+        backend: Arc<str>,
+        reason: String,
+        stderr: Vec<String>,
+    },
     #[error("backend '{backend}' did not answer within {}", humantime::format_duration(*.timeout))]
-    Timeout { backend: Arc<str>, timeout: Duration },
+    Timeout {
+        backend: Arc<str>,
+        timeout: Duration,
+    },
     #[error("backend '{backend}': request cancelled by the client")]
     Cancelled { backend: Arc<str> },
     /// The backend answered with a JSON-RPC error; passed through as is.
@@ -30,7 +46,9 @@ pub fn plain(message: impl std::fmt::Display) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text.as_str();
     while let Some(open) = rest.find('[') {
-        let Some(close) = rest[open..].find(']').map(|c| open + c) else { break };
+        let Some(close) = rest[open..].find(']').map(|c| open + c) else {
+            break;
+        };
         out.push_str(&rest[..open]);
         let inner = &rest[open + 1..close];
         if !inner.contains("::") {
@@ -59,7 +77,9 @@ impl BackendError {
     pub fn into_mcp(self) -> McpError {
         match self {
             BackendError::Mcp(e) => e,
-            BackendError::Timeout { .. } => McpError::new(ErrorCode::INTERNAL_ERROR, self.to_string(), None),
+            BackendError::Timeout { .. } => {
+                McpError::new(ErrorCode::INTERNAL_ERROR, self.to_string(), None)
+            }
             other => McpError::new(ErrorCode::INTERNAL_ERROR, other.to_string(), None),
         }
     }
@@ -72,7 +92,9 @@ mod tests {
     #[test]
     fn type_names_are_dropped_from_messages() {
         assert_eq!(
-            plain("Send message error Transport [vigil::backend::tap::Tapped<rmcp::X<Y>>] error: closed, when send initialize request"),
+            plain(
+                "Send message error Transport [vigil::backend::tap::Tapped<rmcp::X<Y>>] error: closed, when send initialize request"
+            ),
             "Send message error Transport error: closed, when send initialize request"
         );
         assert_eq!(plain("keeps [plain brackets]"), "keeps [plain brackets]");

@@ -59,13 +59,22 @@ pub struct Registration {
 }
 
 impl Inflight {
-    pub fn register(self: &Arc<Self>, request: RequestId, token: ProgressToken, call: FrontCall) -> Registration {
+    pub fn register(
+        self: &Arc<Self>,
+        request: RequestId,
+        token: ProgressToken,
+        call: FrontCall,
+    ) -> Registration {
         let mut inner = self.lock();
         inner.seq += 1;
         let seq = inner.seq;
         inner.by_request.insert(request.clone(), (seq, call));
         inner.by_token.insert(token.clone(), request.clone());
-        Registration { table: self.clone(), request, token }
+        Registration {
+            table: self.clone(),
+            request,
+            token,
+        }
     }
 
     pub fn by_request(&self, id: &RequestId) -> Option<FrontCall> {
@@ -80,7 +89,11 @@ impl Inflight {
 
     /// The most recently started request still running.
     pub fn latest(&self) -> Option<FrontCall> {
-        self.lock().by_request.values().max_by_key(|(seq, _)| *seq).map(|(_, c)| c.clone())
+        self.lock()
+            .by_request
+            .values()
+            .max_by_key(|(seq, _)| *seq)
+            .map(|(_, c)| c.clone())
     }
 
     pub fn is_empty(&self) -> bool {

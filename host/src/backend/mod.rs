@@ -67,9 +67,16 @@ pub struct Status {
 /// An operator's request to a backend's supervisor.
 #[derive(Debug)]
 pub enum Command {
-    Restart { principal: String },
-    Quarantine { principal: String, reason: Option<String> },
-    Release { principal: String },
+    Restart {
+        principal: String,
+    },
+    Quarantine {
+        principal: String,
+        reason: Option<String>,
+    },
+    Release {
+        principal: String,
+    },
 }
 
 /// The supervisor's answer: the new status, or why it refused.
@@ -101,7 +108,11 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(config: BackendConfig, timeouts: Timeouts, downstream: Arc<dyn Downstream>) -> Arc<Self> {
+    pub fn new(
+        config: BackendConfig,
+        timeouts: Timeouts,
+        downstream: Arc<dyn Downstream>,
+    ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         Arc::new(Self {
             name: config.name.as_str().into(),
@@ -134,7 +145,13 @@ impl Backend {
     }
 
     fn keep_alive(&self) -> bool {
-        matches!(self.config.transport, Transport::Http { keep_alive: true, .. })
+        matches!(
+            self.config.transport,
+            Transport::Http {
+                keep_alive: true,
+                ..
+            }
+        )
     }
 
     pub fn state(&self) -> HealthState {
@@ -184,9 +201,9 @@ impl Backend {
     /// Sends an operator command to the supervisor and waits for its answer.
     pub async fn command(&self, cmd: Command) -> Result<Status, CommandError> {
         let (tx, rx) = oneshot::channel();
-        self.commands
-            .send((cmd, tx))
-            .map_err(|_| CommandError::NoSupervisor("the backend's supervisor is not running".into()))?;
+        self.commands.send((cmd, tx)).map_err(|_| {
+            CommandError::NoSupervisor("the backend's supervisor is not running".into())
+        })?;
         rx.await
             .map_err(|_| CommandError::NoSupervisor("the backend's supervisor stopped".into()))?
             .map_err(CommandError::Refused)
@@ -198,10 +215,35 @@ impl Backend {
     }
 
     /// Opens the shared connection over `endpoint` (for the supervisor).
-    pub async fn open_shared_connection(&self, endpoint: Endpoint, stderr: Option<StderrTail>) -> Result<Connection, BackendError> {
-        let client = BackendClient::new(self.name.clone(), self.inflight.clone(), self.downstream.clone(), None, None);
-        let relay = Relay::spawn(self.inflight.clone(), self.downstream.clone(), self.name.clone(), None);
-        connection::connect(&self.name, endpoint, client, self.inflight.clone(), relay, self.timeouts, self.keep_alive(), stderr).await
+    pub async fn open_shared_connection(
+        &self,
+        endpoint: Endpoint,
+        stderr: Option<StderrTail>,
+    ) -> Result<Connection, BackendError> {
+        let client = BackendClient::new(
+            self.name.clone(),
+            self.inflight.clone(),
+            self.downstream.clone(),
+            None,
+            None,
+        );
+        let relay = Relay::spawn(
+            self.inflight.clone(),
+            self.downstream.clone(),
+            self.name.clone(),
+            None,
+        );
+        connection::connect(
+            &self.name,
+            endpoint,
+            client,
+            self.inflight.clone(),
+            relay,
+            self.timeouts,
+            self.keep_alive(),
+            stderr,
+        )
+        .await
     }
 
     /// Opens a connection for one client session, mirroring that client's
@@ -219,9 +261,33 @@ impl Backend {
             });
         };
         let inflight = Arc::<Inflight>::default();
-        let client = BackendClient::new(self.name.clone(), inflight.clone(), self.downstream.clone(), Some(session), capabilities);
-        let relay = Relay::spawn(inflight.clone(), self.downstream.clone(), self.name.clone(), Some(session));
-        let endpoint = Endpoint::Http { url: url.clone(), headers: headers.clone() };
-        connection::connect(&self.name, endpoint, client, inflight, relay, self.timeouts, self.keep_alive(), None).await
+        let client = BackendClient::new(
+            self.name.clone(),
+            inflight.clone(),
+            self.downstream.clone(),
+            Some(session),
+            capabilities,
+        );
+        let relay = Relay::spawn(
+            inflight.clone(),
+            self.downstream.clone(),
+            self.name.clone(),
+            Some(session),
+        );
+        let endpoint = Endpoint::Http {
+            url: url.clone(),
+            headers: headers.clone(),
+        };
+        connection::connect(
+            &self.name,
+            endpoint,
+            client,
+            inflight,
+            relay,
+            self.timeouts,
+            self.keep_alive(),
+            None,
+        )
+        .await
     }
 }

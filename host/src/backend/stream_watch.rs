@@ -12,12 +12,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::{Stream, StreamExt};
 use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId};
 use rmcp::transport::streamable_http_client::{
-    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
 };
 use sse_stream::Sse;
 use tokio::sync::mpsc;
@@ -105,7 +106,9 @@ impl StreamableHttpClient for WatchedHttp {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await
+        self.inner
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await
     }
 
     async fn post_message_with_response_limits(
@@ -123,11 +126,23 @@ impl StreamableHttpClient for WatchedHttp {
         };
         let response = self
             .inner
-            .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
             .await?;
         Ok(match (id, response) {
             (Some(id), StreamableHttpPostResponse::Sse(stream, session)) => {
-                let watched = Watched { inner: stream, id, answered: false, closed: self.closed.clone() };
+                let watched = Watched {
+                    inner: stream,
+                    id,
+                    answered: false,
+                    closed: self.closed.clone(),
+                };
                 StreamableHttpPostResponse::Sse(watched.boxed(), session)
             }
             (_, other) => other,
@@ -141,7 +156,9 @@ impl StreamableHttpClient for WatchedHttp {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
+        self.inner
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
     }
 
     async fn get_stream(
@@ -152,7 +169,9 @@ impl StreamableHttpClient for WatchedHttp {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<SseStream, StreamableHttpError<Self::Error>> {
-        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+        self.inner
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -165,7 +184,14 @@ impl StreamableHttpClient for WatchedHttp {
         max_sse_event_size: usize,
     ) -> Result<SseStream, StreamableHttpError<Self::Error>> {
         self.inner
-            .get_stream_with_max_sse_event_size(uri, session_id, last_event_id, auth_header, custom_headers, max_sse_event_size)
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
             .await
     }
 }
@@ -178,18 +204,34 @@ mod tests {
     fn recognises_only_the_answer_to_its_request() {
         let id = RequestId::Number(7);
         assert!(answers(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#, &id));
-        assert!(answers(r#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#, &id));
+        assert!(answers(
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#,
+            &id
+        ));
         assert!(!answers(r#"{"jsonrpc":"2.0","id":8,"result":{}}"#, &id));
-        assert!(!answers(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"result":1}}"#, &id));
+        assert!(!answers(
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"result":1}}"#,
+            &id
+        ));
         assert!(!answers("", &id));
     }
 
     #[tokio::test]
     async fn an_unanswered_stream_end_is_reported_once() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let priming = Sse { event: None, data: Some(String::new()), id: Some("0".into()), retry: Some(10) };
+        let priming = Sse {
+            event: None,
+            data: Some(String::new()),
+            id: Some("0".into()),
+            retry: Some(10),
+        };
         let inner = futures::stream::iter(vec![Ok(priming)]).boxed();
-        let mut w = Watched { inner, id: RequestId::Number(1), answered: false, closed: tx };
+        let mut w = Watched {
+            inner,
+            id: RequestId::Number(1),
+            answered: false,
+            closed: tx,
+        };
         while w.next().await.is_some() {}
         assert!(w.next().await.is_none());
         assert_eq!(rx.try_recv().ok(), Some(RequestId::Number(1)));
@@ -199,9 +241,19 @@ mod tests {
     #[tokio::test]
     async fn an_answered_stream_is_not_reported() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let reply = Sse { event: None, data: Some(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.into()), id: Some("1".into()), retry: None };
+        let reply = Sse {
+            event: None,
+            data: Some(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.into()),
+            id: Some("1".into()),
+            retry: None,
+        };
         let inner = futures::stream::iter(vec![Ok(reply)]).boxed();
-        let mut w = Watched { inner, id: RequestId::Number(1), answered: false, closed: tx };
+        let mut w = Watched {
+            inner,
+            id: RequestId::Number(1),
+            answered: false,
+            closed: tx,
+        };
         while w.next().await.is_some() {}
         assert!(rx.try_recv().is_err());
     }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rmcp::model::{JsonRpcMessage, LoggingMessageNotificationParam, ProgressNotificationParam, ServerNotification};
+use rmcp::model::{
+    JsonRpcMessage, LoggingMessageNotificationParam, ProgressNotificationParam, ServerNotification,
+};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::{mpsc, oneshot};
@@ -38,7 +40,12 @@ pub struct Relay(mpsc::UnboundedSender<Item>, CancellationToken);
 
 impl Relay {
     /// Starts the relay worker for one backend connection.
-    pub fn spawn(inflight: Arc<Inflight>, downstream: Arc<dyn Downstream>, backend: Arc<str>, session: Option<u64>) -> Relay {
+    pub fn spawn(
+        inflight: Arc<Inflight>,
+        downstream: Arc<dyn Downstream>,
+        backend: Arc<str>,
+        session: Option<u64>,
+    ) -> Relay {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(rx, inflight, downstream, backend, session));
         Relay(tx, CancellationToken::new())
@@ -73,15 +80,24 @@ async fn run(
     while let Some(item) = rx.recv().await {
         match item {
             Item::Progress(mut p) => {
-                let Some(call) = inflight.by_token(&p.progress_token) else { continue };
-                let Some(token) = call.progress_token else { continue };
+                let Some(call) = inflight.by_token(&p.progress_token) else {
+                    continue;
+                };
+                let Some(token) = call.progress_token else {
+                    continue;
+                };
                 p.progress_token = token;
-                if tokio::time::timeout(RELAY_SEND_TIMEOUT, call.peer.notify_progress(p)).await.is_err() {
+                if tokio::time::timeout(RELAY_SEND_TIMEOUT, call.peer.notify_progress(p))
+                    .await
+                    .is_err()
+                {
                     tracing::debug!(%backend, "client did not take a progress notification in time");
                 }
             }
             Item::Log(p) => {
-                let _ = tokio::time::timeout(RELAY_SEND_TIMEOUT, downstream.log(&backend, session, p)).await;
+                let _ =
+                    tokio::time::timeout(RELAY_SEND_TIMEOUT, downstream.log(&backend, session, p))
+                        .await;
             }
             Item::Flush(done) => {
                 let _ = done.send(());
@@ -106,7 +122,10 @@ impl<T> Tapped<T> {
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
     type Error = T::Error;
 
-    fn send(&mut self, item: TxJsonRpcMessage<RoleClient>) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         self.inner.send(item)
     }
 
@@ -117,8 +136,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
         };
         if let JsonRpcMessage::Notification(n) = &message {
             let item = match &n.notification {
-                ServerNotification::ProgressNotification(p) => Some(Item::Progress(p.params.clone())),
-                ServerNotification::LoggingMessageNotification(l) => Some(Item::Log(l.params.clone())),
+                ServerNotification::ProgressNotification(p) => {
+                    Some(Item::Progress(p.params.clone()))
+                }
+                ServerNotification::LoggingMessageNotification(l) => {
+                    Some(Item::Log(l.params.clone()))
+                }
                 _ => None,
             };
             if let Some(item) = item {

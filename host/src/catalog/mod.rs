@@ -91,24 +91,46 @@ impl Catalog {
             for tool in &entry.tools {
                 let exposed = expose(naming, backend, &tool.name);
                 if let Some(kept) = c.tool_routes.get(&exposed) {
-                    c.conflicts.push(Conflict { kind: "tool", name: exposed, kept: kept.backend.clone(), hidden: backend.clone() });
+                    c.conflicts.push(Conflict {
+                        kind: "tool",
+                        name: exposed,
+                        kept: kept.backend.clone(),
+                        hidden: backend.clone(),
+                    });
                     continue;
                 }
                 let mut t = tool.clone();
                 t.name = exposed.clone().into();
                 c.tools.push(t);
-                c.tool_routes.insert(exposed, Route { backend: backend.clone(), name: tool.name.to_string() });
+                c.tool_routes.insert(
+                    exposed,
+                    Route {
+                        backend: backend.clone(),
+                        name: tool.name.to_string(),
+                    },
+                );
             }
             for prompt in &entry.prompts {
                 let exposed = expose(naming, backend, &prompt.name);
                 if let Some(kept) = c.prompt_routes.get(&exposed) {
-                    c.conflicts.push(Conflict { kind: "prompt", name: exposed, kept: kept.backend.clone(), hidden: backend.clone() });
+                    c.conflicts.push(Conflict {
+                        kind: "prompt",
+                        name: exposed,
+                        kept: kept.backend.clone(),
+                        hidden: backend.clone(),
+                    });
                     continue;
                 }
                 let mut p = prompt.clone();
                 p.name = exposed.clone();
                 c.prompts.push(p);
-                c.prompt_routes.insert(exposed, Route { backend: backend.clone(), name: prompt.name.clone() });
+                c.prompt_routes.insert(
+                    exposed,
+                    Route {
+                        backend: backend.clone(),
+                        name: prompt.name.clone(),
+                    },
+                );
             }
             for r in &entry.resources {
                 if c.uris.add_resource(&r.uri, backend) {
@@ -131,11 +153,19 @@ impl Catalog {
         backends: impl IntoIterator<Item = (&'a Arc<str>, &'a BackendCatalog)>,
     ) -> Catalog {
         for (backend, entry) in backends {
-            let names = entry.tools.iter().map(|t| t.name.as_ref()).chain(entry.prompts.iter().map(|p| p.name.as_str()));
+            let names = entry
+                .tools
+                .iter()
+                .map(|t| t.name.as_ref())
+                .chain(entry.prompts.iter().map(|p| p.name.as_str()));
             for name in names {
                 let exposed = expose(naming, backend, name);
-                if !self.tool_routes.contains_key(&exposed) && !self.prompt_routes.contains_key(&exposed) {
-                    self.hidden.entry(exposed).or_insert_with(|| backend.clone());
+                if !self.tool_routes.contains_key(&exposed)
+                    && !self.prompt_routes.contains_key(&exposed)
+                {
+                    self.hidden
+                        .entry(exposed)
+                        .or_insert_with(|| backend.clone());
                 }
             }
         }

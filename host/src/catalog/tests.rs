@@ -10,11 +10,16 @@ fn tool(name: &str) -> Tool {
 }
 
 fn entry(tools: &[&str]) -> BackendCatalog {
-    BackendCatalog { tools: tools.iter().map(|t| tool(t)).collect(), ..Default::default() }
+    BackendCatalog {
+        tools: tools.iter().map(|t| tool(t)).collect(),
+        ..Default::default()
+    }
 }
 
 fn prefix() -> Naming {
-    Naming::Prefix { separator: "__".into() }
+    Naming::Prefix {
+        separator: "__".into(),
+    }
 }
 
 #[test]
@@ -24,7 +29,13 @@ fn prefix_naming_routes_back_to_the_original_name() {
     let c = Catalog::build(&prefix(), [(&a, &ea), (&b, &eb)]);
     let names: Vec<_> = c.tools.iter().map(|t| t.name.to_string()).collect();
     assert_eq!(names, ["a__echo", "b__echo", "b__add"]);
-    assert_eq!(c.route_tool("b__add"), Some(&Route { backend: b.clone(), name: "add".into() }));
+    assert_eq!(
+        c.route_tool("b__add"),
+        Some(&Route {
+            backend: b.clone(),
+            name: "add".into()
+        })
+    );
     assert_eq!(c.route_tool("add"), None);
     assert!(c.conflicts.is_empty());
 }
@@ -36,7 +47,15 @@ fn none_naming_keeps_the_first_and_reports_the_conflict() {
     let c = Catalog::build(&Naming::None, [(&a, &ea), (&b, &eb)]);
     assert_eq!(c.tools.len(), 2);
     assert_eq!(c.route_tool("echo").unwrap().backend, a);
-    assert_eq!(c.conflicts, vec![Conflict { kind: "tool", name: "echo".into(), kept: a, hidden: b }]);
+    assert_eq!(
+        c.conflicts,
+        vec![Conflict {
+            kind: "tool",
+            name: "echo".into(),
+            kept: a,
+            hidden: b
+        }]
+    );
 }
 
 #[test]
@@ -46,18 +65,40 @@ fn diff_sees_schema_changes_not_only_names() {
     let mut changed = entry(&["echo"]);
     changed.tools[0].description = Some("new".into());
     let new = Catalog::build(&prefix(), [(&a, &changed)]);
-    assert_eq!(new.diff(&old), Changes { tools: true, resources: false, prompts: false });
-    assert!(!Catalog::build(&prefix(), [(&a, &entry(&["echo"]))]).diff(&old).any());
+    assert_eq!(
+        new.diff(&old),
+        Changes {
+            tools: true,
+            resources: false,
+            prompts: false
+        }
+    );
+    assert!(
+        !Catalog::build(&prefix(), [(&a, &entry(&["echo"]))])
+            .diff(&old)
+            .any()
+    );
 }
 
 #[test]
 fn uris_route_exactly_then_by_longest_template_prefix() {
     let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
     let mut ea = BackendCatalog::default();
-    ea.resources.push(serde_json::from_value(json!({"uri": "demo://a/readme", "name": "readme"})).unwrap());
-    ea.templates.push(serde_json::from_value::<ResourceTemplate>(json!({"uriTemplate": "demo://{x}", "name": "any"})).unwrap());
+    ea.resources
+        .push(serde_json::from_value(json!({"uri": "demo://a/readme", "name": "readme"})).unwrap());
+    ea.templates.push(
+        serde_json::from_value::<ResourceTemplate>(
+            json!({"uriTemplate": "demo://{x}", "name": "any"}),
+        )
+        .unwrap(),
+    );
     let mut eb = BackendCatalog::default();
-    eb.templates.push(serde_json::from_value::<ResourceTemplate>(json!({"uriTemplate": "demo://b/item/{id}", "name": "item"})).unwrap());
+    eb.templates.push(
+        serde_json::from_value::<ResourceTemplate>(
+            json!({"uriTemplate": "demo://b/item/{id}", "name": "item"}),
+        )
+        .unwrap(),
+    );
     eb.prompts.push(Prompt::new("greet", None::<String>, None));
     let c = Catalog::build(&prefix(), [(&a, &ea), (&b, &eb)]);
     assert_eq!(c.route_uri("demo://a/readme"), Some(&a));

@@ -22,13 +22,18 @@ impl UriRoutes {
 
     pub(super) fn add_template(&mut self, template: &str, backend: &Arc<str>) {
         let prefix = template.split('{').next().unwrap_or_default().to_owned();
-        let at = self.templates.partition_point(|(p, _)| p.len() >= prefix.len());
+        let at = self
+            .templates
+            .partition_point(|(p, _)| p.len() >= prefix.len());
         self.templates.insert(at, (prefix, backend.clone()));
     }
 
     pub(super) fn route(&self, uri: &str) -> Option<&Arc<str>> {
-        self.exact
-            .get(uri)
-            .or_else(|| self.templates.iter().find(|(p, _)| uri.starts_with(p.as_str())).map(|(_, b)| b))
+        self.exact.get(uri).or_else(|| {
+            self.templates
+                .iter()
+                .find(|(p, _)| uri.starts_with(p.as_str()))
+                .map(|(_, b)| b)
+        })
     }
 }

@@ -18,11 +18,17 @@ pub enum ClientError {
     #[error("`{url}` is not a usable API URL: {reason}")]
     BadUrl { url: String, reason: String },
     /// No answer: refused, unresolvable, timed out, reset.
-    #[error("cannot reach the control API at {url}: {reason}\nhint: is `vigil serve` running, and does --api (or VIGIL_API) match its [api] listen address?")]
+    #[error(
+        "cannot reach the control API at {url}: {reason}\nhint: is `vigil serve` running, and does --api (or VIGIL_API) match its [api] listen address?"
+    )]
     Unreachable { url: String, reason: String },
     /// The API answered with an error status.
     #[error("{}", api_message(*.status, .code.as_deref(), .message))]
-    Api { status: StatusCode, code: Option<String>, message: String },
+    Api {
+        status: StatusCode,
+        code: Option<String>,
+        message: String,
+    },
     /// A success status with a body that is not what Vigil sends.
     #[error("unexpected answer from {url}: {reason}")]
     BadAnswer { url: String, reason: String },
@@ -30,7 +36,9 @@ pub enum ClientError {
 
 fn api_message(status: StatusCode, code: Option<&str>, message: &str) -> String {
     let hint = match status {
-        StatusCode::UNAUTHORIZED => "\nhint: pass an [[api.tokens]] secret with --token or VIGIL_TOKEN",
+        StatusCode::UNAUTHORIZED => {
+            "\nhint: pass an [[api.tokens]] secret with --token or VIGIL_TOKEN"
+        }
         StatusCode::FORBIDDEN => "\nhint: this needs a token with role = \"operator\"",
         _ => "",
     };
@@ -57,11 +65,21 @@ pub enum Failure {
 impl ClientError {
     pub fn failure(&self) -> Failure {
         match self {
-            ClientError::Api { status, .. } if matches!(*status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => Failure::Refused,
+            ClientError::Api { status, .. }
+                if matches!(*status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) =>
+            {
+                Failure::Refused
+            }
             // Only the control API's own JSON errors: a 404 page from some
             // other server at --api is a wrong URL, not a missing backend.
-            ClientError::Api { status, code: Some(_), .. }
-                if matches!(*status, StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::CONFLICT) =>
+            ClientError::Api {
+                status,
+                code: Some(_),
+                ..
+            } if matches!(
+                *status,
+                StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::CONFLICT
+            ) =>
             {
                 Failure::Rejected
             }
@@ -84,8 +102,15 @@ impl ApiClient {
     /// prefix behind a proxy); a bare `host:port` gets `http://`. An empty
     /// token counts as none.
     pub fn new(api: &str, token: Option<String>) -> Result<Self, ClientError> {
-        let text = if api.contains("://") { api.to_owned() } else { format!("http://{api}") };
-        let bad = |reason: String| ClientError::BadUrl { url: api.to_owned(), reason };
+        let text = if api.contains("://") {
+            api.to_owned()
+        } else {
+            format!("http://{api}")
+        };
+        let bad = |reason: String| ClientError::BadUrl {
+            url: api.to_owned(),
+            reason,
+        };
         let base = Url::parse(&text).map_err(|e| bad(e.to_string()))?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(bad("use an http:// or https:// URL".into()));
@@ -95,52 +120,102 @@ impl ApiClient {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| bad(chain(&e)))?;
-        Ok(ApiClient { base, token: token.filter(|t| !t.is_empty()), http })
+        Ok(ApiClient {
+            base,
+            token: token.filter(|t| !t.is_empty()),
+            http,
+        })
     }
 
     /// `base` + `/api/v1/` + `segments`, each segment percent-encoded.
     pub fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
-        url.path_segments_mut().expect("checked in new").pop_if_empty().extend(["api", "v1"]).extend(segments);
+        url.path_segments_mut()
+            .expect("checked in new")
+            .pop_if_empty()
+            .extend(["api", "v1"])
+            .extend(segments);
         url
     }
 
     /// `GET /api/v1/health/instances`: the raw answer.
     pub async fn instances(&self) -> Result<Value, ClientError> {
-        self.send(Method::GET, self.url(&["health", "instances"]), None).await
+        self.send(Method::GET, self.url(&["health", "instances"]), None)
+            .await
     }
 
     /// `POST /api/v1/health/instances/{name}/{action}`: the raw answer
     /// (the backend's new report).
-    pub async fn act(&self, action: &str, name: &str, body: Option<Value>) -> Result<Value, ClientError> {
-        self.send(Method::POST, self.url(&["health", "instances", name, action]), body).await
+    pub async fn act(
+        &self,
+        action: &str,
+        name: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ClientError> {
+        self.send(
+            Method::POST,
+            self.url(&["health", "instances", name, action]),
+            body,
+        )
+        .await
     }
 
-    async fn send(&self, method: Method, url: Url, body: Option<Value>) -> Result<Value, ClientError> {
+    async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<Value>,
+    ) -> Result<Value, ClientError> {
         let mut req = self.http.request(method, url.clone());
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
         }
         if let Some(body) = body {
-            req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(body.to_string());
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string());
         }
-        let res = req.send().await.map_err(|e| ClientError::Unreachable { url: url.to_string(), reason: chain(&e.without_url()) })?;
+        let res = req.send().await.map_err(|e| ClientError::Unreachable {
+            url: url.to_string(),
+            reason: chain(&e.without_url()),
+        })?;
         let status = res.status();
-        let bytes = res.bytes().await.map_err(|e| ClientError::Unreachable { url: url.to_string(), reason: chain(&e.without_url()) })?;
+        let bytes = res.bytes().await.map_err(|e| ClientError::Unreachable {
+            url: url.to_string(),
+            reason: chain(&e.without_url()),
+        })?;
         let json = serde_json::from_slice::<Value>(&bytes);
         if status.is_success() {
-            return json.map_err(|e| ClientError::BadAnswer { url: url.to_string(), reason: format!("not JSON ({e})") });
+            return json.map_err(|e| ClientError::BadAnswer {
+                url: url.to_string(),
+                reason: format!("not JSON ({e})"),
+            });
         }
         let error = json.ok().and_then(|v| {
             let e = v.get("error")?;
-            Some((e.get("code")?.as_str()?.to_owned(), e.get("message")?.as_str()?.to_owned()))
+            Some((
+                e.get("code")?.as_str()?.to_owned(),
+                e.get("message")?.as_str()?.to_owned(),
+            ))
         });
         Err(match error {
-            Some((code, message)) => ClientError::Api { status, code: Some(code), message },
+            Some((code, message)) => ClientError::Api {
+                status,
+                code: Some(code),
+                message,
+            },
             None => {
                 let text = String::from_utf8_lossy(&bytes);
-                let message = if text.trim().is_empty() { "(empty body)".to_owned() } else { text.chars().take(200).collect() };
-                ClientError::Api { status, code: None, message }
+                let message = if text.trim().is_empty() {
+                    "(empty body)".to_owned()
+                } else {
+                    text.chars().take(200).collect()
+                };
+                ClientError::Api {
+                    status,
+                    code: None,
+                    message,
+                }
             }
         })
     }

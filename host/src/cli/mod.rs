@@ -50,11 +50,21 @@ Exit codes:
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiArgs {
     /// Base URL of the control API (the gateway's `[api] listen`).
-    #[arg(long, env = "VIGIL_API", default_value = "http://127.0.0.1:8081", value_name = "URL")]
+    #[arg(
+        long,
+        env = "VIGIL_API",
+        default_value = "http://127.0.0.1:8081",
+        value_name = "URL"
+    )]
     pub api: String,
     /// Bearer token: the secret of one of the gateway's `[[api.tokens]]`.
     /// Not needed when the gateway has no tokens (loopback only).
-    #[arg(long, env = "VIGIL_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "VIGIL_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub token: Option<String>,
     /// Print the API's JSON answer instead of a table.
     #[arg(long)]
@@ -167,11 +177,19 @@ pub struct Output {
 
 impl Output {
     fn ok(exit: Exit, stdout: String) -> Self {
-        Output { exit, stdout, stderr: String::new() }
+        Output {
+            exit,
+            stdout,
+            stderr: String::new(),
+        }
     }
 
     fn failed(e: &ClientError, is_action: bool) -> Self {
-        Output { exit: Exit::of(e.failure(), is_action), stdout: String::new(), stderr: format!("error: {e}\n") }
+        Output {
+            exit: Exit::of(e.failure(), is_action),
+            stdout: String::new(),
+            stderr: format!("error: {e}\n"),
+        }
     }
 }
 
@@ -185,7 +203,10 @@ pub async fn run(cmd: Command) -> ExitCode {
 
 /// [`run`] on a fresh current-thread runtime, for a synchronous `main`.
 pub fn run_blocking(cmd: Command) -> ExitCode {
-    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt.block_on(run(cmd)),
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -199,7 +220,16 @@ pub async fn execute(cmd: &Command, now: SystemTime) -> Output {
     match cmd {
         Command::Status(a) => status(&a.api, now).await,
         Command::Restart(a) => act(&a.api, "restart", &a.name, None, now).await,
-        Command::Quarantine(a) => act(&a.api, "quarantine", &a.name, Some(json!({ "reason": a.reason })), now).await,
+        Command::Quarantine(a) => {
+            act(
+                &a.api,
+                "quarantine",
+                &a.name,
+                Some(json!({ "reason": a.reason })),
+                now,
+            )
+            .await
+        }
         Command::Release(a) => act(&a.api, "release", &a.name, None, now).await,
     }
 }
@@ -217,8 +247,16 @@ async fn status(args: &ApiArgs, now: SystemTime) -> Output {
         Some(Ok(rows)) => rows,
         _ => return Output::failed(&bad_answer(&args.api, "no `instances` list"), false),
     };
-    let down: Vec<&str> = rows.iter().filter(|r| !r.serving()).map(|r| r.name.as_str()).collect();
-    let exit = if down.is_empty() { Exit::Ok } else { Exit::NotServing };
+    let down: Vec<&str> = rows
+        .iter()
+        .filter(|r| !r.serving())
+        .map(|r| r.name.as_str())
+        .collect();
+    let exit = if down.is_empty() {
+        Exit::Ok
+    } else {
+        Exit::NotServing
+    };
     let stdout = if args.json {
         pretty(&value)
     } else if rows.is_empty() {
@@ -226,14 +264,25 @@ async fn status(args: &ApiArgs, now: SystemTime) -> Output {
     } else {
         let mut t = table::render(&rows, now);
         if !down.is_empty() {
-            t.push_str(&format!("\nnot serving: {} of {}: {}\n", down.len(), rows.len(), down.join(", ")));
+            t.push_str(&format!(
+                "\nnot serving: {} of {}: {}\n",
+                down.len(),
+                rows.len(),
+                down.join(", ")
+            ));
         }
         t
     };
     Output::ok(exit, stdout)
 }
 
-async fn act(args: &ApiArgs, action: &str, name: &str, body: Option<Value>, now: SystemTime) -> Output {
+async fn act(
+    args: &ApiArgs,
+    action: &str,
+    name: &str,
+    body: Option<Value>,
+    now: SystemTime,
+) -> Output {
     let answer = match ApiClient::new(&args.api, args.token.clone()) {
         Ok(client) => client.act(action, name, body).await,
         Err(e) => Err(e),
@@ -244,14 +293,26 @@ async fn act(args: &ApiArgs, action: &str, name: &str, body: Option<Value>, now:
     };
     let row = match Row::deserialize(&value) {
         Ok(row) => row,
-        Err(e) => return Output::failed(&bad_answer(&args.api, &format!("not a backend report ({e})")), true),
+        Err(e) => {
+            return Output::failed(
+                &bad_answer(&args.api, &format!("not a backend report ({e})")),
+                true,
+            );
+        }
     };
-    let stdout = if args.json { pretty(&value) } else { table::render(std::slice::from_ref(&row), now) };
+    let stdout = if args.json {
+        pretty(&value)
+    } else {
+        table::render(std::slice::from_ref(&row), now)
+    };
     Output::ok(Exit::Ok, stdout)
 }
 
 fn bad_answer(api: &str, reason: &str) -> ClientError {
-    ClientError::BadAnswer { url: api.to_owned(), reason: reason.to_owned() }
+    ClientError::BadAnswer {
+        url: api.to_owned(),
+        reason: reason.to_owned(),
+    }
 }
 
 fn pretty(v: &Value) -> String {

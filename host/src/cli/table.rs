@@ -42,7 +42,16 @@ impl Row {
     }
 }
 
-const HEADERS: [&str; 8] = ["NAME", "STATE", "RUNTIME", "LATENCY", "ERRORS", "RESTARTS", "NEXT-RETRY", "REASON"];
+const HEADERS: [&str; 8] = [
+    "NAME",
+    "STATE",
+    "RUNTIME",
+    "LATENCY",
+    "ERRORS",
+    "RESTARTS",
+    "NEXT-RETRY",
+    "REASON",
+];
 
 /// The table, header first, one line per row, each ending in `\n`.
 pub fn render(rows: &[Row], now: SystemTime) -> String {
@@ -81,12 +90,22 @@ fn cells(r: &Row, now: SystemTime) -> [String; 8] {
     [
         one_line(&r.name),
         one_line(&r.state),
-        one_line(if r.runtime.is_empty() { "-" } else { &r.runtime }),
+        one_line(if r.runtime.is_empty() {
+            "-"
+        } else {
+            &r.runtime
+        }),
         r.latency_ms.map_or_else(|| "-".to_owned(), latency),
-        r.error_rate.map_or_else(|| "-".to_owned(), |e| errors(e, r.calls_in_window)),
+        r.error_rate
+            .map_or_else(|| "-".to_owned(), |e| errors(e, r.calls_in_window)),
         r.restart_count.to_string(),
-        r.next_retry_at.map_or_else(|| "-".to_owned(), |at| relative(at, now)),
-        if reason.is_empty() { "-".to_owned() } else { clip(&one_line(reason)) },
+        r.next_retry_at
+            .map_or_else(|| "-".to_owned(), |at| relative(at, now)),
+        if reason.is_empty() {
+            "-".to_owned()
+        } else {
+            clip(&one_line(reason))
+        },
     ]
 }
 
@@ -104,7 +123,11 @@ pub fn latency(ms: f64) -> String {
 /// Error share of the calls in the window: `0% of 12`, `<1% of 900`.
 pub fn errors(rate: f64, calls: u64) -> String {
     let pct = rate * 100.0;
-    let pct = if pct > 0.0 && pct < 1.0 { "<1".to_owned() } else { format!("{pct:.0}") };
+    let pct = if pct > 0.0 && pct < 1.0 {
+        "<1".to_owned()
+    } else {
+        format!("{pct:.0}")
+    };
     format!("{pct}% of {calls}")
 }
 
@@ -117,7 +140,10 @@ pub fn relative(at_ms: i64, now: SystemTime) -> String {
         return "due".to_owned();
     }
     // To the nearest second, but never "in 0s" for what is still ahead.
-    format!("in {}", short(Duration::from_secs(((ahead as u64 + 500) / 1000).max(1))))
+    format!(
+        "in {}",
+        short(Duration::from_secs(((ahead as u64 + 500) / 1000).max(1)))
+    )
 }
 
 fn short(d: Duration) -> String {
@@ -146,7 +172,9 @@ fn clip(s: &str) -> String {
 
 /// Control characters (a newline in a reason) would break the table.
 fn one_line(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 #[cfg(test)]
@@ -202,7 +230,10 @@ db              quarantined  remote     -        -          12        -         
 
     #[test]
     fn empty_table_is_the_header() {
-        assert_eq!(render(&[], now()), "NAME  STATE  RUNTIME  LATENCY  ERRORS  RESTARTS  NEXT-RETRY  REASON\n");
+        assert_eq!(
+            render(&[], now()),
+            "NAME  STATE  RUNTIME  LATENCY  ERRORS  RESTARTS  NEXT-RETRY  REASON\n"
+        );
     }
 
     #[test]
@@ -210,7 +241,10 @@ db              quarantined  remote     -        -          12        -         
         let mut r = row("x", "offline");
         r.reason = "e".repeat(200);
         let line = render(&[r], now()).lines().nth(1).unwrap().to_owned();
-        assert!(line.ends_with(&format!("{}…", "e".repeat(MAX_REASON - 1))), "{line}");
+        assert!(
+            line.ends_with(&format!("{}…", "e".repeat(MAX_REASON - 1))),
+            "{line}"
+        );
     }
 
     #[test]
@@ -241,7 +275,17 @@ db              quarantined  remote     -        -          12        -         
 
     #[test]
     fn serving_follows_the_gateway_rule() {
-        for (state, serving) in [("running", true), ("degraded", true), ("unknown", true), ("starting", false), ("offline", false), ("restarting", false), ("updating", false), ("quarantined", false), ("from-the-future", false)] {
+        for (state, serving) in [
+            ("running", true),
+            ("degraded", true),
+            ("unknown", true),
+            ("starting", false),
+            ("offline", false),
+            ("restarting", false),
+            ("updating", false),
+            ("quarantined", false),
+            ("from-the-future", false),
+        ] {
             assert_eq!(row("x", state).serving(), serving, "{state}");
         }
     }

@@ -20,7 +20,11 @@ pub enum Transport {
     },
     /// Over streamable HTTP (runtime `remote` or `container`).
     /// `keep_alive`: reuse HTTP connections to the backend (default off).
-    Http { url: String, headers: BTreeMap<String, String>, keep_alive: bool },
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+        keep_alive: bool,
+    },
 }
 
 /// What runs the backend (see `crate::runtime`).
@@ -77,21 +81,47 @@ pub struct BackendConfig {
 }
 
 impl Problems {
-    pub(super) fn backend(&mut self, at: &str, b: RawBackend, health: &HealthConfig, restart: &RestartPolicy) -> Option<BackendConfig> {
+    pub(super) fn backend(
+        &mut self,
+        at: &str,
+        b: RawBackend,
+        health: &HealthConfig,
+        restart: &RestartPolicy,
+    ) -> Option<BackendConfig> {
         let before = self.0.len();
         let name = b.name.clone().unwrap_or_default();
         if name.is_empty() {
-            self.add(format!("{at}.name"), "missing: every backend needs a name, like name = \"files\"");
-        } else if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            self.add(format!("{at}.name"), format!("`{name}` may only hold letters, digits, `-` and `_`"));
+            self.add(
+                format!("{at}.name"),
+                "missing: every backend needs a name, like name = \"files\"",
+            );
+        } else if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            self.add(
+                format!("{at}.name"),
+                format!("`{name}` may only hold letters, digits, `-` and `_`"),
+            );
         }
-        let request_timeout = b.request_timeout.clone().map(|t| self.duration(&format!("{at}.request_timeout"), Some(t), "60s"));
+        let request_timeout = b
+            .request_timeout
+            .clone()
+            .map(|t| self.duration(&format!("{at}.request_timeout"), Some(t), "60s"));
         let health = self.health(&format!("{at}.health"), health, b.health.clone());
         let restart = self.restart(&format!("{at}.restart"), restart, b.restart.clone());
         let runtime_name = b.runtime.clone();
         let (transport, runtime) = match b.transport.as_deref() {
             Some("stdio") => {
-                self.refuse(at, "only applies to transport = \"http\"", [("url", b.url.is_some()), ("headers", !b.headers.is_empty()), ("keep_alive", b.keep_alive.is_some())]);
+                self.refuse(
+                    at,
+                    "only applies to transport = \"http\"",
+                    [
+                        ("url", b.url.is_some()),
+                        ("headers", !b.headers.is_empty()),
+                        ("keep_alive", b.keep_alive.is_some()),
+                    ],
+                );
                 match runtime_name.as_deref() {
                     None | Some("process") => {}
                     Some(other) => self.add(format!("{at}.runtime"), format!("`{other}` does not run stdio backends: use runtime = \"process\" (the default) or transport = \"http\"")),
@@ -101,31 +131,60 @@ impl Problems {
                 if command.trim().is_empty() {
                     self.add(format!("{at}.command"), "missing: a stdio backend needs the command that starts it, like command = \"my-mcp-server\"");
                 }
-                (Transport::Stdio { command, args: b.args, env: b.env, cwd: b.cwd.map(PathBuf::from) }, RuntimeKind::Process)
+                (
+                    Transport::Stdio {
+                        command,
+                        args: b.args,
+                        env: b.env,
+                        cwd: b.cwd.map(PathBuf::from),
+                    },
+                    RuntimeKind::Process,
+                )
             }
             Some("http") => {
                 let url = b.url.clone().unwrap_or_default();
                 if url.is_empty() {
                     self.add(format!("{at}.url"), "missing: an http backend needs its MCP endpoint, like url = \"http://127.0.0.1:3902/mcp\"");
                 } else if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    self.add(format!("{at}.url"), format!("`{url}` must start with http:// or https://"));
+                    self.add(
+                        format!("{at}.url"),
+                        format!("`{url}` must start with http:// or https://"),
+                    );
                 }
                 for (k, v) in &b.headers {
                     if reqwest_header_invalid(k, v) {
-                        self.add(format!("{at}.headers.{k}"), "is not a valid HTTP header name/value");
+                        self.add(
+                            format!("{at}.headers.{k}"),
+                            "is not a valid HTTP header name/value",
+                        );
                     } else if RESERVED_HEADERS.iter().any(|r| r.eq_ignore_ascii_case(k)) {
-                        self.add(format!("{at}.headers.{k}"), "is set by the MCP transport itself; remove it");
+                        self.add(
+                            format!("{at}.headers.{k}"),
+                            "is set by the MCP transport itself; remove it",
+                        );
                     }
                 }
-                self.refuse(at, "does not apply to http backends", [("cwd", b.cwd.is_some())]);
+                self.refuse(
+                    at,
+                    "does not apply to http backends",
+                    [("cwd", b.cwd.is_some())],
+                );
                 let runtime = match runtime_name.as_deref() {
                     None | Some("remote") => {
-                        self.refuse(at, "only applies to transport = \"stdio\" or runtime = \"container\"", [
-                            ("command", b.command.is_some()),
-                            ("args", !b.args.is_empty()),
-                            ("env", !b.env.is_empty()),
-                        ]);
-                        self.refuse_container_keys(at, &b, "only applies to runtime = \"container\"");
+                        self.refuse(
+                            at,
+                            "only applies to transport = \"stdio\" or runtime = \"container\"",
+                            [
+                                ("command", b.command.is_some()),
+                                ("args", !b.args.is_empty()),
+                                ("env", !b.env.is_empty()),
+                            ],
+                        );
+                        self.refuse_container_keys(
+                            at,
+                            &b,
+                            "only applies to runtime = \"container\"",
+                        );
                         RuntimeKind::Remote
                     }
                     Some("container") => {
@@ -148,18 +207,38 @@ impl Problems {
                         RuntimeKind::Remote
                     }
                 };
-                (Transport::Http { url, headers: b.headers, keep_alive: b.keep_alive.unwrap_or(false) }, runtime)
+                (
+                    Transport::Http {
+                        url,
+                        headers: b.headers,
+                        keep_alive: b.keep_alive.unwrap_or(false),
+                    },
+                    runtime,
+                )
             }
             Some(other) => {
-                self.add(format!("{at}.transport"), format!("unknown value `{other}`: use \"stdio\" or \"http\""));
+                self.add(
+                    format!("{at}.transport"),
+                    format!("unknown value `{other}`: use \"stdio\" or \"http\""),
+                );
                 return None;
             }
             None => {
-                self.add(format!("{at}.transport"), "missing: set transport = \"stdio\" or \"http\"");
+                self.add(
+                    format!("{at}.transport"),
+                    "missing: set transport = \"stdio\" or \"http\"",
+                );
                 return None;
             }
         };
-        (self.0.len() == before).then_some(BackendConfig { name, transport, runtime, request_timeout, health, restart })
+        (self.0.len() == before).then_some(BackendConfig {
+            name,
+            transport,
+            runtime,
+            request_timeout,
+            health,
+            restart,
+        })
     }
 
     fn refuse<const N: usize>(&mut self, at: &str, why: &str, keys: [(&str, bool); N]) {
@@ -171,11 +250,15 @@ impl Problems {
     }
 
     fn refuse_container_keys(&mut self, at: &str, b: &RawBackend, why: &str) {
-        self.refuse(at, why, [
-            ("image", b.image.is_some()),
-            ("labels", !b.labels.is_empty()),
-            ("port", b.port.is_some()),
-            ("network", b.network.is_some()),
-        ]);
+        self.refuse(
+            at,
+            why,
+            [
+                ("image", b.image.is_some()),
+                ("labels", !b.labels.is_empty()),
+                ("port", b.port.is_some()),
+                ("network", b.network.is_some()),
+            ],
+        );
     }
 }

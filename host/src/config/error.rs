@@ -36,7 +36,10 @@ pub enum ConfigErrorKind {
 
 impl ConfigError {
     pub(crate) fn invalid(file: impl Into<PathBuf>, problems: Vec<Problem>) -> Self {
-        Self { file: file.into(), kind: ConfigErrorKind::Invalid(problems) }
+        Self {
+            file: file.into(),
+            kind: ConfigErrorKind::Invalid(problems),
+        }
     }
 
     /// The problems, empty when the file could not be read.

@@ -95,7 +95,10 @@ pub struct ApiToken {
 
 impl std::fmt::Debug for ApiToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiToken").field("name", &self.name).field("role", &self.role).finish_non_exhaustive()
+        f.debug_struct("ApiToken")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
     }
 }
 
@@ -140,10 +143,23 @@ impl Default for RestartPolicy {
 
 impl Problems {
     /// `base` with the keys of `raw` (at `key`) applied.
-    pub(super) fn health(&mut self, key: &str, base: &HealthConfig, raw: Option<RawHealth>) -> HealthConfig {
+    pub(super) fn health(
+        &mut self,
+        key: &str,
+        base: &HealthConfig,
+        raw: Option<RawHealth>,
+    ) -> HealthConfig {
         let Some(raw) = raw else { return base.clone() };
         let mut h = base.clone();
-        let d = |p: &mut Problems, k: &str, v: Option<String>, cur: Duration| v.map_or(cur, |v| p.duration(&format!("{key}.{k}"), Some(v), &humantime::format_duration(cur).to_string()));
+        let d = |p: &mut Problems, k: &str, v: Option<String>, cur: Duration| {
+            v.map_or(cur, |v| {
+                p.duration(
+                    &format!("{key}.{k}"),
+                    Some(v),
+                    &humantime::format_duration(cur).to_string(),
+                )
+            })
+        };
         h.interval = d(self, "interval", raw.interval, h.interval);
         let timeout_set = raw.timeout.is_some();
         h.timeout = d(self, "timeout", raw.timeout, h.timeout);
@@ -164,7 +180,10 @@ impl Problems {
                 "ping" => Readiness::Ping,
                 "tools/list" => Readiness::ListTools,
                 other => {
-                    self.add(format!("{key}.readiness"), format!("unknown value `{other}`: use \"ping\" or \"tools/list\""));
+                    self.add(
+                        format!("{key}.readiness"),
+                        format!("unknown value `{other}`: use \"ping\" or \"tools/list\""),
+                    );
                     h.readiness
                 }
             };
@@ -180,34 +199,60 @@ impl Problems {
         }
         if let Some(tp) = raw.tool_probe {
             if tp.tool.is_empty() {
-                self.add(format!("{key}.tool_probe.tool"), "must name a tool of this backend (its own name, unprefixed)");
+                self.add(
+                    format!("{key}.tool_probe.tool"),
+                    "must name a tool of this backend (its own name, unprefixed)",
+                );
             }
             let arguments = match serde_json::to_value(&tp.arguments) {
                 Ok(serde_json::Value::Object(m)) => m,
                 _ => serde_json::Map::new(),
             };
-            h.tool_probe = Some(ToolProbe { tool: tp.tool, arguments });
+            h.tool_probe = Some(ToolProbe {
+                tool: tp.tool,
+                arguments,
+            });
         }
         if h.timeout > h.interval {
-            self.add(format!("{key}.timeout"), "must not be longer than the interval");
+            self.add(
+                format!("{key}.timeout"),
+                "must not be longer than the interval",
+            );
         }
         h
     }
 
     /// `base` with the keys of `raw` (at `key`) applied.
-    pub(super) fn restart(&mut self, key: &str, base: &RestartPolicy, raw: Option<RawRestart>) -> RestartPolicy {
+    pub(super) fn restart(
+        &mut self,
+        key: &str,
+        base: &RestartPolicy,
+        raw: Option<RawRestart>,
+    ) -> RestartPolicy {
         let Some(raw) = raw else { return base.clone() };
         let mut r = base.clone();
-        let d = |p: &mut Problems, k: &str, v: Option<String>, cur: Duration| v.map_or(cur, |v| p.duration(&format!("{key}.{k}"), Some(v), &humantime::format_duration(cur).to_string()));
+        let d = |p: &mut Problems, k: &str, v: Option<String>, cur: Duration| {
+            v.map_or(cur, |v| {
+                p.duration(
+                    &format!("{key}.{k}"),
+                    Some(v),
+                    &humantime::format_duration(cur).to_string(),
+                )
+            })
+        };
         r.base = d(self, "base", raw.base, r.base);
         r.max = d(self, "max", raw.max, r.max);
         r.healthy_reset = d(self, "healthy_reset", raw.healthy_reset, r.healthy_reset);
         if let Some(q) = raw.quarantine_reprobe {
-            r.quarantine_reprobe = Some(self.duration(&format!("{key}.quarantine_reprobe"), Some(q), "1h"));
+            r.quarantine_reprobe =
+                Some(self.duration(&format!("{key}.quarantine_reprobe"), Some(q), "1h"));
         }
         if let Some(m) = raw.multiplier {
             if !(m >= 1.0 && m.is_finite()) {
-                self.add(format!("{key}.multiplier"), "must be a number of at least 1.0");
+                self.add(
+                    format!("{key}.multiplier"),
+                    "must be a number of at least 1.0",
+                );
             }
             r.multiplier = if m.is_finite() { m.max(1.0) } else { 2.0 };
         }
@@ -229,11 +274,18 @@ impl Problems {
         r
     }
 
-    pub(super) fn api(&mut self, raw: Option<RawApi>, env: &dyn Fn(&str) -> Option<String>) -> ApiConfig {
+    pub(super) fn api(
+        &mut self,
+        raw: Option<RawApi>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> ApiConfig {
         let raw = raw.unwrap_or_default();
         let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:8081".into());
         let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
-            self.add("api.listen", format!("`{listen_text}` is not an address: write it like \"127.0.0.1:8081\""));
+            self.add(
+                "api.listen",
+                format!("`{listen_text}` is not an address: write it like \"127.0.0.1:8081\""),
+            );
             SocketAddr::from(([127, 0, 0, 1], 8081))
         });
         let mut tokens = Vec::new();
@@ -242,26 +294,41 @@ impl Problems {
             let at = format!("api.tokens[{i}]");
             let name = t.name.unwrap_or_default();
             if name.is_empty() {
-                self.add(format!("{at}.name"), "missing: name the token (it is the principal in the audit log)");
+                self.add(
+                    format!("{at}.name"),
+                    "missing: name the token (it is the principal in the audit log)",
+                );
             } else if !names.insert(name.clone()) {
-                self.add(format!("{at}.name"), format!("duplicate token name `{name}`"));
+                self.add(
+                    format!("{at}.name"),
+                    format!("duplicate token name `{name}`"),
+                );
             }
             let role = match t.role.as_deref() {
                 Some("viewer") => Role::Viewer,
                 Some("operator") => Role::Operator,
                 Some(other) => {
-                    self.add(format!("{at}.role"), format!("unknown value `{other}`: use \"viewer\" or \"operator\""));
+                    self.add(
+                        format!("{at}.role"),
+                        format!("unknown value `{other}`: use \"viewer\" or \"operator\""),
+                    );
                     Role::Viewer
                 }
                 None => {
-                    self.add(format!("{at}.role"), "missing: set role = \"viewer\" or \"operator\"");
+                    self.add(
+                        format!("{at}.role"),
+                        "missing: set role = \"viewer\" or \"operator\"",
+                    );
                     Role::Viewer
                 }
             };
             let secret = match (t.token, t.token_env) {
                 (Some(s), None) => s,
                 (None, Some(var)) => env(&var).unwrap_or_else(|| {
-                    self.add(format!("{at}.token_env"), format!("environment variable `{var}` is not set"));
+                    self.add(
+                        format!("{at}.token_env"),
+                        format!("environment variable `{var}` is not set"),
+                    );
                     String::new()
                 }),
                 (Some(_), Some(_)) => {
@@ -269,12 +336,18 @@ impl Problems {
                     String::new()
                 }
                 (None, None) => {
-                    self.add(format!("{at}.token"), "missing: set token = \"...\" or token_env = \"VAR\"");
+                    self.add(
+                        format!("{at}.token"),
+                        "missing: set token = \"...\" or token_env = \"VAR\"",
+                    );
                     String::new()
                 }
             };
             if !secret.is_empty() && secret.len() < 16 {
-                self.add(format!("{at}.token"), "is too short: use at least 16 characters");
+                self.add(
+                    format!("{at}.token"),
+                    "is too short: use at least 16 characters",
+                );
             }
             tokens.push(ApiToken { name, secret, role });
         }

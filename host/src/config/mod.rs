@@ -86,13 +86,20 @@ pub struct Config {
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Headers the streamable HTTP transport manages; a backend may not set them.
-pub(crate) const RESERVED_HEADERS: [&str; 4] = ["accept", "mcp-session-id", "last-event-id", "mcp-protocol-version"];
+pub(crate) const RESERVED_HEADERS: [&str; 4] = [
+    "accept",
+    "mcp-session-id",
+    "last-event-id",
+    "mcp-protocol-version",
+];
 
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError { file: path.to_owned(), kind: ConfigErrorKind::Read(e) })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_owned(),
+            kind: ConfigErrorKind::Read(e),
+        })?;
         Self::parse(&text, path)
     }
 
@@ -103,7 +110,11 @@ impl Config {
             let line = e.span().map(|s| line_of(text, s.start));
             ConfigError::invalid(
                 path,
-                vec![Problem { key: String::new(), line, message: toml_message(&e) }],
+                vec![Problem {
+                    key: String::new(),
+                    line,
+                    message: toml_message(&e),
+                }],
             )
         })?;
         Self::from_raw(raw, path)
@@ -116,12 +127,19 @@ impl Config {
     }
 
     /// [`Config::from_raw`] with an explicit environment (for tests).
-    pub fn from_raw_with_env(raw: RawConfig, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    pub fn from_raw_with_env(
+        raw: RawConfig,
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut p = Problems::default();
         let listen = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listen = listen.parse::<SocketAddr>().unwrap_or_else(|_| {
-            p.add("listen", format!("`{listen}` is not an address: write it like \"127.0.0.1:8080\""));
-            DEFAULT_LISTEN.parse().expect("default listen address parses")
+            p.add(
+                "listen",
+                format!("`{listen}` is not an address: write it like \"127.0.0.1:8080\""),
+            );
+            std::net::SocketAddr::from(([127, 0, 0, 1], 8080))
         });
         let separator = raw.separator.unwrap_or_else(|| "__".into());
         if separator.is_empty() {
@@ -131,7 +149,10 @@ impl Config {
             "prefix" => Naming::Prefix { separator },
             "none" => Naming::None,
             other => {
-                p.add("naming", format!("unknown value `{other}`: use \"prefix\" or \"none\""));
+                p.add(
+                    "naming",
+                    format!("unknown value `{other}`: use \"prefix\" or \"none\""),
+                );
                 Naming::Prefix { separator }
             }
         };
@@ -139,13 +160,19 @@ impl Config {
             "human" => false,
             "json" => true,
             other => {
-                p.add("log_format", format!("unknown value `{other}`: use \"human\" or \"json\""));
+                p.add(
+                    "log_format",
+                    format!("unknown value `{other}`: use \"human\" or \"json\""),
+                );
                 false
             }
         };
         let log_level = raw.log_level.unwrap_or_else(|| "info".into());
         if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() {
-            p.add("log_level", format!("`{log_level}` is not a log filter: use e.g. \"info\" or \"vigil=debug\""));
+            p.add(
+                "log_level",
+                format!("`{log_level}` is not a log filter: use e.g. \"info\" or \"vigil=debug\""),
+            );
         }
         let request_timeout = p.duration("request_timeout", raw.request_timeout, "60s");
         let connect_timeout = p.duration("connect_timeout", raw.connect_timeout, "10s");
@@ -159,14 +186,21 @@ impl Config {
             p.add("page_size", "must be at least 1");
         }
         let allowed_hosts = raw.allowed_hosts.unwrap_or_else(|| {
-            ["localhost", "127.0.0.1", "::1", "[::1]"].map(String::from).to_vec()
+            ["localhost", "127.0.0.1", "::1", "[::1]"]
+                .map(String::from)
+                .to_vec()
         });
         let allowed_origins = raw.allowed_origins.unwrap_or_else(|| {
-            ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"].map(String::from).to_vec()
+            ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
+                .map(String::from)
+                .to_vec()
         });
         for (i, o) in allowed_origins.iter().enumerate() {
             if o != "null" && !o.contains("://") {
-                p.add(format!("allowed_origins[{i}]"), format!("`{o}` needs a scheme, like \"https://{o}\""));
+                p.add(
+                    format!("allowed_origins[{i}]"),
+                    format!("`{o}` needs a scheme, like \"https://{o}\""),
+                );
             }
         }
 
@@ -191,7 +225,10 @@ impl Config {
                 if !seen.insert(backend.name.clone()) {
                     p.add(
                         format!("{at}.name"),
-                        format!("duplicate backend name `{}`: every backend needs its own name", backend.name),
+                        format!(
+                            "duplicate backend name `{}`: every backend needs its own name",
+                            backend.name
+                        ),
                     );
                 } else if enabled {
                     backends.push(backend);
@@ -231,7 +268,11 @@ pub(crate) struct Problems(Vec<Problem>);
 
 impl Problems {
     pub(crate) fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Problem { key: key.into(), line: None, message: message.into() });
+        self.0.push(Problem {
+            key: key.into(),
+            line: None,
+            message: message.into(),
+        });
     }
 
     pub(crate) fn duration(&mut self, key: &str, value: Option<String>, default: &str) -> Duration {
@@ -240,22 +281,31 @@ impl Problems {
             Ok(d) => d,
             Err(e) => {
                 self.add(key, format!("`{text}` is not a duration ({e}): write it like \"500ms\", \"10s\" or \"5m\""));
-                humantime::parse_duration(default).expect("default durations parse")
+                humantime::parse_duration(default).unwrap_or_default()
             }
         }
     }
 
     fn finish(self, path: &Path) -> Result<(), ConfigError> {
-        if self.0.is_empty() { Ok(()) } else { Err(ConfigError::invalid(path, self.0)) }
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::invalid(path, self.0))
+        }
     }
 }
 
 pub(crate) fn reqwest_header_invalid(name: &str, value: &str) -> bool {
-    http::HeaderName::from_bytes(name.as_bytes()).is_err() || http::HeaderValue::from_str(value).is_err()
+    http::HeaderName::from_bytes(name.as_bytes()).is_err()
+        || http::HeaderValue::from_str(value).is_err()
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|b| *b == b'\n')
+        .count()
+        + 1
 }
 
 /// toml's message, plus a fix for the common case of a misspelt key.

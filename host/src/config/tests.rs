@@ -5,14 +5,21 @@ fn parse(text: &str) -> Result<Config, ConfigError> {
 }
 
 fn err(text: &str) -> String {
-    parse(text).expect_err("config should be refused").to_string()
+    parse(text)
+        .expect_err("config should be refused")
+        .to_string()
 }
 
 #[test]
 fn defaults_apply() {
     let c = parse("").unwrap();
     assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
-    assert_eq!(c.naming, Naming::Prefix { separator: "__".into() });
+    assert_eq!(
+        c.naming,
+        Naming::Prefix {
+            separator: "__".into()
+        }
+    );
     assert_eq!(c.request_timeout, Duration::from_secs(60));
     assert!(c.backends.is_empty());
 }
@@ -44,8 +51,13 @@ fn full_backend_tables_parse() {
     .unwrap();
     assert_eq!(c.naming, Naming::None);
     assert_eq!(c.backends.len(), 2, "disabled backends are dropped");
-    assert!(matches!(&c.backends[0].transport, Transport::Stdio { command, .. } if command == "srv"));
-    assert_eq!(c.request_timeout_for(&c.backends[1]), Duration::from_secs(5));
+    assert!(
+        matches!(&c.backends[0].transport, Transport::Stdio { command, .. } if command == "srv")
+    );
+    assert_eq!(
+        c.request_timeout_for(&c.backends[1]),
+        Duration::from_secs(5)
+    );
 }
 
 #[test]
@@ -58,8 +70,7 @@ fn unknown_key_names_file_line_and_key() {
 
 #[test]
 fn duplicate_backend_name_is_refused() {
-    let e = err(
-        r#"
+    let e = err(r#"
         [[backends]]
         name = "a"
         transport = "stdio"
@@ -68,23 +79,23 @@ fn duplicate_backend_name_is_refused() {
         name = "a"
         transport = "stdio"
         command = "y"
-        "#,
+        "#);
+    assert!(
+        e.contains("backends[1].name: duplicate backend name `a`"),
+        "{e}"
     );
-    assert!(e.contains("backends[1].name: duplicate backend name `a`"), "{e}");
 }
 
 #[test]
 fn missing_command_and_url_are_all_reported() {
-    let e = err(
-        r#"
+    let e = err(r#"
         [[backends]]
         name = "a"
         transport = "stdio"
         [[backends]]
         name = "b"
         transport = "http"
-        "#,
-    );
+        "#);
     assert!(e.contains("backends[0].command: missing"), "{e}");
     assert!(e.contains("backends[1].url: missing"), "{e}");
 }
@@ -92,35 +103,43 @@ fn missing_command_and_url_are_all_reported() {
 #[test]
 fn bad_values_say_how_to_fix() {
     let e = err("naming = \"weird\"\nrequest_timeout = \"soon\"\nlisten = \"nowhere\"\n");
-    assert!(e.contains("naming: unknown value `weird`: use \"prefix\" or \"none\""), "{e}");
-    assert!(e.contains("request_timeout: `soon` is not a duration"), "{e}");
+    assert!(
+        e.contains("naming: unknown value `weird`: use \"prefix\" or \"none\""),
+        "{e}"
+    );
+    assert!(
+        e.contains("request_timeout: `soon` is not a duration"),
+        "{e}"
+    );
     assert!(e.contains("listen: `nowhere` is not an address"), "{e}");
 }
 
 #[test]
 fn keys_of_the_other_transport_are_refused() {
-    let e = err(
-        r#"
+    let e = err(r#"
         [[backends]]
         name = "a"
         transport = "http"
         url = "http://x/mcp"
         command = "y"
-        "#,
+        "#);
+    assert!(
+        e.contains("backends[0].command: only applies to transport = \"stdio\""),
+        "{e}"
     );
-    assert!(e.contains("backends[0].command: only applies to transport = \"stdio\""), "{e}");
 }
 
 #[test]
 fn transport_managed_headers_are_refused() {
-    let e = err(
-        r#"
+    let e = err(r#"
         [[backends]]
         name = "a"
         transport = "http"
         url = "http://x/mcp"
         headers = { "Mcp-Session-Id" = "abc" }
-        "#,
+        "#);
+    assert!(
+        e.contains("backends[0].headers.Mcp-Session-Id: is set by the MCP transport itself"),
+        "{e}"
     );
-    assert!(e.contains("backends[0].headers.Mcp-Session-Id: is set by the MCP transport itself"), "{e}");
 }

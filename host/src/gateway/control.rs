@@ -34,7 +34,8 @@ impl Gateway {
     }
 
     fn find(&self, name: &str) -> Result<&std::sync::Arc<Backend>, ControlError> {
-        self.backend(name).ok_or_else(|| ControlError::NotFound(name.to_owned()))
+        self.backend(name)
+            .ok_or_else(|| ControlError::NotFound(name.to_owned()))
     }
 
     async fn act(&self, name: &str, cmd: Command) -> Result<InstanceReport, ControlError> {
@@ -49,7 +50,10 @@ impl Gateway {
 
 impl Control for Gateway {
     fn instances(&self) -> Vec<InstanceReport> {
-        self.backends().iter().map(|b| Self::report(b, &b.status())).collect()
+        self.backends()
+            .iter()
+            .map(|b| Self::report(b, &b.status()))
+            .collect()
     }
 
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>> {
@@ -67,21 +71,41 @@ impl Control for Gateway {
                 }
                 None => Vec::new(),
             };
-            Ok(InstanceDetail { report: Self::report(b, &status), transitions, last_exit: status.last_exit })
+            Ok(InstanceDetail {
+                report: Self::report(b, &status),
+                transitions,
+                last_exit: status.last_exit,
+            })
         })
     }
 
-    fn restart(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+    fn restart(
+        &self,
+        name: &str,
+        principal: &str,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
         let (name, principal) = (name.to_owned(), principal.to_owned());
         Box::pin(async move { self.act(&name, Command::Restart { principal }).await })
     }
 
-    fn quarantine(&self, name: &str, principal: &str, reason: Option<String>) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+    fn quarantine(
+        &self,
+        name: &str,
+        principal: &str,
+        reason: Option<String>,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
         let (name, principal) = (name.to_owned(), principal.to_owned());
-        Box::pin(async move { self.act(&name, Command::Quarantine { principal, reason }).await })
+        Box::pin(async move {
+            self.act(&name, Command::Quarantine { principal, reason })
+                .await
+        })
     }
 
-    fn release(&self, name: &str, principal: &str) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
+    fn release(
+        &self,
+        name: &str,
+        principal: &str,
+    ) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
         let (name, principal) = (name.to_owned(), principal.to_owned());
         Box::pin(async move { self.act(&name, Command::Release { principal }).await })
     }

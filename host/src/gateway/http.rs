@@ -28,7 +28,8 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     http = if c.allowed_origins.iter().any(|o| o == "*") {
         http.disable_allowed_origins()
     } else {
-        http.with_allowed_origins(c.allowed_origins.clone()).enforce_origin_validation()
+        http.with_allowed_origins(c.allowed_origins.clone())
+            .enforce_origin_validation()
     };
     let streams = Arc::new(StreamSessions::new(http.sse_retry));
     let _ = gw.streams.set(streams.clone());
@@ -36,7 +37,9 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), streams, http);
     Router::new()
         .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn(super::http_errors::jsonrpc_errors))
+        .layer(axum::middleware::from_fn(
+            super::http_errors::jsonrpc_errors,
+        ))
 }
 
 /// Serves until `shutdown`.
@@ -49,5 +52,7 @@ pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> std::io::Re
         let _ = tcp.set_nodelay(true);
     });
     let app = router(gw, shutdown.clone());
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
 }

@@ -38,7 +38,10 @@ pub async fn jsonrpc_errors(req: Request, next: Next) -> Response {
     tracing::warn!(%method, status = status.as_u16(), code, reason = %message, "rejected MCP request");
     let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
     parts.status = status;
-    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(body.to_string()))
 }
@@ -56,17 +59,38 @@ fn classify(status: StatusCode, text: &str) -> (StatusCode, i32, String) {
     const INVALID_REQUEST: i32 = -32600;
     if let Some(detail) = text.strip_prefix("fail to deserialize request body") {
         let detail = detail.trim();
-        let syntax = ["EOF while parsing", "expected", "trailing", "key must be", "invalid escape", "control character", "invalid unicode", "number out of range"]
-            .iter()
-            .any(|p| detail.contains(p))
+        let syntax = [
+            "EOF while parsing",
+            "expected",
+            "trailing",
+            "key must be",
+            "invalid escape",
+            "control character",
+            "invalid unicode",
+            "number out of range",
+        ]
+        .iter()
+        .any(|p| detail.contains(p))
             && !detail.contains("JSON-RPC");
         return if syntax {
-            (StatusCode::BAD_REQUEST, PARSE_ERROR, format!("Parse error: the body is not valid JSON ({detail})"))
+            (
+                StatusCode::BAD_REQUEST,
+                PARSE_ERROR,
+                format!("Parse error: the body is not valid JSON ({detail})"),
+            )
         } else {
-            (StatusCode::BAD_REQUEST, INVALID_REQUEST, format!("Invalid Request: the body is JSON but not a JSON-RPC message ({detail})"))
+            (
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                format!("Invalid Request: the body is JSON but not a JSON-RPC message ({detail})"),
+            )
         };
     }
-    let message = if text.is_empty() { status.canonical_reason().unwrap_or("error").to_owned() } else { text.to_owned() };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text.to_owned()
+    };
     (status, INVALID_REQUEST, message)
 }
 
@@ -76,20 +100,33 @@ mod tests {
 
     #[test]
     fn syntax_errors_are_parse_errors() {
-        let (s, c, m) = classify(StatusCode::UNSUPPORTED_MEDIA_TYPE, "fail to deserialize request body EOF while parsing a string at line 1 column 42");
+        let (s, c, m) = classify(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "fail to deserialize request body EOF while parsing a string at line 1 column 42",
+        );
         assert_eq!((s, c), (StatusCode::BAD_REQUEST, -32700));
         assert!(m.contains("not valid JSON"), "{m}");
     }
 
     #[test]
     fn json_that_is_not_jsonrpc_is_an_invalid_request() {
-        let (s, c, _) = classify(StatusCode::UNSUPPORTED_MEDIA_TYPE, "fail to deserialize request body unrecognized JSON-RPC message");
+        let (s, c, _) = classify(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "fail to deserialize request body unrecognized JSON-RPC message",
+        );
         assert_eq!((s, c), (StatusCode::BAD_REQUEST, -32600));
     }
 
     #[test]
     fn other_errors_keep_their_status() {
         let (s, c, m) = classify(StatusCode::NOT_FOUND, "Not Found: Session not found");
-        assert_eq!((s, c, m.as_str()), (StatusCode::NOT_FOUND, -32600, "Not Found: Session not found"));
+        assert_eq!(
+            (s, c, m.as_str()),
+            (
+                StatusCode::NOT_FOUND,
+                -32600,
+                "Not Found: Session not found"
+            )
+        );
     }
 }

@@ -26,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{Backend, BackendUpdate, Downstream, ListKind, Timeouts};
+use crate::catalog::{BackendCatalog, Catalog, Conflict};
 use crate::config::{BackendConfig, RuntimeKind, Transport};
+use crate::config::{Config, Naming};
 use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Transition, advertisable};
 use crate::runtime::Runtime;
@@ -35,8 +37,6 @@ use crate::runtime::process::{ProcessRuntime, StderrTail};
 use crate::runtime::remote::RemoteRuntime;
 use crate::store::{Store, StoreWriter};
 use crate::supervisor::{Outlets, Supervisor};
-use crate::catalog::{BackendCatalog, Catalog, Conflict};
-use crate::config::{Config, Naming};
 pub use session::FrontSession;
 use sessions::Sessions;
 
@@ -44,15 +44,26 @@ use sessions::Sessions;
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("{file}: naming = \"none\" but {}", describe_conflicts(.conflicts))]
-    Conflicts { file: String, conflicts: Vec<Conflict> },
+    Conflicts {
+        file: String,
+        conflicts: Vec<Conflict>,
+    },
 }
 
 fn describe_conflicts(conflicts: &[Conflict]) -> String {
     let each: Vec<String> = conflicts
         .iter()
-        .map(|c| format!("backends '{}' and '{}' both export the {} `{}`", c.kept, c.hidden, c.kind, c.name))
+        .map(|c| {
+            format!(
+                "backends '{}' and '{}' both export the {} `{}`",
+                c.kept, c.hidden, c.kind, c.name
+            )
+        })
         .collect();
-    format!("{}; use naming = \"prefix\" or disable one of them", each.join("; "))
+    format!(
+        "{}; use naming = \"prefix\" or disable one of them",
+        each.join("; ")
+    )
 }
 
 pub struct Gateway {
@@ -90,7 +101,12 @@ impl Downstream for Fanout {
     fn list_changed(&self, backend: &Arc<str>, _kind: ListKind) {
         let _ = self.refresh.send(backend.clone());
     }
-    fn log(&self, _backend: &Arc<str>, session: Option<u64>, params: rmcp::model::LoggingMessageNotificationParam) -> futures::future::BoxFuture<'static, ()> {
+    fn log(
+        &self,
+        _backend: &Arc<str>,
+        session: Option<u64>,
+        params: rmcp::model::LoggingMessageNotificationParam,
+    ) -> futures::future::BoxFuture<'static, ()> {
         self.sessions.log(session, params)
     }
     fn resource_updated(&self, _backend: &Arc<str>, session: Option<u64>, uri: String) {
@@ -112,16 +128,26 @@ impl Gateway {
     ) -> Result<Arc<Gateway>, StartError> {
         let sessions = Arc::new(Sessions::default());
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
-        let downstream: Arc<dyn Downstream> = Arc::new(Fanout { sessions: sessions.clone(), refresh: refresh_tx });
+        let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
+            sessions: sessions.clone(),
+            refresh: refresh_tx,
+        });
         let backends: Vec<Arc<Backend>> = config
             .backends
             .iter()
             .map(|b| {
-                let timeouts = Timeouts { connect: config.connect_timeout, request: config.request_timeout_for(b) };
+                let timeouts = Timeouts {
+                    connect: config.connect_timeout,
+                    request: config.request_timeout_for(b),
+                };
                 Backend::new(b.clone(), timeouts, downstream.clone())
             })
             .collect();
-        let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect();
+        let by_name = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.name.clone(), i))
+            .collect();
         let (events, _) = broadcast::channel(1024);
         let gw = Arc::new(Gateway {
             config,
@@ -152,14 +178,28 @@ impl Gateway {
             None => Vec::new(),
         };
         let (updates_tx, mut updates_rx) = mpsc::unbounded_channel();
-        let outlets = Outlets { updates: updates_tx, events, store: store.map(StoreWriter::spawn) };
+        let outlets = Outlets {
+            updates: updates_tx,
+            events,
+            store: store.map(StoreWriter::spawn),
+        };
         let sanitizer = Sanitizer::new(gw.secrets());
         for b in &gw.backends {
             let (runtime, stderr) = runtime_for(&b.config);
             let record = restored.iter().find(|r| *r.backend == *b.name);
-            let supervisor = Supervisor::new(b.clone(), runtime, stderr, record, outlets.clone(), sanitizer.clone());
+            let supervisor = Supervisor::new(
+                b.clone(),
+                runtime,
+                stderr,
+                record,
+                outlets.clone(),
+                sanitizer.clone(),
+            );
             let span = tracing::info_span!("supervisor", backend = %b.name);
-            tracker.spawn(tracing::Instrument::instrument(supervisor.run(shutdown.child_token()), span));
+            tracker.spawn(tracing::Instrument::instrument(
+                supervisor.run(shutdown.child_token()),
+                span,
+            ));
         }
         drop(outlets);
 
@@ -167,8 +207,12 @@ impl Gateway {
         let mut entries = Entries::default();
         // A backend has settled when its first start attempt ended either
         // way (or it was restored in quarantine).
-        let mut reported: std::collections::HashSet<Arc<str>> =
-            gw.backends.iter().filter(|b| b.state() != HealthState::Starting).map(|b| b.name.clone()).collect();
+        let mut reported: std::collections::HashSet<Arc<str>> = gw
+            .backends
+            .iter()
+            .filter(|b| b.state() != HealthState::Starting)
+            .map(|b| b.name.clone())
+            .collect();
         let deadline = tokio::time::sleep(gw.config.startup_timeout);
         tokio::pin!(deadline);
         while reported.len() < gw.backends.len() {
@@ -192,10 +236,16 @@ impl Gateway {
             let conflicts = gw.catalog().conflicts.clone();
             if !conflicts.is_empty() {
                 shutdown.cancel();
-                return Err(StartError::Conflicts { file: gw.config.file.display().to_string(), conflicts });
+                return Err(StartError::Conflicts {
+                    file: gw.config.file.display().to_string(),
+                    conflicts,
+                });
             }
         }
-        tracker.spawn(gw.clone().run_updates(entries, updates_rx, refresh_rx, shutdown));
+        tracker.spawn(
+            gw.clone()
+                .run_updates(entries, updates_rx, refresh_rx, shutdown),
+        );
         Ok(gw)
     }
 
@@ -237,12 +287,20 @@ impl Gateway {
             .iter()
             .filter_map(|b| entries.known.get(&b.name).map(|c| (&b.name, c)))
             .partition(|(name, _)| entries.advertised.contains(*name));
-        let next = Arc::new(Catalog::build(&self.config.naming, shown).with_hidden(&self.config.naming, hidden));
+        let next = Arc::new(
+            Catalog::build(&self.config.naming, shown).with_hidden(&self.config.naming, hidden),
+        );
         let previous = {
-            let Ok(mut current) = self.catalog.write() else { return };
+            let Ok(mut current) = self.catalog.write() else {
+                return;
+            };
             std::mem::replace(&mut *current, next.clone())
         };
-        for c in next.conflicts.iter().filter(|c| !previous.conflicts.contains(c)) {
+        for c in next
+            .conflicts
+            .iter()
+            .filter(|c| !previous.conflicts.contains(c))
+        {
             tracing::error!(kind = c.kind, name = %c.name, kept = %c.kept, hidden = %c.hidden, "duplicate name under naming = \"none\"; serving the first backend's");
         }
         let changes = next.diff(&previous);
@@ -270,10 +328,10 @@ impl Gateway {
             return self.backend(b);
         }
         match &self.config.naming {
-            Naming::Prefix { separator } => self
-                .backends
-                .iter()
-                .find(|b| name.strip_prefix(&*b.name).is_some_and(|rest| rest.starts_with(separator.as_str()))),
+            Naming::Prefix { separator } => self.backends.iter().find(|b| {
+                name.strip_prefix(&*b.name)
+                    .is_some_and(|rest| rest.starts_with(separator.as_str()))
+            }),
             Naming::None => None,
         }
     }
@@ -285,7 +343,13 @@ impl Gateway {
     /// Values that must never appear in reasons: env values, header values
     /// and API tokens from the config.
     fn secrets(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self.config.api.tokens.iter().map(|t| t.secret.as_str()).collect();
+        let mut v: Vec<&str> = self
+            .config
+            .api
+            .tokens
+            .iter()
+            .map(|t| t.secret.as_str())
+            .collect();
         for b in &self.config.backends {
             match &b.transport {
                 Transport::Stdio { env, .. } => v.extend(env.values().map(String::as_str)),
@@ -319,18 +383,55 @@ impl Gateway {
 /// The runtime that runs `b`, and its stderr tail for process backends.
 fn runtime_for(b: &BackendConfig) -> (Arc<dyn Runtime>, Option<StderrTail>) {
     match (&b.runtime, &b.transport) {
-        (RuntimeKind::Process, Transport::Stdio { command, args, env, cwd }) => {
-            let rt = ProcessRuntime::new(&b.name, command.clone(), args.clone(), env.clone(), cwd.clone());
+        (
+            RuntimeKind::Process,
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            },
+        ) => {
+            let rt = ProcessRuntime::new(
+                &b.name,
+                command.clone(),
+                args.clone(),
+                env.clone(),
+                cwd.clone(),
+            );
             let tail = rt.stderr();
             (Arc::new(rt), Some(tail))
         }
-        (RuntimeKind::Container(spec), Transport::Http { url, headers, .. }) => {
-            (Arc::new(ContainerRuntime::new(&b.name, spec.clone(), url.clone(), headers.clone())), None)
-        }
-        (_, Transport::Http { url, headers, .. }) => (Arc::new(RemoteRuntime::new(url.clone(), headers.clone())), None),
+        (RuntimeKind::Container(spec), Transport::Http { url, headers, .. }) => (
+            Arc::new(ContainerRuntime::new(
+                &b.name,
+                spec.clone(),
+                url.clone(),
+                headers.clone(),
+            )),
+            None,
+        ),
+        (_, Transport::Http { url, headers, .. }) => (
+            Arc::new(RemoteRuntime::new(url.clone(), headers.clone())),
+            None,
+        ),
         // Config validation pairs stdio with the process runtime only.
-        (_, Transport::Stdio { command, args, env, cwd }) => {
-            let rt = ProcessRuntime::new(&b.name, command.clone(), args.clone(), env.clone(), cwd.clone());
+        (
+            _,
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            },
+        ) => {
+            let rt = ProcessRuntime::new(
+                &b.name,
+                command.clone(),
+                args.clone(),
+                env.clone(),
+                cwd.clone(),
+            );
             let tail = rt.stderr();
             (Arc::new(rt), Some(tail))
         }

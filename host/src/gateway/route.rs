@@ -15,7 +15,11 @@ pub fn unavailable(backend: &str, state: HealthState, reason: &str) -> McpError 
     // Clients get what happened, not the backend's own log lines (those
     // are for operators: API and logs).
     let reason = reason.split(" (last stderr line:").next().unwrap_or(reason);
-    let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
+    let why = if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {reason}")
+    };
     McpError::new(
         ErrorCode::INTERNAL_ERROR,
         format!("backend '{backend}' is unavailable ({state}){why}"),
@@ -24,17 +28,25 @@ pub fn unavailable(backend: &str, state: HealthState, reason: &str) -> McpError 
 }
 
 pub fn unknown_tool(name: &str) -> McpError {
-    McpError::invalid_params(format!("unknown tool '{name}': list the tools with tools/list"), Some(json!({"tool": name})))
+    McpError::invalid_params(
+        format!("unknown tool '{name}': list the tools with tools/list"),
+        Some(json!({"tool": name})),
+    )
 }
 
 pub fn unknown_prompt(name: &str) -> McpError {
-    McpError::invalid_params(format!("unknown prompt '{name}': list the prompts with prompts/list"), Some(json!({"prompt": name})))
+    McpError::invalid_params(
+        format!("unknown prompt '{name}': list the prompts with prompts/list"),
+        Some(json!({"prompt": name})),
+    )
 }
 
 pub fn unknown_uri(uri: &str) -> McpError {
     McpError::new(
         ErrorCode::RESOURCE_NOT_FOUND,
-        format!("no backend serves the resource '{uri}': list them with resources/list and resources/templates/list"),
+        format!(
+            "no backend serves the resource '{uri}': list them with resources/list and resources/templates/list"
+        ),
         Some(json!({"uri": uri})),
     )
 }
@@ -59,19 +71,30 @@ pub fn mark_complete(result: &mut ServerResult) {
 /// hop negotiates its own revision).
 pub fn forwardable_meta(meta: Option<RequestMetaObject>) -> Option<RequestMetaObject> {
     let mut meta = meta?;
-    meta.0.0.retain(|k, _| k != "progressToken" && !k.starts_with("io.modelcontextprotocol/"));
+    meta.0
+        .0
+        .retain(|k, _| k != "progressToken" && !k.starts_with("io.modelcontextprotocol/"));
     (!meta.0.0.is_empty()).then_some(meta)
 }
 
 /// One page of `items` after `cursor` (an offset written by a previous page).
-pub fn page<T: Clone>(items: &[T], cursor: Option<&str>, size: usize) -> Result<(Vec<T>, Option<String>), McpError> {
+pub fn page<T: Clone>(
+    items: &[T],
+    cursor: Option<&str>,
+    size: usize,
+) -> Result<(Vec<T>, Option<String>), McpError> {
     let start = match cursor {
         None => 0,
         Some(c) => c
             .parse::<usize>()
             .ok()
             .filter(|s| *s <= items.len())
-            .ok_or_else(|| McpError::invalid_params(format!("invalid cursor '{c}': pass a nextCursor from a previous page"), None))?,
+            .ok_or_else(|| {
+                McpError::invalid_params(
+                    format!("invalid cursor '{c}': pass a nextCursor from a previous page"),
+                    None,
+                )
+            })?,
     };
     let end = (start + size).min(items.len());
     let next = (end < items.len()).then(|| end.to_string());
@@ -104,7 +127,10 @@ mod tests {
     fn meta_keeps_only_the_callers_own_keys() {
         let mut m = RequestMetaObject::new();
         m.0.0.insert("progressToken".into(), json!(1));
-        m.0.0.insert("io.modelcontextprotocol/protocolVersion".into(), json!("2026-07-28"));
+        m.0.0.insert(
+            "io.modelcontextprotocol/protocolVersion".into(),
+            json!("2026-07-28"),
+        );
         m.0.0.insert("traceparent".into(), json!("00-abc"));
         let kept = forwardable_meta(Some(m)).unwrap();
         assert_eq!(kept.0.0.keys().collect::<Vec<_>>(), ["traceparent"]);

@@ -2,16 +2,18 @@
 //! catalog snapshot and routes everything else to the right backend.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
 
-use super::route::{forwardable_meta, mark_complete, page, unavailable, unknown_prompt, unknown_tool, unknown_uri};
-use super::sessions::Channel;
 use super::Gateway;
+use super::route::{
+    forwardable_meta, mark_complete, page, unavailable, unknown_prompt, unknown_tool, unknown_uri,
+};
+use super::sessions::Channel;
 use super::streams::StreamSessions;
 use crate::backend::{Backend, Connection, FrontCall, StreamClosed};
 use crate::health::{HealthState, advertisable};
@@ -30,11 +32,20 @@ pub struct FrontSession {
 
 impl FrontSession {
     pub(super) fn new(gw: Arc<Gateway>, id: u64) -> Self {
-        Self { gw, id, registered: AtomicBool::new(false), conns: Default::default() }
+        Self {
+            gw,
+            id,
+            registered: AtomicBool::new(false),
+            conns: Default::default(),
+        }
     }
 
     /// The connection a request from this session to `backend` travels on.
-    async fn connection(&self, backend: &Arc<Backend>, ctx: &RequestContext<RoleServer>) -> Result<Arc<Connection>, McpError> {
+    async fn connection(
+        &self,
+        backend: &Arc<Backend>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Arc<Connection>, McpError> {
         let shared = backend.shared().ok_or_else(|| down(backend))?;
         if !backend.per_session() || !self.registered.load(Ordering::Acquire) {
             return Ok(shared);
@@ -44,14 +55,27 @@ impl FrontSession {
             return Ok(c.clone());
         }
         let caps = ctx.peer.peer_info().map(|i| i.capabilities.clone());
-        let conn = Arc::new(backend.open_session_connection(self.id, caps).await.map_err(|e| e.into_mcp())?);
+        let conn = Arc::new(
+            backend
+                .open_session_connection(self.id, caps)
+                .await
+                .map_err(|e| e.into_mcp())?,
+        );
         conns.insert(backend.name.clone(), conn.clone());
         Ok(conn)
     }
 
     /// Forwards one request to `backend` and returns its answer.
-    async fn forward(&self, backend: &Arc<str>, request: ClientRequest, ctx: &RequestContext<RoleServer>) -> Result<ServerResult, McpError> {
-        let b = self.gw.backend(backend).ok_or_else(|| unavailable(backend, HealthState::Unknown, "not configured"))?;
+    async fn forward(
+        &self,
+        backend: &Arc<str>,
+        request: ClientRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, McpError> {
+        let b = self
+            .gw
+            .backend(backend)
+            .ok_or_else(|| unavailable(backend, HealthState::Unknown, "not configured"))?;
         if !advertisable(b.state()) {
             return Err(down(b));
         }
@@ -88,13 +112,28 @@ impl FrontSession {
     fn stream_polling(&self, ctx: &RequestContext<RoleServer>) -> Option<Polling> {
         let streams = self.gw.streams.get()?.clone();
         let parts = ctx.extensions.get::<http::request::Parts>()?;
-        let session = parts.headers.get("mcp-session-id")?.to_str().ok()?.to_owned();
-        Some(Polling { streams, session, request: ctx.id.clone(), closing: Default::default() })
+        let session = parts
+            .headers
+            .get("mcp-session-id")?
+            .to_str()
+            .ok()?
+            .to_owned();
+        Some(Polling {
+            streams,
+            session,
+            request: ctx.id.clone(),
+            closing: Default::default(),
+        })
     }
 
     /// The error for a name with no route: "unavailable" when it belongs to
     /// a backend that is not serving, `unknown` otherwise.
-    fn unrouted(&self, catalog: &crate::catalog::Catalog, name: &str, unknown: fn(&str) -> McpError) -> McpError {
+    fn unrouted(
+        &self,
+        catalog: &crate::catalog::Catalog,
+        name: &str,
+        unknown: fn(&str) -> McpError,
+    ) -> McpError {
         match self.gw.owner_of_unrouted(catalog, name) {
             Some(b) if !advertisable(b.state()) => down(b),
             _ => unknown(name),
@@ -110,7 +149,10 @@ impl FrontSession {
     }
 
     fn unexpected(backend: &str, method: &str) -> McpError {
-        McpError::internal_error(format!("backend '{backend}' answered {method} with a result of the wrong type"), None)
+        McpError::internal_error(
+            format!("backend '{backend}' answered {method} with a result of the wrong type"),
+            None,
+        )
     }
 
     /// One page of a merged list of the current catalog.
@@ -142,10 +184,18 @@ struct Polling {
 impl Polling {
     /// Called by the backend connection when the backend closed the stream.
     fn hook(&self) -> StreamClosed {
-        let (streams, session, request, closing) = (self.streams.clone(), self.session.clone(), self.request.clone(), self.closing.clone());
+        let (streams, session, request, closing) = (
+            self.streams.clone(),
+            self.session.clone(),
+            self.request.clone(),
+            self.closing.clone(),
+        );
         Arc::new(move || {
             let (streams, session, request) = (streams.clone(), session.clone(), request.clone());
-            let task = tokio::spawn(async move { streams.close_and_await_resume(&session, &request).await });
+            let task =
+                tokio::spawn(
+                    async move { streams.close_and_await_resume(&session, &request).await },
+                );
             if let Ok(mut slot) = closing.lock() {
                 slot.get_or_insert(task);
             }
@@ -193,7 +243,9 @@ impl ServerHandler for FrontSession {
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         if !self.registered.swap(true, Ordering::AcqRel) {
-            self.gw.sessions().add(self.id, Channel::Session(ctx.peer.clone()));
+            self.gw
+                .sessions()
+                .add(self.id, Channel::Session(ctx.peer.clone()));
             tracing::debug!(session = self.id, "client session opened");
         }
     }
@@ -202,35 +254,55 @@ impl ServerHandler for FrontSession {
         Ok(())
     }
 
-    async fn list_tools(&self, p: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+    async fn list_tools(
+        &self,
+        p: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
         let (items, next) = self.page_of(|c| &c.tools, &p)?;
         let mut r = ListToolsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
     }
 
-    async fn list_resources(&self, p: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+    async fn list_resources(
+        &self,
+        p: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
         let (items, next) = self.page_of(|c| &c.resources, &p)?;
         let mut r = ListResourcesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
     }
 
-    async fn list_resource_templates(&self, p: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListResourceTemplatesResult, McpError> {
+    async fn list_resource_templates(
+        &self,
+        p: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
         let (items, next) = self.page_of(|c| &c.templates, &p)?;
         let mut r = ListResourceTemplatesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
     }
 
-    async fn list_prompts(&self, p: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
+    async fn list_prompts(
+        &self,
+        p: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
         let (items, next) = self.page_of(|c| &c.prompts, &p)?;
         let mut r = ListPromptsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
     }
 
-    async fn call_tool(&self, mut p: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(
+        &self,
+        mut p: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
         // The route is taken from one snapshot, so a call never mixes a
         // name from one catalog generation with a backend from another.
         let catalog = self.gw.catalog();
@@ -241,10 +313,17 @@ impl ServerHandler for FrontSession {
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
         let t0 = tokio::time::Instant::now();
-        let result = self.forward(&route.backend, ClientRequest::CallToolRequest(CallToolRequest::new(p)), &ctx).await;
+        let result = self
+            .forward(
+                &route.backend,
+                ClientRequest::CallToolRequest(CallToolRequest::new(p)),
+                &ctx,
+            )
+            .await;
         if let Some(b) = self.gw.backend(&route.backend) {
             // Application signal: real traffic's outcome and latency.
-            let ok = matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true));
+            let ok =
+                matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true));
             b.stats.record(ok, t0.elapsed());
         }
         match result? {
@@ -255,20 +334,35 @@ impl ServerHandler for FrontSession {
         }
     }
 
-    async fn read_resource(&self, mut p: ReadResourceRequestParams, ctx: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+    async fn read_resource(
+        &self,
+        mut p: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
         let Some(backend) = self.gw.catalog().route_uri(&p.uri).cloned() else {
             self.forget_stream(&ctx);
             return Err(unknown_uri(&p.uri));
         };
         p.meta = forwardable_meta(p.meta);
-        match self.forward(&backend, ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p)), &ctx).await? {
+        match self
+            .forward(
+                &backend,
+                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p)),
+                &ctx,
+            )
+            .await?
+        {
             ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
             _ => Err(Self::unexpected(&backend, "resources/read")),
         }
     }
 
-    async fn get_prompt(&self, mut p: GetPromptRequestParams, ctx: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+    async fn get_prompt(
+        &self,
+        mut p: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
         let catalog = self.gw.catalog();
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
@@ -276,59 +370,122 @@ impl ServerHandler for FrontSession {
         };
         p.name = route.name;
         p.meta = forwardable_meta(p.meta);
-        match self.forward(&route.backend, ClientRequest::GetPromptRequest(GetPromptRequest::new(p)), &ctx).await? {
+        match self
+            .forward(
+                &route.backend,
+                ClientRequest::GetPromptRequest(GetPromptRequest::new(p)),
+                &ctx,
+            )
+            .await?
+        {
             ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             _ => Err(Self::unexpected(&route.backend, "prompts/get")),
         }
     }
 
-    async fn complete(&self, mut p: CompleteRequestParams, ctx: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
+    async fn complete(
+        &self,
+        mut p: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
         let catalog = self.gw.catalog();
         let backend = match &mut p.r#ref {
             Reference::Prompt(r) => {
-                let route = catalog.route_prompt(&r.name).cloned().ok_or_else(|| unknown_prompt(&r.name))?;
+                let route = catalog
+                    .route_prompt(&r.name)
+                    .cloned()
+                    .ok_or_else(|| unknown_prompt(&r.name))?;
                 r.name = route.name;
                 route.backend
             }
-            Reference::Resource(r) => catalog.route_uri(&r.uri).cloned().ok_or_else(|| unknown_uri(&r.uri))?,
-            _ => return Err(McpError::invalid_params("unsupported completion reference type", None)),
+            Reference::Resource(r) => catalog
+                .route_uri(&r.uri)
+                .cloned()
+                .ok_or_else(|| unknown_uri(&r.uri))?,
+            _ => {
+                return Err(McpError::invalid_params(
+                    "unsupported completion reference type",
+                    None,
+                ));
+            }
         };
         p.meta = forwardable_meta(p.meta);
-        match self.forward(&backend, ClientRequest::CompleteRequest(CompleteRequest::new(p)), &ctx).await? {
+        match self
+            .forward(
+                &backend,
+                ClientRequest::CompleteRequest(CompleteRequest::new(p)),
+                &ctx,
+            )
+            .await?
+        {
             ServerResult::CompleteResult(r) => Ok(r),
             _ => Err(Self::unexpected(&backend, "completion/complete")),
         }
     }
 
-    async fn subscribe(&self, mut p: SubscribeRequestParams, ctx: RequestContext<RoleServer>) -> Result<(), McpError> {
-        let backend = self.gw.catalog().route_uri(&p.uri).cloned().ok_or_else(|| unknown_uri(&p.uri))?;
+    async fn subscribe(
+        &self,
+        mut p: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let backend = self
+            .gw
+            .catalog()
+            .route_uri(&p.uri)
+            .cloned()
+            .ok_or_else(|| unknown_uri(&p.uri))?;
         let uri = p.uri.clone();
         p.meta = forwardable_meta(p.meta);
-        self.forward(&backend, ClientRequest::SubscribeRequest(SubscribeRequest::new(p)), &ctx).await?;
+        self.forward(
+            &backend,
+            ClientRequest::SubscribeRequest(SubscribeRequest::new(p)),
+            &ctx,
+        )
+        .await?;
         self.gw.sessions().subscribe(self.id, &uri, true);
         Ok(())
     }
 
-    async fn unsubscribe(&self, mut p: UnsubscribeRequestParams, ctx: RequestContext<RoleServer>) -> Result<(), McpError> {
-        let backend = self.gw.catalog().route_uri(&p.uri).cloned().ok_or_else(|| unknown_uri(&p.uri))?;
+    async fn unsubscribe(
+        &self,
+        mut p: UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let backend = self
+            .gw
+            .catalog()
+            .route_uri(&p.uri)
+            .cloned()
+            .ok_or_else(|| unknown_uri(&p.uri))?;
         let uri = p.uri.clone();
         p.meta = forwardable_meta(p.meta);
         self.gw.sessions().subscribe(self.id, &uri, false);
-        self.forward(&backend, ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(p)), &ctx).await?;
+        self.forward(
+            &backend,
+            ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(p)),
+            &ctx,
+        )
+        .await?;
         Ok(())
     }
 
     /// Applies the level to every connected backend that does logging; the
     /// gateway also filters relayed messages of shared backends by it.
-    async fn set_level(&self, p: SetLevelRequestParams, ctx: RequestContext<RoleServer>) -> Result<(), McpError> {
+    async fn set_level(
+        &self,
+        p: SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
         self.gw.sessions().set_log_level(self.id, p.level);
         for b in self.gw.backends() {
             let Some(shared) = b.shared() else { continue };
             if shared.capabilities().logging.is_none() {
                 continue;
             }
-            let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(SetLevelRequestParams::new(p.level)));
+            let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(
+                SetLevelRequestParams::new(p.level),
+            ));
             if let Err(e) = self.forward(&b.name, request, &ctx).await {
                 tracing::debug!(backend = %b.name, error = %e.message, "logging/setLevel not applied");
             }
@@ -339,16 +496,32 @@ impl ServerHandler for FrontSession {
     async fn on_roots_list_changed(&self, _ctx: NotificationContext<RoleServer>) {
         let conns: Vec<Arc<Connection>> = self.conns.lock().await.values().cloned().collect();
         for c in conns {
-            let n = ClientNotification::RootsListChangedNotification(RootsListChangedNotification::default());
+            let n = ClientNotification::RootsListChangedNotification(
+                RootsListChangedNotification::default(),
+            );
             let _ = c.notify(n).await;
         }
     }
 
-    async fn on_custom_request(&self, r: CustomRequest, _ctx: RequestContext<RoleServer>) -> Result<CustomResult, McpError> {
-        Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("Method not found: '{}' is not an MCP method this gateway serves", r.method), None))
+    async fn on_custom_request(
+        &self,
+        r: CustomRequest,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        Err(McpError::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!(
+                "Method not found: '{}' is not an MCP method this gateway serves",
+                r.method
+            ),
+            None,
+        ))
     }
 
-    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
         Some(requested.clone())
     }
 
@@ -356,7 +529,9 @@ impl ServerHandler for FrontSession {
         // Each listen stream is its own registry entry for as long as it is open.
         let id = self.gw.new_listen_id();
         tracing::debug!(listen = id, accepted = ?ctx.accepted(), "subscriptions/listen stream opened");
-        self.gw.sessions().add(id, Channel::Listen(ctx.sink().clone()));
+        self.gw
+            .sessions()
+            .add(id, Channel::Listen(ctx.sink().clone()));
         ctx.cancelled().await;
         self.gw.sessions().remove(id);
         Ok(())

@@ -11,7 +11,9 @@ use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam};
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
+};
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 
 use crate::catalog::Changes;
@@ -43,7 +45,14 @@ impl Sessions {
     }
 
     pub fn add(&self, id: u64, channel: Channel) {
-        self.lock().insert(id, Entry { channel, subscriptions: HashSet::new(), log_level: None });
+        self.lock().insert(
+            id,
+            Entry {
+                channel,
+                subscriptions: HashSet::new(),
+                log_level: None,
+            },
+        );
     }
 
     pub fn remove(&self, id: u64) {
@@ -75,7 +84,9 @@ impl Sessions {
         for channel in channels {
             tokio::spawn(async move {
                 let result = match &channel {
-                    Channel::Session(peer) => send_session_changes(peer, changes).await.map_err(|e| e.to_string()),
+                    Channel::Session(peer) => send_session_changes(peer, changes)
+                        .await
+                        .map_err(|e| e.to_string()),
                     Channel::Listen(sink) => send_listen_changes(sink, changes).await,
                 };
                 if let Err(e) = result {
@@ -88,12 +99,19 @@ impl Sessions {
     /// Relays a backend log message: to `session` when the backend
     /// connection belongs to one, otherwise to every session-mode client
     /// whose level admits it. The future resolves once every target took it.
-    pub fn log(&self, session: Option<u64>, params: LoggingMessageNotificationParam) -> BoxFuture<'static, ()> {
+    pub fn log(
+        &self,
+        session: Option<u64>,
+        params: LoggingMessageNotificationParam,
+    ) -> BoxFuture<'static, ()> {
         let peers: Vec<Peer<RoleServer>> = self
             .lock()
             .iter()
             .filter(|(id, _)| session.is_none_or(|s| s == **id))
-            .filter(|(_, e)| e.log_level.is_none_or(|min| level_rank(params.level) >= level_rank(min)))
+            .filter(|(_, e)| {
+                e.log_level
+                    .is_none_or(|min| level_rank(params.level) >= level_rank(min))
+            })
             .filter_map(|(_, e)| match &e.channel {
                 Channel::Session(p) => Some(p.clone()),
                 Channel::Listen(_) => None,
@@ -123,7 +141,9 @@ impl Sessions {
             tokio::spawn(async move {
                 match channel {
                     Channel::Session(peer) => {
-                        let _ = peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await;
+                        let _ = peer
+                            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                            .await;
                     }
                     // The sink drops URIs this stream did not ask for.
                     Channel::Listen(sink) => {
@@ -135,7 +155,10 @@ impl Sessions {
     }
 }
 
-async fn send_session_changes(peer: &Peer<RoleServer>, c: Changes) -> Result<(), rmcp::service::ServiceError> {
+async fn send_session_changes(
+    peer: &Peer<RoleServer>,
+    c: Changes,
+) -> Result<(), rmcp::service::ServiceError> {
     if c.tools {
         peer.notify_tool_list_changed().await?;
     }
@@ -162,7 +185,9 @@ async fn send_listen_changes(sink: &SubscriptionSink, c: Changes) -> Result<(), 
     }
     tracing::debug!(result = ?last, "list_changed sent on a listen stream");
     match last {
-        Err(rmcp::service::SubscriptionSendError::SubscriptionClosed) => Err("subscription closed".into()),
+        Err(rmcp::service::SubscriptionSendError::SubscriptionClosed) => {
+            Err("subscription closed".into())
+        }
         _ => Ok(()),
     }
 }

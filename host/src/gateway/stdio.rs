@@ -12,7 +12,9 @@ use super::Gateway;
 /// `shutdown` fires.
 pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let session = gw.new_session();
-    let running = session.serve_with_ct(rmcp::transport::stdio(), shutdown.child_token()).await?;
+    let running = session
+        .serve_with_ct(rmcp::transport::stdio(), shutdown.child_token())
+        .await?;
     let reason = running.waiting().await?;
     tracing::info!(?reason, "stdio client session ended");
     Ok(())

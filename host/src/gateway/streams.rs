@@ -13,7 +13,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::Stream;
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::local::{
@@ -44,9 +46,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn routed_request(message: &ClientJsonRpcMessage) -> Option<RequestId> {
     match message {
         JsonRpcMessage::Request(r) => match &r.request {
-            ClientRequest::CallToolRequest(_) | ClientRequest::ReadResourceRequest(_) | ClientRequest::GetPromptRequest(_) => {
-                Some(r.id.clone())
-            }
+            ClientRequest::CallToolRequest(_)
+            | ClientRequest::ReadResourceRequest(_)
+            | ClientRequest::GetPromptRequest(_) => Some(r.id.clone()),
             _ => None,
         },
         _ => None,
@@ -55,7 +57,12 @@ fn routed_request(message: &ClientJsonRpcMessage) -> Option<RequestId> {
 
 impl StreamSessions {
     pub fn new(retry: Option<Duration>) -> Self {
-        Self { inner: LocalSessionManager::default(), retry, streams: Mutex::default(), resumes: Mutex::default() }
+        Self {
+            inner: LocalSessionManager::default(),
+            retry,
+            streams: Mutex::default(),
+            resumes: Mutex::default(),
+        }
     }
 
     /// Forgets a finished request's stream.
@@ -67,17 +74,26 @@ impl StreamSessions {
     /// the client resumes. Returns whether a stream was closed.
     pub async fn close_and_await_resume(&self, session: &str, request: &RequestId) -> bool {
         let session = SessionId::from(session);
-        let Some(stream) = lock(&self.streams).get(&(session.clone(), request.clone())).copied() else {
+        let Some(stream) = lock(&self.streams)
+            .get(&(session.clone(), request.clone()))
+            .copied()
+        else {
             return false;
         };
         let Some(handle) = self.inner.sessions.read().await.get(&session).cloned() else {
             return false;
         };
-        let mut resumed = lock(&self.resumes).entry(session.clone()).or_insert_with(|| watch::channel(0).0).subscribe();
+        let mut resumed = lock(&self.resumes)
+            .entry(session.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
         let closed = match handle.close_sse_stream(stream, self.retry).await {
             Ok(()) => {
                 tracing::debug!(%session, request = %request, "closed the client's stream like the backend did; waiting for the client to resume");
-                if tokio::time::timeout(RESUME_WAIT, resumed.changed()).await.is_err() {
+                if tokio::time::timeout(RESUME_WAIT, resumed.changed())
+                    .await
+                    .is_err()
+                {
                     tracing::info!(%session, "client did not resume its stream within {RESUME_WAIT:?}");
                 }
                 true
@@ -89,7 +105,10 @@ impl StreamSessions {
         };
         drop(resumed);
         let mut resumes = lock(&self.resumes);
-        if resumes.get(&session).is_some_and(|s| s.receiver_count() == 0) {
+        if resumes
+            .get(&session)
+            .is_some_and(|s| s.receiver_count() == 0)
+        {
             resumes.remove(&session);
         }
         closed
@@ -104,7 +123,11 @@ impl SessionManager for StreamSessions {
         self.inner.create_session().await
     }
 
-    async fn initialize_session(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<ServerJsonRpcMessage, Self::Error> {
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
         self.inner.initialize_session(id, message).await
     }
 
@@ -123,25 +146,46 @@ impl SessionManager for StreamSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        let handle = self.inner.sessions.read().await.get(id).cloned().ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))?;
+        let handle = self
+            .inner
+            .sessions
+            .read()
+            .await
+            .get(id)
+            .cloned()
+            .ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))?;
         let receiver = handle.establish_request_wise_channel().await?;
-        if let (Some(request), Some(stream)) = (routed_request(&message), receiver.http_request_id) {
+        if let (Some(request), Some(stream)) = (routed_request(&message), receiver.http_request_id)
+        {
             lock(&self.streams).insert((id.clone(), request), stream);
         }
-        handle.push_message(message, receiver.http_request_id).await?;
+        handle
+            .push_message(message, receiver.http_request_id)
+            .await?;
         Ok(ReceiverStream::new(receiver.inner))
     }
 
-    async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
         self.inner.accept_message(id, message).await
     }
 
-    async fn create_standalone_stream(&self, id: &SessionId) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         self.inner.create_standalone_stream(id).await
     }
 
     /// As rmcp's, then wakes an answer waiting for this session to resume.
-    async fn resume(&self, id: &SessionId, last_event_id: String) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let stream = self.inner.resume(id, last_event_id).await?;
         if let Some(r) = lock(&self.resumes).get(id) {
             r.send_modify(|n| *n += 1);

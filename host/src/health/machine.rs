@@ -35,16 +35,25 @@ pub enum Input {
     Exited(String),
     /// A readiness probe answered; `Some(reason)` when it or the recent
     /// traffic says the backend is degraded.
-    ProbeOk { degraded: Option<String> },
+    ProbeOk {
+        degraded: Option<String>,
+    },
     /// A readiness probe failed (error or timeout).
     ProbeFailed(String),
     /// The probe's own machinery failed (engine unreachable, ...).
     InfraFailed(String),
     /// The instance has been up this long.
     Uptime(Duration),
-    OperatorRestart { principal: String },
-    OperatorQuarantine { principal: String, reason: Option<String> },
-    OperatorRelease { principal: String },
+    OperatorRestart {
+        principal: String,
+    },
+    OperatorQuarantine {
+        principal: String,
+        reason: Option<String>,
+    },
+    OperatorRelease {
+        principal: String,
+    },
 }
 
 /// What the supervisor must do next.
@@ -90,7 +99,13 @@ pub struct Step {
 }
 
 impl Machine {
-    pub fn new(backend: &str, policy: RestartPolicy, threshold: u32, owns_lifecycle: bool, now: SystemTime) -> Self {
+    pub fn new(
+        backend: &str,
+        policy: RestartPolicy,
+        threshold: u32,
+        owns_lifecycle: bool,
+        now: SystemTime,
+    ) -> Self {
         Self {
             backend: backend.to_owned(),
             state: HealthState::Starting,
@@ -124,16 +139,26 @@ impl Machine {
                 if self.state == HealthState::Quarantined {
                     self.quarantine_reason = None;
                     self.consecutive_failures = 0;
-                    self.go(&mut out, HealthState::Running, "re-probe succeeded: leaving quarantine".into(), now);
+                    self.go(
+                        &mut out,
+                        HealthState::Running,
+                        "re-probe succeeded: leaving quarantine".into(),
+                        now,
+                    );
                 } else {
                     self.go(&mut out, HealthState::Running, "ready".into(), now);
                 }
             }
-            Input::StartFailed(reason) => self.failure(&mut out, format!("start failed: {reason}"), now, unit),
+            Input::StartFailed(reason) => {
+                self.failure(&mut out, format!("start failed: {reason}"), now, unit)
+            }
             Input::Exited(reason) => self.failure(&mut out, reason, now, unit),
             Input::ProbeOk { degraded } => {
                 self.probe_failures = 0;
-                if matches!(self.state, HealthState::Running | HealthState::Degraded | HealthState::Unknown) {
+                if matches!(
+                    self.state,
+                    HealthState::Running | HealthState::Degraded | HealthState::Unknown
+                ) {
                     match degraded {
                         Some(why) => self.go(&mut out, HealthState::Degraded, why, now),
                         None => self.go(&mut out, HealthState::Running, "healthy".into(), now),
@@ -141,21 +166,42 @@ impl Machine {
                 }
             }
             Input::ProbeFailed(reason) => {
-                if !matches!(self.state, HealthState::Running | HealthState::Degraded | HealthState::Unknown) {
+                if !matches!(
+                    self.state,
+                    HealthState::Running | HealthState::Degraded | HealthState::Unknown
+                ) {
                     return Ok(out);
                 }
                 self.probe_failures += 1;
                 let n = self.probe_failures;
                 if n >= self.threshold {
                     self.probe_failures = 0;
-                    self.failure(&mut out, format!("{n} consecutive probes failed, last: {reason}"), now, unit);
+                    self.failure(
+                        &mut out,
+                        format!("{n} consecutive probes failed, last: {reason}"),
+                        now,
+                        unit,
+                    );
                 } else {
-                    self.go(&mut out, HealthState::Degraded, format!("probe failed ({n}/{}): {reason}", self.threshold), now);
+                    self.go(
+                        &mut out,
+                        HealthState::Degraded,
+                        format!("probe failed ({n}/{}): {reason}", self.threshold),
+                        now,
+                    );
                 }
             }
             Input::InfraFailed(reason) => {
-                if matches!(self.state, HealthState::Running | HealthState::Degraded | HealthState::Starting) {
-                    self.go(&mut out, HealthState::Unknown, format!("cannot tell: {reason}"), now);
+                if matches!(
+                    self.state,
+                    HealthState::Running | HealthState::Degraded | HealthState::Starting
+                ) {
+                    self.go(
+                        &mut out,
+                        HealthState::Unknown,
+                        format!("cannot tell: {reason}"),
+                        now,
+                    );
                 }
             }
             Input::Uptime(up) => {
@@ -165,32 +211,56 @@ impl Machine {
             }
             Input::OperatorRestart { principal } => {
                 if !self.owns_lifecycle {
-                    return Err(Refused(format!("backend '{}' is not run by Vigil (remote): it cannot be restarted", self.backend)));
+                    return Err(Refused(format!(
+                        "backend '{}' is not run by Vigil (remote): it cannot be restarted",
+                        self.backend
+                    )));
                 }
                 self.quarantine_reason = None;
                 self.consecutive_failures = 0;
                 self.restart_count += 1;
-                self.go(&mut out, HealthState::Restarting, format!("restart requested by {principal}"), now);
+                self.go(
+                    &mut out,
+                    HealthState::Restarting,
+                    format!("restart requested by {principal}"),
+                    now,
+                );
                 out.action = Some(Action::RestartAfter(Duration::ZERO));
             }
             Input::OperatorQuarantine { principal, reason } => {
                 if self.state == HealthState::Quarantined {
-                    return Err(Refused(format!("backend '{}' is already quarantined", self.backend)));
+                    return Err(Refused(format!(
+                        "backend '{}' is already quarantined",
+                        self.backend
+                    )));
                 }
                 let why = reason.unwrap_or_else(|| "no reason given".into());
                 self.quarantine_reason = Some(format!("{why} (by {principal})"));
                 self.next_retry_at = None;
-                self.go(&mut out, HealthState::Quarantined, format!("quarantined by {principal}: {why}"), now);
+                self.go(
+                    &mut out,
+                    HealthState::Quarantined,
+                    format!("quarantined by {principal}: {why}"),
+                    now,
+                );
                 out.action = Some(Action::Stop);
             }
             Input::OperatorRelease { principal } => {
                 if self.state != HealthState::Quarantined {
-                    return Err(Refused(format!("backend '{}' is not quarantined (it is {})", self.backend, self.state)));
+                    return Err(Refused(format!(
+                        "backend '{}' is not quarantined (it is {})",
+                        self.backend, self.state
+                    )));
                 }
                 self.quarantine_reason = None;
                 self.consecutive_failures = 0;
                 self.restart_count += 1;
-                self.go(&mut out, HealthState::Restarting, format!("released by {principal}"), now);
+                self.go(
+                    &mut out,
+                    HealthState::Restarting,
+                    format!("released by {principal}"),
+                    now,
+                );
                 out.action = Some(Action::RestartAfter(Duration::ZERO));
             }
         }
@@ -199,7 +269,10 @@ impl Machine {
 
     /// A start failed or a serving instance went down.
     fn failure(&mut self, out: &mut Step, reason: String, now: SystemTime, unit: f64) {
-        let serving = matches!(self.state, HealthState::Running | HealthState::Degraded | HealthState::Unknown);
+        let serving = matches!(
+            self.state,
+            HealthState::Running | HealthState::Degraded | HealthState::Unknown
+        );
         if self.state == HealthState::Quarantined {
             // A re-probe that failed: stay quarantined, try again later.
             self.schedule(out, self.policy.quarantine_reprobe, now, Action::RetryAfter);
@@ -228,7 +301,12 @@ impl Machine {
         }
         if n >= self.policy.max_restarts {
             self.quarantine_reason = Some(format!("{n} consecutive failures, last: {reason}"));
-            self.go(out, HealthState::Quarantined, format!("quarantined after {n} consecutive failures: {reason}"), now);
+            self.go(
+                out,
+                HealthState::Quarantined,
+                format!("quarantined after {n} consecutive failures: {reason}"),
+                now,
+            );
             out.action = Some(Action::Stop);
             self.schedule(out, self.policy.quarantine_reprobe, now, Action::RetryAfter);
             return;
@@ -236,11 +314,25 @@ impl Machine {
         let delay = backoff(&self.policy, n, unit);
         self.restart_count += 1;
         let wait = humantime::format_duration(Duration::from_millis(delay.as_millis() as u64));
-        self.go(out, HealthState::Restarting, format!("restart in {wait} (failure {n}/{}): {reason}", self.policy.max_restarts), now);
+        self.go(
+            out,
+            HealthState::Restarting,
+            format!(
+                "restart in {wait} (failure {n}/{}): {reason}",
+                self.policy.max_restarts
+            ),
+            now,
+        );
         self.schedule(out, Some(delay), now, Action::RestartAfter);
     }
 
-    fn schedule(&mut self, out: &mut Step, delay: Option<Duration>, now: SystemTime, action: fn(Duration) -> Action) {
+    fn schedule(
+        &mut self,
+        out: &mut Step,
+        delay: Option<Duration>,
+        now: SystemTime,
+        action: fn(Duration) -> Action,
+    ) {
         if let Some(d) = delay {
             self.next_retry_at = Some(now + d);
             out.action = Some(action(d));
@@ -256,12 +348,24 @@ impl Machine {
         if to != from {
             self.state = to;
             self.since = now;
-            out.transitions.push(Transition { backend: self.backend.clone(), from, to, reason, at: now });
+            out.transitions.push(Transition {
+                backend: self.backend.clone(),
+                from,
+                to,
+                reason,
+                at: now,
+            });
         }
     }
 
     /// Restores persisted counters (and quarantine) at gateway start.
-    pub fn restore(&mut self, state: HealthState, restart_count: u64, consecutive_failures: u32, quarantine_reason: Option<String>) {
+    pub fn restore(
+        &mut self,
+        state: HealthState,
+        restart_count: u64,
+        consecutive_failures: u32,
+        quarantine_reason: Option<String>,
+    ) {
         self.restart_count = restart_count;
         self.consecutive_failures = consecutive_failures;
         if state == HealthState::Quarantined {

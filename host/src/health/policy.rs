@@ -21,7 +21,12 @@ pub fn jitter_unit() -> f64 {
     use std::collections::hash_map::RandomState;
     use std::hash::{BuildHasher, Hasher};
     let mut h = RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
@@ -54,7 +59,10 @@ mod tests {
             for u in [0.0, 0.1, 0.5, 0.999] {
                 let d = backoff(&p, n, u);
                 assert!(d <= full, "attempt {n}: {d:?} > {full:?}");
-                assert!(d.as_secs_f64() >= full.as_secs_f64() * 0.75 - 1e-9, "attempt {n}: {d:?} below the jitter floor");
+                assert!(
+                    d.as_secs_f64() >= full.as_secs_f64() * 0.75 - 1e-9,
+                    "attempt {n}: {d:?} below the jitter floor"
+                );
             }
         }
     }

@@ -59,7 +59,10 @@ mod tests {
     fn secrets_are_masked_whole_and_bare() {
         let s = Sanitizer::new(["Bearer sk-live-123456", "hunter2secret", "abc"]);
         let out = s.clean("401 with Authorization: Bearer sk-live-123456; retry with sk-live-123456; pw=hunter2secret; abc stays");
-        assert_eq!(out, "401 with Authorization: ***; retry with ***; pw=***; abc stays");
+        assert_eq!(
+            out,
+            "401 with Authorization: ***; retry with ***; pw=***; abc stays"
+        );
     }
 
     #[test]

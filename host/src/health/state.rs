@@ -65,7 +65,10 @@ impl fmt::Display for HealthState {
 impl FromStr for HealthState {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        HealthState::ALL.into_iter().find(|h| h.as_str() == s).ok_or_else(|| format!("unknown health state `{s}`"))
+        HealthState::ALL
+            .into_iter()
+            .find(|h| h.as_str() == s)
+            .ok_or_else(|| format!("unknown health state `{s}`"))
     }
 }
 
@@ -78,7 +81,10 @@ impl FromStr for HealthState {
 /// backend that may well be working would turn a monitoring outage into a
 /// serving one.
 pub fn advertisable(state: HealthState) -> bool {
-    matches!(state, HealthState::Running | HealthState::Degraded | HealthState::Unknown)
+    matches!(
+        state,
+        HealthState::Running | HealthState::Degraded | HealthState::Unknown
+    )
 }
 
 /// One state change, as recorded in the transition log.
@@ -100,7 +106,9 @@ pub mod unix_ms {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn to_ms(t: SystemTime) -> i64 {
-        t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+        t.duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
     }
 
     pub fn from_ms(ms: i64) -> SystemTime {

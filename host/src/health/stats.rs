@@ -33,7 +33,10 @@ const MAX_CALLS: usize = 10_000;
 
 impl CallStats {
     pub fn new(window: Duration) -> Self {
-        Self { window, calls: Mutex::new(VecDeque::new()) }
+        Self {
+            window,
+            calls: Mutex::new(VecDeque::new()),
+        }
     }
 
     /// Records one finished call.
@@ -53,11 +56,18 @@ impl CallStats {
         let errors = calls.iter().filter(|(_, ok, _)| !ok).count() as u64;
         let mut lat: Vec<Duration> = calls.iter().map(|(_, _, l)| *l).collect();
         lat.sort_unstable();
-        WindowSummary { calls: calls.len() as u64, errors, p50: lat.get(lat.len() / 2).copied() }
+        WindowSummary {
+            calls: calls.len() as u64,
+            errors,
+            p50: lat.get(lat.len() / 2).copied(),
+        }
     }
 
     fn expire(calls: &mut VecDeque<(Instant, bool, Duration)>, now: Instant, window: Duration) {
-        while calls.front().is_some_and(|(t, _, _)| now.duration_since(*t) > window) {
+        while calls
+            .front()
+            .is_some_and(|(t, _, _)| now.duration_since(*t) > window)
+        {
             calls.pop_front();
         }
     }
@@ -77,6 +87,9 @@ mod tests {
         assert_eq!(s.summary().error_rate(), Some(0.5));
         tokio::time::advance(Duration::from_secs(40)).await;
         let w = s.summary();
-        assert_eq!((w.calls, w.errors, w.p50), (1, 0, Some(Duration::from_millis(7))));
+        assert_eq!(
+            (w.calls, w.errors, w.p50),
+            (1, 0, Some(Duration::from_millis(7)))
+        );
     }
 }

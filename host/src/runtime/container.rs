@@ -51,8 +51,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bollard::Docker;
 use bollard::errors::Error as EngineError;
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HostConfig, PortBinding,
-    RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HostConfig,
+    PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, EventsOptions, RemoveContainerOptions, StopContainerOptions,
@@ -93,7 +93,12 @@ pub struct ContainerRuntime {
 impl ContainerRuntime {
     /// A runtime for `backend`'s container; MCP is spoken to it at `url`
     /// (with `headers`). Does no I/O: the engine is reached on first use.
-    pub fn new(backend: &str, spec: ContainerSpec, url: String, headers: BTreeMap<String, String>) -> Self {
+    pub fn new(
+        backend: &str,
+        spec: ContainerSpec,
+        url: String,
+        headers: BTreeMap<String, String>,
+    ) -> Self {
         Self {
             backend: backend.to_owned(),
             container: format!("vigil-{backend}"),
@@ -121,13 +126,22 @@ impl ContainerRuntime {
     pub fn docker_host(&self) -> String {
         self.docker_host
             .clone()
-            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.trim().is_empty()))
+            .or_else(|| {
+                std::env::var("DOCKER_HOST")
+                    .ok()
+                    .filter(|h| !h.trim().is_empty())
+            })
             .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_owned())
     }
 
     /// The connected client, connecting (and negotiating the API version) if needed.
     async fn docker(&self) -> Result<Docker, RuntimeError> {
-        if let Some(docker) = self.client.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(docker) = self
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
             return Ok(docker);
         }
         let host = self.docker_host();
@@ -135,7 +149,10 @@ impl ContainerRuntime {
             .map_err(|e| self.unreachable(&host, &e))?
             .with_timeout(API_TIMEOUT);
         // Real Docker Engines refuse a client API version newer than theirs.
-        let docker = docker.negotiate_version().await.map_err(|e| self.unreachable(&host, &e))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| self.unreachable(&host, &e))?;
         *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(docker.clone());
         Ok(docker)
     }
@@ -154,13 +171,14 @@ impl ContainerRuntime {
     /// the engine refused it), anything else is `Infrastructure`.
     fn call_error(&self, what: &str, error: EngineError, answer_is_failure: bool) -> RuntimeError {
         match error {
-            EngineError::DockerResponseServerError { status_code, message } if answer_is_failure => {
-                RuntimeError::Failed(format!(
-                    "{what} container {} failed: {} (engine status {status_code})",
-                    self.container,
-                    message.trim()
-                ))
-            }
+            EngineError::DockerResponseServerError {
+                status_code,
+                message,
+            } if answer_is_failure => RuntimeError::Failed(format!(
+                "{what} container {} failed: {} (engine status {status_code})",
+                self.container,
+                message.trim()
+            )),
             other => RuntimeError::Infrastructure(format!(
                 "{what} container {}: the container engine at {} failed: {}",
                 self.container,
@@ -172,8 +190,11 @@ impl ContainerRuntime {
 
     fn create_body(&self) -> ContainerCreateBody {
         let spec = &self.spec;
-        let mut labels: HashMap<String, String> =
-            spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut labels: HashMap<String, String> = spec
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         labels.insert("vigil.backend".to_owned(), self.backend.clone());
         labels.insert("vigil.managed".to_owned(), "true".to_owned());
 
@@ -181,8 +202,14 @@ impl ContainerRuntime {
         let (exposed_ports, port_bindings) = match spec.port {
             Some(port) if !host_network => {
                 let key = format!("{port}/tcp");
-                let binding = PortBinding { host_ip: Some("127.0.0.1".to_owned()), host_port: Some(port.to_string()) };
-                (Some(vec![key.clone()]), Some(HashMap::from([(key, Some(vec![binding]))])))
+                let binding = PortBinding {
+                    host_ip: Some("127.0.0.1".to_owned()),
+                    host_port: Some(port.to_string()),
+                };
+                (
+                    Some(vec![key.clone()]),
+                    Some(HashMap::from([(key, Some(vec![binding]))])),
+                )
             }
             _ => (None, None),
         };
@@ -210,23 +237,42 @@ impl ContainerRuntime {
 
     /// Force-removes the container of this backend, if any.
     async fn remove(&self, docker: &Docker) -> Result<(), RuntimeError> {
-        let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
-        match docker.remove_container(&self.container, Some(options)).await {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match docker
+            .remove_container(&self.container, Some(options))
+            .await
+        {
             Ok(()) => Ok(()),
             // Gone already, or being removed by someone else.
-            Err(EngineError::DockerResponseServerError { status_code: 404 | 409, .. }) => Ok(()),
+            Err(EngineError::DockerResponseServerError {
+                status_code: 404 | 409,
+                ..
+            }) => Ok(()),
             Err(e) => Err(self.call_error("removing", e, true)),
         }
     }
 
     async fn create(&self, docker: &Docker) -> Result<String, RuntimeError> {
-        let options = || CreateContainerOptions { name: Some(self.container.clone()), ..Default::default() };
+        let options = || CreateContainerOptions {
+            name: Some(self.container.clone()),
+            ..Default::default()
+        };
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match docker.create_container(Some(options()), self.create_body()).await {
+            match docker
+                .create_container(Some(options()), self.create_body())
+                .await
+            {
                 Ok(created) => return Ok(created.id),
-                Err(EngineError::DockerResponseServerError { status_code: 404, message }) => {
+                Err(EngineError::DockerResponseServerError {
+                    status_code: 404,
+                    message,
+                }) => {
                     return Err(RuntimeError::Failed(format!(
                         "image {} is not in the container engine at {} ({}): build or load it there \
                          (e.g. `docker build`/`docker load`/`podman import`); Vigil never pulls images",
@@ -236,7 +282,9 @@ impl ContainerRuntime {
                     )));
                 }
                 // The old container's name is still being released.
-                Err(EngineError::DockerResponseServerError { status_code: 409, .. }) if attempt < 5 => {
+                Err(EngineError::DockerResponseServerError {
+                    status_code: 409, ..
+                }) if attempt < 5 => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     self.remove(docker).await?;
                 }
@@ -253,7 +301,10 @@ impl ContainerRuntime {
             .checked_sub(EVENTS_REPLAY)
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs());
-        docker.start_container(&id, None).await.map_err(|e| self.call_error("starting", e, true))?;
+        docker
+            .start_container(&id, None)
+            .await
+            .map_err(|e| self.call_error("starting", e, true))?;
         tracing::info!(backend = %self.backend, container = %self.container, id = %short(&id), image = %self.spec.image, "container started");
 
         let (tx, rx) = oneshot::channel();
@@ -266,7 +317,10 @@ impl ContainerRuntime {
         };
         tokio::spawn(watcher.run(tx));
         Ok(Started {
-            endpoint: Endpoint::Http { url: self.url.clone(), headers: self.headers.clone() },
+            endpoint: Endpoint::Http {
+                url: self.url.clone(),
+                headers: self.headers.clone(),
+            },
             exited: rx,
             id,
         })
@@ -274,10 +328,17 @@ impl ContainerRuntime {
 
     async fn stop_instance(&self) -> Result<(), RuntimeError> {
         let docker = self.docker().await?;
-        let options = StopContainerOptions { t: Some(STOP_TIMEOUT_SECS), signal: None };
+        let options = StopContainerOptions {
+            t: Some(STOP_TIMEOUT_SECS),
+            signal: None,
+        };
         match docker.stop_container(&self.container, Some(options)).await {
             // 304: not running.
-            Ok(()) | Err(EngineError::DockerResponseServerError { status_code: 304 | 404, .. }) => {}
+            Ok(())
+            | Err(EngineError::DockerResponseServerError {
+                status_code: 304 | 404,
+                ..
+            }) => {}
             Err(e) => return Err(self.call_error("stopping", e, true)),
         }
         self.remove(&docker).await?;
@@ -289,9 +350,13 @@ impl ContainerRuntime {
         let docker = self.docker().await?;
         match docker.inspect_container(&self.container, None).await {
             Ok(info) => Ok(inspection(&info)),
-            Err(EngineError::DockerResponseServerError { status_code: 404, .. }) => {
-                Ok(Inspection { running: false, exit: None, engine_restart_count: None })
-            }
+            Err(EngineError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(Inspection {
+                running: false,
+                exit: None,
+                engine_restart_count: None,
+            }),
             Err(e) => Err(self.call_error("inspecting", e, false)),
         }
     }
@@ -319,7 +384,10 @@ impl Runtime for ContainerRuntime {
 fn inspection(info: &ContainerInspectResponse) -> Inspection {
     let state = info.state.clone().unwrap_or_default();
     let running = state.running.unwrap_or(false);
-    let ended = matches!(state.status, Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::DEAD));
+    let ended = matches!(
+        state.status,
+        Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::DEAD)
+    );
     Inspection {
         running,
         exit: (!running && ended).then(|| exit(state.exit_code, state.oom_killed.unwrap_or(false))),
@@ -329,15 +397,25 @@ fn inspection(info: &ContainerInspectResponse) -> Inspection {
 
 /// An [`Exit`] from a container's exit code: `128 + N` is death by signal N.
 fn exit(code: Option<i64>, oom_killed: bool) -> Exit {
-    let signal = code.filter(|c| (129..=128 + 64).contains(c)).map(|c| (c - 128) as i32);
-    Exit { code, signal, oom_killed, summary: describe_exit(code, signal, oom_killed) }
+    let signal = code
+        .filter(|c| (129..=128 + 64).contains(c))
+        .map(|c| (c - 128) as i32);
+    Exit {
+        code,
+        signal,
+        oom_killed,
+        summary: describe_exit(code, signal, oom_killed),
+    }
 }
 
 /// Engine errors without bollard's wording where a shorter one says it.
 fn engine_message(error: &EngineError) -> String {
     match error {
         EngineError::SocketNotFoundError(path) => format!("no socket at {path}"),
-        EngineError::DockerResponseServerError { status_code, message } => {
+        EngineError::DockerResponseServerError {
+            status_code,
+            message,
+        } => {
             format!("status {status_code}: {}", message.trim())
         }
         EngineError::RequestTimeoutError => format!("no answer within {} s", API_TIMEOUT.as_secs()),
@@ -419,7 +497,11 @@ impl Watcher {
             ("container".to_owned(), vec![self.id.clone()]),
             ("type".to_owned(), vec!["container".to_owned()]),
         ]);
-        let options = EventsOptions { since: Some(self.since.to_string()), until: None, filters: Some(filters) };
+        let options = EventsOptions {
+            since: Some(self.since.to_string()),
+            until: None,
+            filters: Some(filters),
+        };
         // Engines may send nothing, not even headers, until an event happens:
         // no request timeout on the stream.
         let events = self.docker.clone().with_timeout(Duration::MAX);
@@ -428,13 +510,19 @@ impl Watcher {
         loop {
             match stream.next().await {
                 Some(Ok(event)) => {
-                    if event.actor.as_ref().and_then(|a| a.id.as_deref()).is_some_and(|id| id != self.id) {
+                    if event
+                        .actor
+                        .as_ref()
+                        .and_then(|a| a.id.as_deref())
+                        .is_some_and(|id| id != self.id)
+                    {
                         continue;
                     }
                     match event.action.as_deref() {
                         Some("oom") => oom = true,
                         Some("die" | "died") => {
-                            let attributes = event.actor.and_then(|a| a.attributes).unwrap_or_default();
+                            let attributes =
+                                event.actor.and_then(|a| a.attributes).unwrap_or_default();
                             let code = ["exitCode", "containerExitCode"]
                                 .iter()
                                 .find_map(|key| attributes.get(*key)?.parse().ok());
@@ -454,7 +542,10 @@ impl Watcher {
         match self.docker.inspect_container(&self.id, None).await {
             Ok(info) => {
                 let state = info.state.unwrap_or_default();
-                Some(exit(state.exit_code.or(code), oom || state.oom_killed.unwrap_or(false)))
+                Some(exit(
+                    state.exit_code.or(code),
+                    oom || state.oom_killed.unwrap_or(false),
+                ))
             }
             Err(_) => Some(exit(code, oom)),
         }
@@ -470,12 +561,20 @@ impl Watcher {
                     failures = 0;
                     let state = info.state.unwrap_or_default();
                     let alive = state.running.unwrap_or(false)
-                        || matches!(state.status, Some(ContainerStateStatusEnum::CREATED | ContainerStateStatusEnum::RESTARTING));
+                        || matches!(
+                            state.status,
+                            Some(
+                                ContainerStateStatusEnum::CREATED
+                                    | ContainerStateStatusEnum::RESTARTING
+                            )
+                        );
                     if !alive {
                         return Some(exit(state.exit_code, state.oom_killed.unwrap_or(false)));
                     }
                 }
-                Err(EngineError::DockerResponseServerError { status_code: 404, .. }) => {
+                Err(EngineError::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => {
                     return Some(Exit {
                         summary: format!("container {} was removed", self.container),
                         ..Default::default()
@@ -504,7 +603,10 @@ mod tests {
             command: Some("/srv".to_owned()),
             args: vec!["--port".to_owned(), "80".to_owned()],
             env: BTreeMap::from([("A".to_owned(), "1".to_owned())]),
-            labels: BTreeMap::from([("team".to_owned(), "x".to_owned()), ("vigil.managed".to_owned(), "no".to_owned())]),
+            labels: BTreeMap::from([
+                ("team".to_owned(), "x".to_owned()),
+                ("vigil.managed".to_owned(), "no".to_owned()),
+            ]),
             port: Some(8080),
             network: None,
         }
@@ -512,7 +614,12 @@ mod tests {
 
     #[test]
     fn create_body_publishes_on_loopback_and_labels() {
-        let rt = ContainerRuntime::new("b1", spec(), "http://127.0.0.1:8080/mcp".into(), BTreeMap::new());
+        let rt = ContainerRuntime::new(
+            "b1",
+            spec(),
+            "http://127.0.0.1:8080/mcp".into(),
+            BTreeMap::new(),
+        );
         assert_eq!(rt.container_name(), "vigil-b1");
         let body = rt.create_body();
         assert_eq!(body.entrypoint, Some(vec!["/srv".to_owned()]));
@@ -527,7 +634,10 @@ mod tests {
         let binding = &host.port_bindings.unwrap()["8080/tcp"].clone().unwrap()[0];
         assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"));
         assert_eq!(binding.host_port.as_deref(), Some("8080"));
-        assert_eq!(host.restart_policy.unwrap().name, Some(RestartPolicyNameEnum::NO));
+        assert_eq!(
+            host.restart_policy.unwrap().name,
+            Some(RestartPolicyNameEnum::NO)
+        );
     }
 
     #[test]
@@ -549,11 +659,17 @@ mod tests {
     fn exit_codes_above_128_are_signals() {
         let killed = exit(Some(137), false);
         assert_eq!((killed.code, killed.signal), (Some(137), Some(9)));
-        assert_eq!(killed.summary, "exited with code 137: killed by signal 9 (SIGKILL)");
+        assert_eq!(
+            killed.summary,
+            "exited with code 137: killed by signal 9 (SIGKILL)"
+        );
         let oom = exit(Some(137), true);
         assert!(oom.oom_killed && oom.summary.ends_with("out of memory"));
         let plain = exit(Some(1), false);
-        assert_eq!((plain.signal, plain.summary.as_str()), (None, "exited with code 1"));
+        assert_eq!(
+            (plain.signal, plain.summary.as_str()),
+            (None, "exited with code 1")
+        );
         assert_eq!(exit(Some(0), false).signal, None);
     }
 }

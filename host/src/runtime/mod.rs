@@ -25,9 +25,15 @@ use tokio::sync::oneshot;
 /// How to speak MCP to a started backend.
 pub enum Endpoint {
     /// Over the child's stdin/stdout.
-    Stdio { stdin: ChildStdin, stdout: ChildStdout },
+    Stdio {
+        stdin: ChildStdin,
+        stdout: ChildStdout,
+    },
     /// Over streamable HTTP.
-    Http { url: String, headers: BTreeMap<String, String> },
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
 }
 
 /// How a backend instance ended.
@@ -89,7 +95,14 @@ pub trait Runtime: Send + Sync + 'static {
 
 /// "killed by signal 9 (SIGKILL)" / "exited with code 1".
 pub fn describe_exit(code: Option<i64>, signal: Option<i32>, oom_killed: bool) -> String {
-    let killed = |sig: i32| format!("killed by signal {sig}{}", signal_name(sig).map(|n| format!(" ({n})")).unwrap_or_default());
+    let killed = |sig: i32| {
+        format!(
+            "killed by signal {sig}{}",
+            signal_name(sig)
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
+        )
+    };
     let mut s = match (code, signal) {
         (Some(c), Some(sig)) => format!("exited with code {c}: {}", killed(sig)),
         (None, Some(sig)) => killed(sig),

@@ -28,7 +28,10 @@ pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
 impl StderrTail {
     pub fn lines(&self) -> Vec<String> {
-        self.0.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+        self.0
+            .lock()
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn last(&self) -> Option<String> {
@@ -65,8 +68,22 @@ struct Instance {
 }
 
 impl ProcessRuntime {
-    pub fn new(backend: &str, command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<PathBuf>) -> Self {
-        Self { backend: backend.into(), command, args, env, cwd, stderr: StderrTail::default(), current: Mutex::new(None) }
+    pub fn new(
+        backend: &str,
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    ) -> Self {
+        Self {
+            backend: backend.into(),
+            command,
+            args,
+            env,
+            cwd,
+            stderr: StderrTail::default(),
+            current: Mutex::new(None),
+        }
     }
 
     /// The last lines the current (or last) instance wrote to stderr.
@@ -79,7 +96,11 @@ impl ProcessRuntime {
     }
 
     async fn stop_instance(instance: Instance) {
-        let Instance { pid, kill, mut exit } = instance;
+        let Instance {
+            pid,
+            kill,
+            mut exit,
+        } = instance;
         if exit.borrow().is_some() {
             return;
         }
@@ -89,7 +110,9 @@ impl ProcessRuntime {
             // A stopped (SIGSTOP) process only acts on SIGTERM once continued.
             signal_group(pid, SIGCONT);
         }
-        if tokio::time::timeout(STOP_GRACE, exit.wait_for(Option::is_some)).await.is_err()
+        if tokio::time::timeout(STOP_GRACE, exit.wait_for(Option::is_some))
+            .await
+            .is_err()
             && let Some(kill) = kill
         {
             let _ = kill.send(());
@@ -114,10 +137,16 @@ impl ProcessRuntime {
             .map_err(|e| RuntimeError::Failed(format!("cannot start `{}`: {e}", self.command)))?;
         let pid = child.id();
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(RuntimeError::Failed("the child's stdio could not be captured".into()));
+            return Err(RuntimeError::Failed(
+                "the child's stdio could not be captured".into(),
+            ));
         };
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(pump_stderr(self.backend.clone(), stderr, self.stderr.clone()));
+            tokio::spawn(pump_stderr(
+                self.backend.clone(),
+                stderr,
+                self.stderr.clone(),
+            ));
         }
         let (kill_tx, kill_rx) = oneshot::channel();
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -135,21 +164,35 @@ impl ProcessRuntime {
                 Ok(status) => {
                     use std::os::unix::process::ExitStatusExt;
                     let (code, signal) = (status.code().map(i64::from), status.signal());
-                    Exit { code, signal, oom_killed: false, summary: describe_exit(code, signal, false) }
+                    Exit {
+                        code,
+                        signal,
+                        oom_killed: false,
+                        summary: describe_exit(code, signal, false),
+                    }
                 }
-                Err(e) => Exit { summary: format!("lost track of the process: {e}"), ..Exit::default() },
+                Err(e) => Exit {
+                    summary: format!("lost track of the process: {e}"),
+                    ..Exit::default()
+                },
             };
             tracing::debug!(%backend, exit = %exit.summary, "backend process ended");
             let _ = exit_tx.send(Some(exit.clone()));
             let _ = exited_tx.send(exit);
         });
         if let Ok(mut current) = self.current.lock() {
-            *current = Some(Instance { pid, kill: Some(kill_tx), exit: exit_rx });
+            *current = Some(Instance {
+                pid,
+                kill: Some(kill_tx),
+                exit: exit_rx,
+            });
         }
         Ok(Started {
             endpoint: Endpoint::Stdio { stdin, stdout },
             exited: exited_rx,
-            id: pid.map(|p| format!("pid {p}")).unwrap_or_else(|| "pid ?".into()),
+            id: pid
+                .map(|p| format!("pid {p}"))
+                .unwrap_or_else(|| "pid ?".into()),
         })
     }
 }
@@ -203,10 +246,22 @@ impl Runtime for ProcessRuntime {
 
     fn inspect(&self) -> BoxFuture<'_, Result<Inspection, RuntimeError>> {
         Box::pin(async move {
-            let exit = self.current.lock().ok().and_then(|c| c.as_ref().map(|i| i.exit.borrow().clone()));
+            let exit = self
+                .current
+                .lock()
+                .ok()
+                .and_then(|c| c.as_ref().map(|i| i.exit.borrow().clone()));
             Ok(match exit {
-                None => Inspection { running: false, exit: None, engine_restart_count: None },
-                Some(exit) => Inspection { running: exit.is_none(), exit, engine_restart_count: None },
+                None => Inspection {
+                    running: false,
+                    exit: None,
+                    engine_restart_count: None,
+                },
+                Some(exit) => Inspection {
+                    running: exit.is_none(),
+                    exit,
+                    engine_restart_count: None,
+                },
             })
         })
     }
@@ -217,14 +272,23 @@ mod tests {
     use super::*;
 
     fn sh(script: &str) -> ProcessRuntime {
-        ProcessRuntime::new("t", "sh".into(), vec!["-c".into(), script.into()], BTreeMap::new(), None)
+        ProcessRuntime::new(
+            "t",
+            "sh".into(),
+            vec!["-c".into(), script.into()],
+            BTreeMap::new(),
+            None,
+        )
     }
 
     #[tokio::test]
     async fn an_exit_is_reported_with_its_code_and_stderr() {
         let rt = sh("echo 'about to fail' >&2; exit 3");
         let started = rt.start().await.unwrap();
-        let exit = tokio::time::timeout(Duration::from_secs(10), started.exited).await.unwrap().unwrap();
+        let exit = tokio::time::timeout(Duration::from_secs(10), started.exited)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((exit.code, exit.signal), (Some(3), None));
         assert_eq!(exit.summary, "exited with code 3");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -241,8 +305,14 @@ mod tests {
         let started = rt.start().await.unwrap();
         assert!(rt.inspect().await.unwrap().running);
         let pid: u32 = started.id.trim_start_matches("pid ").parse().unwrap();
-        std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
-        let exit = tokio::time::timeout(Duration::from_secs(10), started.exited).await.unwrap().unwrap();
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        let exit = tokio::time::timeout(Duration::from_secs(10), started.exited)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(exit.signal, Some(9));
         assert_eq!(exit.summary, "killed by signal 9 (SIGKILL)");
     }
@@ -252,15 +322,26 @@ mod tests {
         let rt = sh("sleep 30 & wait");
         let started = rt.start().await.unwrap();
         rt.stop().await.unwrap();
-        let exit = tokio::time::timeout(Duration::from_secs(10), started.exited).await.unwrap().unwrap();
+        let exit = tokio::time::timeout(Duration::from_secs(10), started.exited)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(exit.signal.is_some(), "{exit:?}");
         assert!(!rt.inspect().await.unwrap().running);
     }
 
     #[tokio::test]
     async fn a_missing_command_fails_to_start_with_its_name() {
-        let rt = ProcessRuntime::new("t", "/nonexistent/mcp-server".into(), vec![], BTreeMap::new(), None);
-        let Err(RuntimeError::Failed(msg)) = rt.start().await else { panic!("expected a start failure") };
+        let rt = ProcessRuntime::new(
+            "t",
+            "/nonexistent/mcp-server".into(),
+            vec![],
+            BTreeMap::new(),
+            None,
+        );
+        let Err(RuntimeError::Failed(msg)) = rt.start().await else {
+            panic!("expected a start failure")
+        };
         assert!(msg.contains("/nonexistent/mcp-server"), "{msg}");
     }
 }

@@ -18,7 +18,11 @@ pub struct RemoteRuntime {
 
 impl RemoteRuntime {
     pub fn new(url: String, headers: BTreeMap<String, String>) -> Self {
-        Self { url, headers, holders: Default::default() }
+        Self {
+            url,
+            headers,
+            holders: Default::default(),
+        }
     }
 }
 
@@ -38,7 +42,10 @@ impl Runtime for RemoteRuntime {
             h.push(tx);
         }
         let started = Started {
-            endpoint: Endpoint::Http { url: self.url.clone(), headers: self.headers.clone() },
+            endpoint: Endpoint::Http {
+                url: self.url.clone(),
+                headers: self.headers.clone(),
+            },
             exited: rx,
             id: self.url.clone(),
         };
@@ -50,6 +57,12 @@ impl Runtime for RemoteRuntime {
     }
 
     fn inspect(&self) -> BoxFuture<'_, Result<Inspection, RuntimeError>> {
-        Box::pin(async { Ok(Inspection { running: true, exit: None, engine_restart_count: None }) })
+        Box::pin(async {
+            Ok(Inspection {
+                running: true,
+                exit: None,
+                engine_restart_count: None,
+            })
+        })
     }
 }

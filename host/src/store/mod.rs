@@ -50,11 +50,19 @@ pub struct AuditEntry {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store at {path}: {source}")]
-    Open { path: String, #[source] source: rusqlite::Error },
+    Open {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
     #[error("store: {0}")]
     Sql(#[from] rusqlite::Error),
     #[error("store: cannot create {path}: {source}")]
-    Dir { path: String, #[source] source: std::io::Error },
+    Dir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("store: bad value in column {column}: {value}")]
     Corrupt { column: &'static str, value: String },
 }

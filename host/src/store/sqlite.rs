@@ -95,17 +95,25 @@ impl SqliteStore {
     /// opened or set up, and [`StoreError::Corrupt`] if it was written by a
     /// newer Vigil with a schema this build does not know.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(data_dir)
-            .map_err(|source| StoreError::Dir { path: data_dir.display().to_string(), source })?;
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Dir {
+            path: data_dir.display().to_string(),
+            source,
+        })?;
         let file = data_dir.join(FILE_NAME);
         let location = file.display().to_string();
-        let with_path = |source: rusqlite::Error| StoreError::Open { path: location.clone(), source };
+        let with_path = |source: rusqlite::Error| StoreError::Open {
+            path: location.clone(),
+            source,
+        };
         let mut conn = Connection::open(&file).map_err(with_path)?;
         setup(&mut conn, true).map_err(|e| match e {
             StoreError::Sql(source) => with_path(source),
             other => other,
         })?;
-        Ok(SqliteStore { conn: Mutex::new(conn), location })
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            location,
+        })
     }
 
     /// A private in-memory store with the same schema; gone when dropped.
@@ -113,7 +121,10 @@ impl SqliteStore {
     pub fn open_in_memory() -> Result<Self, StoreError> {
         let mut conn = Connection::open_in_memory()?;
         setup(&mut conn, false)?;
-        Ok(SqliteStore { conn: Mutex::new(conn), location: ":memory:".into() })
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            location: ":memory:".into(),
+        })
     }
 
     /// Deletes all but the newest `keep_per_backend` transitions of every
@@ -143,7 +154,9 @@ impl SqliteStore {
 
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore").field("location", &self.location).finish_non_exhaustive()
+        f.debug_struct("SqliteStore")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
     }
 }
 
@@ -153,7 +166,13 @@ impl Store for SqliteStore {
         let mut stmt = conn.prepare_cached(
             "INSERT INTO transitions (backend, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
-        stmt.execute(params![t.backend, t.from.as_str(), t.to.as_str(), t.reason, unix_ms::to_ms(t.at)])?;
+        stmt.execute(params![
+            t.backend,
+            t.from.as_str(),
+            t.to.as_str(),
+            t.reason,
+            unix_ms::to_ms(t.at)
+        ])?;
         Ok(())
     }
 
@@ -229,7 +248,13 @@ impl Store for SqliteStore {
         let mut stmt = conn.prepare_cached(
             "INSERT INTO audit (principal, action, target, outcome, at) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
-        stmt.execute(params![a.principal, a.action, a.target, a.outcome, unix_ms::to_ms(a.at)])?;
+        stmt.execute(params![
+            a.principal,
+            a.action,
+            a.target,
+            a.outcome,
+            unix_ms::to_ms(a.at)
+        ])?;
         Ok(())
     }
 
@@ -263,7 +288,8 @@ impl Store for SqliteStore {
 fn setup(conn: &mut Connection, file_backed: bool) -> Result<(), StoreError> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     if file_backed {
-        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+        let mode: String =
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             tracing::warn!(journal_mode = %mode, "SQLite store: WAL is not available here; writes will block readers");
         }
@@ -278,10 +304,13 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let found: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let known = MIGRATIONS.len();
-    let from = usize::try_from(found).ok().filter(|v| *v <= known).ok_or_else(|| StoreError::Corrupt {
-        column: "PRAGMA user_version",
-        value: format!("{found} (this build knows schema versions up to {known})"),
-    })?;
+    let from = usize::try_from(found)
+        .ok()
+        .filter(|v| *v <= known)
+        .ok_or_else(|| StoreError::Corrupt {
+            column: "PRAGMA user_version",
+            value: format!("{found} (this build knows schema versions up to {known})"),
+        })?;
     if from == known {
         return Ok(());
     }
@@ -302,12 +331,17 @@ fn sql_int(n: usize) -> i64 {
 
 fn state(row: &Row<'_>, idx: usize, column: &'static str) -> Result<HealthState, StoreError> {
     let value: String = row.get(idx)?;
-    value.parse().map_err(|_| StoreError::Corrupt { column, value })
+    value
+        .parse()
+        .map_err(|_| StoreError::Corrupt { column, value })
 }
 
 fn int<T: TryFrom<i64>>(row: &Row<'_>, idx: usize, column: &'static str) -> Result<T, StoreError> {
     let value: i64 = row.get(idx)?;
-    T::try_from(value).map_err(|_| StoreError::Corrupt { column, value: value.to_string() })
+    T::try_from(value).map_err(|_| StoreError::Corrupt {
+        column,
+        value: value.to_string(),
+    })
 }
 
 /// Milliseconds since the epoch; negative or unrepresentable is corrupt
@@ -317,7 +351,10 @@ fn time(row: &Row<'_>, idx: usize, column: &'static str) -> Result<SystemTime, S
     u64::try_from(value)
         .ok()
         .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-        .ok_or_else(|| StoreError::Corrupt { column, value: value.to_string() })
+        .ok_or_else(|| StoreError::Corrupt {
+            column,
+            value: value.to_string(),
+        })
 }
 
 #[cfg(test)]

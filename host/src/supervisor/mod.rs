@@ -79,11 +79,31 @@ impl Supervisor {
         sanitizer: Sanitizer,
     ) -> Self {
         let cfg = &backend.config;
-        let mut machine = Machine::new(&backend.name, cfg.restart.clone(), cfg.health.unhealthy_threshold, runtime.owns_lifecycle(), SystemTime::now());
+        let mut machine = Machine::new(
+            &backend.name,
+            cfg.restart.clone(),
+            cfg.health.unhealthy_threshold,
+            runtime.owns_lifecycle(),
+            SystemTime::now(),
+        );
         if let Some(r) = restored {
-            machine.restore(r.state, r.restart_count, r.consecutive_failures, r.quarantine_reason.clone());
+            machine.restore(
+                r.state,
+                r.restart_count,
+                r.consecutive_failures,
+                r.quarantine_reason.clone(),
+            );
         }
-        let s = Self { backend, runtime, stderr, machine, outlets, sanitizer, latency: None, last_exit: None };
+        let s = Self {
+            backend,
+            runtime,
+            stderr,
+            machine,
+            outlets,
+            sanitizer,
+            latency: None,
+            last_exit: None,
+        };
         s.publish_status();
         s
     }
@@ -106,7 +126,9 @@ impl Supervisor {
         loop {
             phase = match phase {
                 Phase::Start => {
-                    let Some(next) = self.start_and_serve(&mut commands, &shutdown).await else { break };
+                    let Some(next) = self.start_and_serve(&mut commands, &shutdown).await else {
+                        break;
+                    };
                     next
                 }
                 Phase::Wait(deadline) => tokio::select! {
@@ -145,7 +167,11 @@ impl Supervisor {
                 // The catalog first (known, not yet shown), then the state
                 // change that shows it: the gateway never sees a serving
                 // backend without its catalog.
-                let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), state: self.machine.state, catalog: Some(catalog) });
+                let _ = self.outlets.updates.send(BackendUpdate {
+                    backend: self.backend.name.clone(),
+                    state: self.machine.state,
+                    catalog: Some(catalog),
+                });
                 let step = self.apply(Input::Up);
                 tracing::info!(backend = %self.backend.name, instance = %instance.id, "backend up");
                 debug_assert!(step.action.is_none());
@@ -156,7 +182,9 @@ impl Supervisor {
                 self.apply(Input::InfraFailed(reason));
                 // Not the backend's fault: try again at the probe interval,
                 // without counting a failure.
-                Some(Phase::Wait(Instant::now() + self.backend.config.health.interval))
+                Some(Phase::Wait(
+                    Instant::now() + self.backend.config.health.interval,
+                ))
             }
             Err(StartFailure::Backend(reason)) => {
                 let step = self.apply(Input::StartFailed(reason));
@@ -166,18 +194,29 @@ impl Supervisor {
     }
 
     /// Starts the runtime, connects, lists.
-    async fn start_instance(&mut self) -> Result<(Connection, Instance, BackendCatalog), StartFailure> {
+    async fn start_instance(
+        &mut self,
+    ) -> Result<(Connection, Instance, BackendCatalog), StartFailure> {
         let started = self.runtime.start().await.map_err(|e| match e {
             RuntimeError::Infrastructure(m) => StartFailure::Infrastructure(m),
             RuntimeError::Failed(m) => StartFailure::Backend(m),
         })?;
-        let Started { endpoint, mut exited, id } = started;
-        let conn = match self.backend.open_shared_connection(endpoint, self.stderr.clone()).await {
+        let Started {
+            endpoint,
+            mut exited,
+            id,
+        } = started;
+        let conn = match self
+            .backend
+            .open_shared_connection(endpoint, self.stderr.clone())
+            .await
+        {
             Ok(c) => c,
             Err(e) => {
                 // A process that died during the handshake explains it best;
                 // its exit also flushes the stderr we quote.
-                let why = match tokio::time::timeout(Duration::from_millis(500), &mut exited).await {
+                let why = match tokio::time::timeout(Duration::from_millis(500), &mut exited).await
+                {
                     Ok(Ok(exit)) => {
                         self.last_exit = Some(exit.summary.clone());
                         format!("{} during the MCP handshake", exit.summary)
@@ -193,7 +232,9 @@ impl Supervisor {
             Err(e) => {
                 conn.close().await;
                 let _ = self.runtime.stop().await;
-                return Err(StartFailure::Backend(format!("listing capabilities failed: {e}")));
+                return Err(StartFailure::Backend(format!(
+                    "listing capabilities failed: {e}"
+                )));
             }
         };
         Ok((conn, Instance { exited, id }, catalog))
@@ -284,7 +325,10 @@ impl Supervisor {
     async fn command(&mut self, cmd: Command, reply: CommandReply) -> Option<Phase> {
         let input = match cmd {
             Command::Restart { principal } => Input::OperatorRestart { principal },
-            Command::Quarantine { principal, reason } => Input::OperatorQuarantine { principal, reason: reason.map(|r| self.sanitizer.clean(&r)) },
+            Command::Quarantine { principal, reason } => Input::OperatorQuarantine {
+                principal,
+                reason: reason.map(|r| self.sanitizer.clean(&r)),
+            },
             Command::Release { principal } => Input::OperatorRelease { principal },
         };
         match self.machine.step(input, SystemTime::now(), jitter_unit()) {
@@ -362,7 +406,11 @@ impl Supervisor {
             });
         }
         if !step.transitions.is_empty() {
-            let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), state: self.machine.state, catalog: None });
+            let _ = self.outlets.updates.send(BackendUpdate {
+                backend: self.backend.name.clone(),
+                state: self.machine.state,
+                catalog: None,
+            });
         }
     }
 
@@ -392,7 +440,9 @@ impl Supervisor {
             Input::Exited(r) => Input::Exited(c(r)),
             Input::ProbeFailed(r) => Input::ProbeFailed(c(r)),
             Input::InfraFailed(r) => Input::InfraFailed(c(r)),
-            Input::ProbeOk { degraded } => Input::ProbeOk { degraded: degraded.map(c) },
+            Input::ProbeOk { degraded } => Input::ProbeOk {
+                degraded: degraded.map(c),
+            },
             other => other,
         }
     }
@@ -400,7 +450,9 @@ impl Supervisor {
     /// Adds the last stderr line of a process backend to a reason.
     fn with_stderr(&self, reason: String) -> String {
         match self.stderr.as_ref().and_then(|t| t.last()) {
-            Some(line) if !reason.contains("stderr") => format!("{reason} (last stderr line: {line})"),
+            Some(line) if !reason.contains("stderr") => {
+                format!("{reason} (last stderr line: {line})")
+            }
             _ => reason,
         }
     }

@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest, PingRequest, ServerResult};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest, PingRequest,
+    ServerResult,
+};
 use tokio::time::Instant;
 
 use super::Supervisor;
@@ -21,7 +24,10 @@ impl Supervisor {
             match self.runtime.inspect().await {
                 Err(RuntimeError::Infrastructure(e)) => return Input::InfraFailed(e),
                 Ok(i) if !i.running => {
-                    let summary = i.exit.map(|e| e.summary).unwrap_or_else(|| "container is not running".into());
+                    let summary = i
+                        .exit
+                        .map(|e| e.summary)
+                        .unwrap_or_else(|| "container is not running".into());
                     self.last_exit = Some(summary.clone());
                     return Input::Exited(summary);
                 }
@@ -46,17 +52,30 @@ impl Supervisor {
                     let mut params = CallToolRequestParams::new(tp.tool.clone());
                     params.arguments = Some(tp.arguments.clone());
                     let t1 = Instant::now();
-                    let r = conn.probe_request(ClientRequest::CallToolRequest(CallToolRequest::new(params)), health.timeout).await;
+                    let r = conn
+                        .probe_request(
+                            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                            health.timeout,
+                        )
+                        .await;
                     let took = t1.elapsed();
                     match r {
                         Ok(ServerResult::CallToolResult(res)) if res.is_error == Some(true) => {
-                            degraded = Some(format!("tool probe `{}` returned an error result", tp.tool));
+                            degraded =
+                                Some(format!("tool probe `{}` returned an error result", tp.tool));
                         }
                         Ok(_) if took > health.degraded_latency => {
-                            degraded = Some(format!("slow: tool probe `{}` took {}", tp.tool, ms(took)));
+                            degraded =
+                                Some(format!("slow: tool probe `{}` took {}", tp.tool, ms(took)));
                         }
                         Ok(_) => {}
-                        Err(BackendError::Timeout { .. }) => return Input::ProbeFailed(format!("tool probe `{}` got no answer within {}", tp.tool, ms(health.timeout))),
+                        Err(BackendError::Timeout { .. }) => {
+                            return Input::ProbeFailed(format!(
+                                "tool probe `{}` got no answer within {}",
+                                tp.tool,
+                                ms(health.timeout)
+                            ));
+                        }
                         Err(e) => degraded = Some(format!("tool probe `{}` failed: {e}", tp.tool)),
                     }
                 }
@@ -65,20 +84,43 @@ impl Supervisor {
                     && let Some(rate) = window.error_rate()
                     && rate > health.error_rate
                 {
-                    degraded = Some(format!("{:.0}% of the last {} tool calls failed", rate * 100.0, window.calls));
+                    degraded = Some(format!(
+                        "{:.0}% of the last {} tool calls failed",
+                        rate * 100.0,
+                        window.calls
+                    ));
                 } else if window.calls >= u64::from(health.min_calls)
                     && let Some(p50) = window.p50
                     && p50 > health.degraded_latency
                 {
-                    degraded = Some(format!("slow: tool calls take {} (median of {})", ms(p50), window.calls));
+                    degraded = Some(format!(
+                        "slow: tool calls take {} (median of {})",
+                        ms(p50),
+                        window.calls
+                    ));
                 }
                 Input::ProbeOk { degraded }
             }
-            Err(BackendError::Timeout { .. }) => Input::ProbeFailed(format!("no answer to the readiness probe within {}", ms(health.timeout))),
-            Err(e) if e.is_connection_lost() && !is_http_status(&e, &["429", "401", "403"]) => Input::Exited(e.to_string()),
-            Err(e) if is_http_status(&e, &["429"]) => Input::ProbeOk { degraded: Some("rate limited: HTTP 429 Too Many Requests".into()) },
-            Err(e) if is_http_status(&e, &["401", "403"]) && has_credentials(&self.backend.config.transport) => {
-                Input::ProbeOk { degraded: Some("reachable, but the configured credentials are refused (HTTP 401/403)".into()) }
+            Err(BackendError::Timeout { .. }) => Input::ProbeFailed(format!(
+                "no answer to the readiness probe within {}",
+                ms(health.timeout)
+            )),
+            Err(e) if e.is_connection_lost() && !is_http_status(&e, &["429", "401", "403"]) => {
+                Input::Exited(e.to_string())
+            }
+            Err(e) if is_http_status(&e, &["429"]) => Input::ProbeOk {
+                degraded: Some("rate limited: HTTP 429 Too Many Requests".into()),
+            },
+            Err(e)
+                if is_http_status(&e, &["401", "403"])
+                    && has_credentials(&self.backend.config.transport) =>
+            {
+                Input::ProbeOk {
+                    degraded: Some(
+                        "reachable, but the configured credentials are refused (HTTP 401/403)"
+                            .into(),
+                    ),
+                }
             }
             Err(e) => Input::ProbeFailed(e.to_string()),
         }
@@ -97,7 +139,11 @@ fn is_http_status(e: &BackendError, codes: &[&str]) -> bool {
 
 fn has_credentials(t: &Transport) -> bool {
     match t {
-        Transport::Http { headers, .. } => headers.keys().any(|k| k.eq_ignore_ascii_case("authorization") || k.to_ascii_lowercase().contains("key") || k.to_ascii_lowercase().contains("token")),
+        Transport::Http { headers, .. } => headers.keys().any(|k| {
+            k.eq_ignore_ascii_case("authorization")
+                || k.to_ascii_lowercase().contains("key")
+                || k.to_ascii_lowercase().contains("token")
+        }),
         Transport::Stdio { .. } => false,
     }
 }

@@ -8,8 +8,12 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(name: &str) -> TempDir {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("vigil-store-{name}-{}-{nanos}", std::process::id()));
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir =
+            std::env::temp_dir().join(format!("vigil-store-{name}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
     }
@@ -30,7 +34,13 @@ fn at(ms: u64) -> SystemTime {
 }
 
 fn transition(backend: &str, from: HealthState, to: HealthState, n: u64) -> Transition {
-    Transition { backend: backend.into(), from, to, reason: format!("reason {n}"), at: at(1_700_000_000_000 + n) }
+    Transition {
+        backend: backend.into(),
+        from,
+        to,
+        reason: format!("reason {n}"),
+        at: at(1_700_000_000_000 + n),
+    }
 }
 
 fn instance(backend: &str, state: HealthState) -> InstanceRecord {
@@ -46,10 +56,18 @@ fn instance(backend: &str, state: HealthState) -> InstanceRecord {
 
 fn audit_entry(n: u64) -> AuditEntry {
     AuditEntry {
-        principal: if n.is_multiple_of(2) { "system:health".into() } else { "ops-token".into() },
+        principal: if n.is_multiple_of(2) {
+            "system:health".into()
+        } else {
+            "ops-token".into()
+        },
         action: "restart".into(),
         target: format!("backend-{n}"),
-        outcome: if n.is_multiple_of(3) { "denied: role viewer".into() } else { "ok".into() },
+        outcome: if n.is_multiple_of(3) {
+            "denied: role viewer".into()
+        } else {
+            "ok".into()
+        },
         at: at(1_700_000_000_000 + n),
     }
 }
@@ -77,12 +95,32 @@ fn transitions_round_trip_every_state() {
 fn transitions_are_newest_limit_oldest_first_per_backend() {
     let store = memory();
     for n in 0..10 {
-        store.record_transition(&transition("alpha", HealthState::Running, HealthState::Offline, n)).unwrap();
-        store.record_transition(&transition("beta", HealthState::Offline, HealthState::Running, 100 + n)).unwrap();
+        store
+            .record_transition(&transition(
+                "alpha",
+                HealthState::Running,
+                HealthState::Offline,
+                n,
+            ))
+            .unwrap();
+        store
+            .record_transition(&transition(
+                "beta",
+                HealthState::Offline,
+                HealthState::Running,
+                100 + n,
+            ))
+            .unwrap();
     }
     let reasons = |v: Vec<Transition>| v.into_iter().map(|t| t.reason).collect::<Vec<_>>();
-    assert_eq!(reasons(store.transitions("alpha", 3).unwrap()), ["reason 7", "reason 8", "reason 9"]);
-    assert_eq!(reasons(store.transitions("beta", 2).unwrap()), ["reason 108", "reason 109"]);
+    assert_eq!(
+        reasons(store.transitions("alpha", 3).unwrap()),
+        ["reason 7", "reason 8", "reason 9"]
+    );
+    assert_eq!(
+        reasons(store.transitions("beta", 2).unwrap()),
+        ["reason 108", "reason 109"]
+    );
     assert_eq!(store.transitions("alpha", 1000).unwrap().len(), 10);
     assert_eq!(store.transitions("alpha", usize::MAX).unwrap().len(), 10);
     assert!(store.transitions("alpha", 0).unwrap().is_empty());
@@ -117,7 +155,10 @@ fn restart_count_beyond_i64_saturates() {
     let mut a = instance("alpha", HealthState::Running);
     a.restart_count = u64::MAX;
     store.save_instance(&a).unwrap();
-    assert_eq!(store.load_instances().unwrap()[0].restart_count, i64::MAX as u64);
+    assert_eq!(
+        store.load_instances().unwrap()[0].restart_count,
+        i64::MAX as u64
+    );
 }
 
 #[test]
@@ -135,27 +176,58 @@ fn audit_round_trip_newest_limit_oldest_first() {
 #[test]
 fn corrupt_values_are_errors_not_panics() {
     let store = memory();
-    store.save_instance(&instance("alpha", HealthState::Running)).unwrap();
-    store.record_transition(&transition("alpha", HealthState::Starting, HealthState::Running, 1)).unwrap();
+    store
+        .save_instance(&instance("alpha", HealthState::Running))
+        .unwrap();
+    store
+        .record_transition(&transition(
+            "alpha",
+            HealthState::Starting,
+            HealthState::Running,
+            1,
+        ))
+        .unwrap();
     store.record_audit(&audit_entry(1)).unwrap();
 
-    store.conn().execute("UPDATE instances SET state = 'exploded'", []).unwrap();
+    store
+        .conn()
+        .execute("UPDATE instances SET state = 'exploded'", [])
+        .unwrap();
     let e = store.load_instances().unwrap_err();
     assert!(
         matches!(&e, StoreError::Corrupt { column: "instances.state", value } if value == "exploded"),
         "{e:?}"
     );
-    assert_eq!(e.to_string(), "store: bad value in column instances.state: exploded");
+    assert_eq!(
+        e.to_string(),
+        "store: bad value in column instances.state: exploded"
+    );
 
-    store.conn().execute("UPDATE instances SET state = 'running', consecutive_failures = -1", []).unwrap();
+    store
+        .conn()
+        .execute(
+            "UPDATE instances SET state = 'running', consecutive_failures = -1",
+            [],
+        )
+        .unwrap();
     let e = store.load_instances().unwrap_err();
-    assert!(matches!(&e, StoreError::Corrupt { column: "instances.consecutive_failures", value } if value == "-1"));
+    assert!(
+        matches!(&e, StoreError::Corrupt { column: "instances.consecutive_failures", value } if value == "-1")
+    );
 
-    store.conn().execute("UPDATE transitions SET to_state = 'Running'", []).unwrap();
+    store
+        .conn()
+        .execute("UPDATE transitions SET to_state = 'Running'", [])
+        .unwrap();
     let e = store.transitions("alpha", 10).unwrap_err();
-    assert!(matches!(&e, StoreError::Corrupt { column: "transitions.to_state", value } if value == "Running"));
+    assert!(
+        matches!(&e, StoreError::Corrupt { column: "transitions.to_state", value } if value == "Running")
+    );
 
-    store.conn().execute("UPDATE audit SET at = -5", []).unwrap();
+    store
+        .conn()
+        .execute("UPDATE audit SET at = -5", [])
+        .unwrap();
     let e = store.audit(10).unwrap_err();
     assert!(matches!(&e, StoreError::Corrupt { column: "audit.at", value } if value == "-5"));
 }
@@ -164,18 +236,49 @@ fn corrupt_values_are_errors_not_panics() {
 fn prune_keeps_newest_per_backend() {
     let store = memory();
     for n in 0..5 {
-        store.record_transition(&transition("alpha", HealthState::Running, HealthState::Offline, n)).unwrap();
+        store
+            .record_transition(&transition(
+                "alpha",
+                HealthState::Running,
+                HealthState::Offline,
+                n,
+            ))
+            .unwrap();
     }
-    store.record_transition(&transition("beta", HealthState::Starting, HealthState::Running, 50)).unwrap();
+    store
+        .record_transition(&transition(
+            "beta",
+            HealthState::Starting,
+            HealthState::Running,
+            50,
+        ))
+        .unwrap();
     assert_eq!(store.prune_transitions(2).unwrap(), 3);
-    let reasons: Vec<String> = store.transitions("alpha", 10).unwrap().into_iter().map(|t| t.reason).collect();
+    let reasons: Vec<String> = store
+        .transitions("alpha", 10)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.reason)
+        .collect();
     assert_eq!(reasons, ["reason 3", "reason 4"]);
     assert_eq!(store.transitions("beta", 10).unwrap().len(), 1);
     assert_eq!(store.prune_transitions(2).unwrap(), 0);
 
     // Ids are never reused, so new rows still sort after the kept ones.
-    store.record_transition(&transition("alpha", HealthState::Offline, HealthState::Restarting, 5)).unwrap();
-    let reasons: Vec<String> = store.transitions("alpha", 10).unwrap().into_iter().map(|t| t.reason).collect();
+    store
+        .record_transition(&transition(
+            "alpha",
+            HealthState::Offline,
+            HealthState::Restarting,
+            5,
+        ))
+        .unwrap();
+    let reasons: Vec<String> = store
+        .transitions("alpha", 10)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.reason)
+        .collect();
     assert_eq!(reasons, ["reason 3", "reason 4", "reason 5"]);
 
     assert_eq!(store.prune_transitions(0).unwrap(), 4);
@@ -187,12 +290,16 @@ fn setup_is_idempotent_and_refuses_a_newer_schema() {
     let mut conn = Connection::open_in_memory().unwrap();
     setup(&mut conn, false).unwrap();
     setup(&mut conn, false).unwrap();
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
     assert_eq!(version, MIGRATIONS.len() as i64);
 
     conn.pragma_update(None, "user_version", 99).unwrap();
     let e = setup(&mut conn, false).unwrap_err();
-    assert!(matches!(&e, StoreError::Corrupt { column: "PRAGMA user_version", value } if value.starts_with("99 ")));
+    assert!(
+        matches!(&e, StoreError::Corrupt { column: "PRAGMA user_version", value } if value.starts_with("99 "))
+    );
 }
 
 /// The acceptance point: quarantine and history survive a gateway restart.
@@ -202,14 +309,22 @@ fn file_store_keeps_state_across_reopen() {
     let data_dir = dir.path().join("nested").join("data");
     let mut q = instance("alpha", HealthState::Quarantined);
     q.quarantine_reason = Some("restarts kept failing".into());
-    let t = transition("alpha", HealthState::Restarting, HealthState::Quarantined, 1);
+    let t = transition(
+        "alpha",
+        HealthState::Restarting,
+        HealthState::Quarantined,
+        1,
+    );
     let a = audit_entry(2);
     {
         let store = SqliteStore::open(&data_dir).unwrap();
         store.save_instance(&q).unwrap();
         store.record_transition(&t).unwrap();
         store.record_audit(&a).unwrap();
-        let mode: String = store.conn().pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
+        let mode: String = store
+            .conn()
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
         assert_eq!(mode, "wal");
     }
     assert!(data_dir.join(FILE_NAME).is_file());
@@ -228,7 +343,12 @@ fn open_where_the_dir_cannot_be_created_names_the_path() {
     let wanted = blocker.join("data");
 
     let e = SqliteStore::open(&wanted).unwrap_err();
-    let StoreError::Dir { path, .. } = &e else { panic!("expected StoreError::Dir, got {e:?}") };
+    let StoreError::Dir { path, .. } = &e else {
+        panic!("expected StoreError::Dir, got {e:?}")
+    };
     assert_eq!(path, &wanted.display().to_string());
-    assert!(e.to_string().contains(&*wanted.display().to_string()), "{e}");
+    assert!(
+        e.to_string().contains(&*wanted.display().to_string()),
+        "{e}"
+    );
 }
