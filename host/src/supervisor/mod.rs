@@ -54,6 +54,8 @@ pub struct Supervisor {
     sanitizer: Sanitizer,
     latency: Option<Duration>,
     last_exit: Option<String>,
+    /// What was last written to the store (state, restarts, failures, quarantine).
+    persisted: Option<(HealthState, u64, u32, Option<String>)>,
 }
 
 /// A started instance, once its endpoint is in use.
@@ -103,6 +105,7 @@ impl Supervisor {
             sanitizer,
             latency: None,
             last_exit: None,
+            persisted: None,
         };
         s.publish_status();
         s
@@ -395,15 +398,26 @@ impl Supervisor {
                 store.transition(t.clone());
             }
         }
-        if let Some(store) = &self.outlets.store {
+        // The durable record changes only with these fields; probes that
+        // change nothing must not write (they run every interval).
+        let key = (
+            self.machine.state,
+            self.machine.restart_count,
+            self.machine.consecutive_failures,
+            self.machine.quarantine_reason.clone(),
+        );
+        if let Some(store) = &self.outlets.store
+            && self.persisted.as_ref() != Some(&key)
+        {
             store.instance(InstanceRecord {
                 backend: self.backend.name.to_string(),
-                state: self.machine.state,
-                restart_count: self.machine.restart_count,
-                consecutive_failures: self.machine.consecutive_failures,
-                quarantine_reason: self.machine.quarantine_reason.clone(),
+                state: key.0,
+                restart_count: key.1,
+                consecutive_failures: key.2,
+                quarantine_reason: key.3.clone(),
                 updated_at: SystemTime::now(),
             });
+            self.persisted = Some(key);
         }
         if !step.transitions.is_empty() {
             let _ = self.outlets.updates.send(BackendUpdate {
