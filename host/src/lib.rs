@@ -38,6 +38,7 @@ pub mod cli;
 pub mod config;
 pub mod gateway;
 pub mod health;
+pub mod limits;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

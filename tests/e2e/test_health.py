@@ -33,11 +33,25 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from harness import Gateways, Vigil, demo_pids, demo_stdio_args, pids_with_arg, process_state, stdio_backend
+from harness import (
+    Gateways,
+    Procs,
+    Vigil,
+    demo_pids,
+    demo_stdio_args,
+    free_port,
+    pids_with_arg,
+    process_state,
+    render_config,
+    stdio_backend,
+    wait_api,
+    wait_http,
+)
 from support import (
     DEMO_TOOLS,
     ControlApi,
@@ -393,3 +407,85 @@ async def test_api_tokens_roles_and_audit(vigil: Gateways, demo_bin: Path) -> No
     assert len(logged(OPERATOR["name"], lambda o: o == "ok")) == 1, f"the operator's restart: {short(entries)}"
     assert len(logged(VIEWER["name"], lambda o: o.startswith("denied"))) == 1, f"the viewer's attempt: {short(entries)}"
     assert all(isinstance(e["at"], int) for e in entries), short(entries)
+
+
+# === the control API while backends start ===
+
+#: Holds the handshake: the process runs but answers nothing until the gate
+#: file is removed, then becomes the demo backend.
+HOLD_SCRIPT = 'while [ -e "$1" ]; do sleep 0.05; done; shift; exec "$@"'
+
+
+async def test_control_api_answers_while_backends_start(
+    procs: Procs, vigil_bin: Path, demo_bin: Path, tmp_path: Path
+) -> None:
+    """Operators can look before the first start attempts settle: the API shows `starting`, MCP is not served yet."""
+    gate = tmp_path / "slow.gate"
+    gate.touch()
+    slow = stdio_backend(
+        "slow", "/bin/sh", ["-c", HOLD_SCRIPT, "hold", str(gate), str(demo_bin), *demo_stdio_args("slow")]
+    )
+    port, api_port = free_port(), free_port()
+    config = tmp_path / "vigil.toml"
+    top = {
+        "listen": f"127.0.0.1:{port}",
+        "connect_timeout": "60s",
+        "startup_timeout": "60s",
+        "api": {"listen": f"127.0.0.1:{api_port}"},
+    }
+    config.write_text(render_config(top, [slow]), encoding="utf-8")
+    proc = procs.start("vigil", [vigil_bin, "serve", "--config", config])
+    gw = Vigil(port, proc, config, api_port)
+    wait_api(gw.api_base, proc)
+    api = ControlApi(gw.api_base)
+
+    report = await api.instance("slow")
+    assert report["state"] == "starting", short(report)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(gw.url, timeout=2.0)
+
+    gate.unlink()
+    await api.wait_state("slow", "running")
+    wait_http(gw.url, proc, "vigil")
+    async with http_session(gw.url) as session:
+        await wait_for_tools(session, prefixed("slow", DEMO_TOOLS))
+
+
+# === quarantine re-probe ===
+
+
+async def test_quarantine_reprobe_brings_a_recovered_backend_back(
+    vigil: Gateways, demo_bin: Path, tmp_path: Path
+) -> None:
+    """With `quarantine_reprobe`, a quarantined backend is tried again on that delay and leaves quarantine when up."""
+    tries, gate = tmp_path / "phoenix.tries", tmp_path / "phoenix.gate"
+    gate.touch()
+    # Each start appends to `tries`; while the gate exists the start fails.
+    script = 'echo try >>"$1"; if [ -e "$2" ]; then exit 3; fi; exec "$3" --transport stdio --name phoenix'
+    phoenix = {
+        **stdio_backend("phoenix", "sh", ["-c", script, "phoenix", str(tries), str(gate), str(demo_bin)]),
+        "restart": {"base": "100ms", "max_restarts": 2, "quarantine_reprobe": "1s"},
+    }
+    gw = vigil([phoenix], api={})
+    api = ControlApi(gw.api_base)
+
+    quarantined = await api.wait_state("phoenix", "quarantined")
+    assert quarantined["next_retry_at"] is not None, f"a re-probe is scheduled: {short(quarantined)}"
+    at_quarantine = tries.read_text().count("try")
+    assert at_quarantine == 2, f"max_restarts = 2 starts before quarantine, got {at_quarantine}"
+
+    # A failed re-probe keeps it quarantined and schedules the next one.
+    await poll(
+        lambda: anyio.to_thread.run_sync(tries.read_text), lambda t: t.count("try") > at_quarantine, "a re-probe"
+    )
+    assert (await api.instance("phoenix"))["state"] == "quarantined"
+
+    gate.unlink()
+    back = await api.wait_state("phoenix", "running")
+    path = transition_path(back["transitions"])
+    out = [p for p in path if p.startswith("quarantined>")]
+    assert out, f"left quarantine: {path}"
+    assert path[-1].endswith(">running"), path
+    assert await api.audit(limit=10) == [], "no operator action was involved"
+    async with http_session(gw.url) as session:
+        assert await call_text(session, "phoenix__echo", {"text": "back"}) == "back"

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::Timeouts;
 use super::client::BackendClient;
 use super::error::BackendError;
+use super::http_ping::{self, Direct, SessionTarget};
 use super::inflight::{FrontCall, Inflight};
 use super::stream_watch::WatchedHttp;
 use super::tap::{Relay, Tapped};
@@ -31,6 +32,8 @@ pub struct Connection {
     relay: Relay,
     request_timeout: Duration,
     stderr: Option<StderrTail>,
+    /// HTTP backends: the live session, for the direct probe ping.
+    ping_target: Option<Arc<SessionTarget>>,
 }
 
 /// Opens an MCP connection over `endpoint` and completes the handshake
@@ -46,6 +49,7 @@ pub async fn connect(
     stderr: Option<StderrTail>,
 ) -> Result<Connection, BackendError> {
     let backend = backend.clone();
+    let mut ping_target = None;
     let service = match endpoint {
         Endpoint::Stdio { stdin, stdout } => {
             let transport = Tapped::new(AsyncRwTransport::new_client(stdout, stdin), relay.clone());
@@ -73,7 +77,9 @@ pub async fn connect(
                 .reinit_on_expired_session(true);
             let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
-            let http = WatchedHttp::new(closed_tx, keep_alive).map_err(|reason| {
+            let target = Arc::new(SessionTarget::default());
+            ping_target = Some(target.clone());
+            let http = WatchedHttp::new(closed_tx, keep_alive, target).map_err(|reason| {
                 BackendError::Transport {
                     backend: backend.clone(),
                     reason,
@@ -92,6 +98,7 @@ pub async fn connect(
         relay,
         request_timeout: timeouts.request,
         stderr,
+        ping_target,
     })
 }
 
@@ -112,6 +119,10 @@ where
     let tail = || stderr.map(|t| t.lines()).unwrap_or_default();
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) if super::error::is_refused(&e) => Err(BackendError::Refused {
+            backend: backend.clone(),
+            reason: super::error::plain(e),
+        }),
         Ok(Err(e)) => Err(BackendError::Handshake {
             backend: backend.clone(),
             reason: super::error::plain(e),
@@ -169,6 +180,39 @@ impl Connection {
 
     pub fn stderr_tail(&self) -> Vec<String> {
         self.stderr.as_ref().map(|t| t.lines()).unwrap_or_default()
+    }
+
+    /// The readiness `ping` within `timeout`. HTTP backends get it straight
+    /// on their live session (see `http_ping`); whatever that cannot decide
+    /// is repeated through rmcp within the rest of the budget.
+    pub async fn ping(&self, timeout: Duration) -> Result<(), BackendError> {
+        let start = tokio::time::Instant::now();
+        if let Some(target) = &self.ping_target {
+            match http_ping::ping(target, timeout).await {
+                Direct::Answered => {
+                    tracing::debug!(backend = %self.backend, path = "direct", "ping answered");
+                    return Ok(());
+                }
+                Direct::TimedOut => {
+                    return Err(BackendError::Timeout {
+                        backend: self.backend.clone(),
+                        timeout,
+                    });
+                }
+                Direct::Undecided(why) => {
+                    tracing::debug!(backend = %self.backend, %why, "direct ping undecided; pinging through the MCP client");
+                }
+            }
+        }
+        let rest = timeout.saturating_sub(start.elapsed());
+        self.probe_request(ClientRequest::PingRequest(PingRequest::default()), rest)
+            .await
+            .map(|_| tracing::debug!(backend = %self.backend, path = "mcp", "ping answered"))
+            .map_err(|e| match e {
+                // Report the whole budget, not what was left of it.
+                BackendError::Timeout { backend, .. } => BackendError::Timeout { backend, timeout },
+                e => e,
+            })
     }
 
     /// Sends one request with its own timeout (probes), relaying nothing.

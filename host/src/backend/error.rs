@@ -21,6 +21,10 @@ pub enum BackendError {
         reason: String,
         stderr: Vec<String>,
     },
+    /// Nothing accepted the connection (e.g. a container whose server has
+    /// not bound its port yet).
+    #[error("backend '{backend}': MCP handshake failed: connection refused: {reason}")]
+    Refused { backend: Arc<str>, reason: String },
     #[error("backend '{backend}': connection failed: {reason}{}", stderr_suffix(.stderr))]
     Transport {
         backend: Arc<str>,
@@ -37,6 +41,22 @@ pub enum BackendError {
     /// The backend answered with a JSON-RPC error; passed through as is.
     #[error("{}", .0.message)]
     Mcp(McpError),
+}
+
+/// Whether `e` or one of its sources is a refused TCP connection.
+pub fn is_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    // Some layers keep their cause only in their Debug form.
+    format!("{e:?}").contains("ConnectionRefused")
 }
 
 /// An rmcp error message without the Rust type names it embeds
@@ -70,7 +90,10 @@ fn stderr_suffix(lines: &[String]) -> String {
 impl BackendError {
     /// Whether the connection is unusable after this error.
     pub fn is_connection_lost(&self) -> bool {
-        matches!(self, BackendError::Transport { .. })
+        matches!(
+            self,
+            BackendError::Transport { .. } | BackendError::Refused { .. }
+        )
     }
 
     /// The JSON-RPC error a client sees.

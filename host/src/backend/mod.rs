@@ -11,6 +11,7 @@
 pub mod client;
 mod connection;
 pub mod error;
+mod http_ping;
 pub mod inflight;
 mod stream_watch;
 mod tap;
@@ -152,6 +153,11 @@ impl Backend {
                 ..
             }
         )
+    }
+
+    /// How long opening a connection (handshake included) may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.timeouts.connect
     }
 
     pub fn state(&self) -> HealthState {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use futures::stream::BoxStream;
@@ -23,14 +23,18 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
+use super::http_ping::SessionTarget;
+
 type Headers = HashMap<HeaderName, HeaderValue>;
 type SseStream = BoxStream<'static, Result<Sse, SseError>>;
 
-/// reqwest, plus early-close reports on a channel.
+/// reqwest, plus early-close reports on a channel and the session context
+/// the direct probe ping needs.
 #[derive(Clone)]
 pub struct WatchedHttp {
     inner: reqwest::Client,
     closed: mpsc::UnboundedSender<RequestId>,
+    target: Arc<SessionTarget>,
 }
 
 impl WatchedHttp {
@@ -39,22 +43,46 @@ impl WatchedHttp {
     /// several small segments without TCP_NODELAY makes a reused connection
     /// wait for the delayed ACK (~40 ms a call). No redirects either: one
     /// would replay session ids and configured headers to another place.
-    pub fn new(closed: mpsc::UnboundedSender<RequestId>, keep_alive: bool) -> Result<Self, String> {
-        let pool = if keep_alive { 32 } else { 0 };
-        // Building the client can fail (e.g. out of file descriptors while
-        // loading root certificates): an error for this attempt, never a panic.
-        let inner = reqwest::Client::builder()
-            .pool_max_idle_per_host(pool)
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Self { inner, closed })
+    ///
+    /// `target` receives the session context of every POST.
+    pub fn new(
+        closed: mpsc::UnboundedSender<RequestId>,
+        keep_alive: bool,
+        target: Arc<SessionTarget>,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            inner: shared_client(keep_alive)?,
+            closed,
+            target,
+        })
     }
 }
 
+/// One reqwest client per `keep_alive` value for all backend connections:
+/// each client loads the system's root certificates, which at a thousand
+/// backends was a third of the heap and a sixth of start-up. Connections
+/// carry no per-backend state (headers are per request), so sharing the
+/// pool is safe. Building can fail (e.g. out of file descriptors while
+/// loading root certificates): an error for this attempt, never a panic,
+/// and the next attempt builds again.
+fn shared_client(keep_alive: bool) -> Result<reqwest::Client, String> {
+    static POOLED: OnceLock<reqwest::Client> = OnceLock::new();
+    static UNPOOLED: OnceLock<reqwest::Client> = OnceLock::new();
+    let cell = if keep_alive { &POOLED } else { &UNPOOLED };
+    if let Some(c) = cell.get() {
+        return Ok(c.clone());
+    }
+    let built = reqwest::Client::builder()
+        .pool_max_idle_per_host(if keep_alive { 32 } else { 0 })
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    Ok(cell.get_or_init(|| built).clone())
+}
+
 /// Whether an SSE `data` payload is the response to request `id`.
-fn answers(data: &str, id: &RequestId) -> bool {
+pub(super) fn answers(data: &str, id: &RequestId) -> bool {
     // Cheap filter first: only responses carry "result" or "error".
     if !(data.contains("\"result\"") || data.contains("\"error\"")) {
         return false;
@@ -106,6 +134,12 @@ impl StreamableHttpClient for WatchedHttp {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        self.target.observe(
+            &uri,
+            session_id.as_ref(),
+            auth_header.as_ref(),
+            &custom_headers,
+        );
         self.inner
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await
@@ -120,6 +154,12 @@ impl StreamableHttpClient for WatchedHttp {
         custom_headers: Headers,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        self.target.observe(
+            &uri,
+            session_id.as_ref(),
+            auth_header.as_ref(),
+            &custom_headers,
+        );
         let id = match &message {
             JsonRpcMessage::Request(r) => Some(r.id.clone()),
             _ => None,

@@ -114,18 +114,65 @@ impl Downstream for Fanout {
     }
 }
 
+/// A gateway whose backends are starting; see [`Gateway::launch`].
+pub struct Startup {
+    pub gateway: Arc<Gateway>,
+    updates: mpsc::UnboundedReceiver<BackendUpdate>,
+    refresh: mpsc::UnboundedReceiver<Arc<str>>,
+    shutdown: CancellationToken,
+    reported: std::collections::HashSet<Arc<str>>,
+}
+
+/// `first` and every update already queued behind it, in order.
+fn drain(
+    first: BackendUpdate,
+    rx: &mut mpsc::UnboundedReceiver<BackendUpdate>,
+) -> Vec<BackendUpdate> {
+    let mut batch = vec![first];
+    while let Ok(u) = rx.try_recv() {
+        batch.push(u);
+    }
+    batch
+}
+
+/// "alpha: running, beta: offline" for the log; long batches are cut.
+fn describe_batch(batch: &[BackendUpdate]) -> String {
+    const SHOWN: usize = 5;
+    let mut text: Vec<String> = batch
+        .iter()
+        .take(SHOWN)
+        .map(|u| format!("{}: {}", u.backend, u.state))
+        .collect();
+    if batch.len() > SHOWN {
+        text.push(format!("and {} more", batch.len() - SHOWN));
+    }
+    text.join(", ")
+}
+
 impl Gateway {
-    /// Starts every backend's supervisor and waits up to `startup_timeout`
-    /// for each backend's first start attempt to settle. Health state that
-    /// must survive a restart (quarantine, counts) is restored from `store`.
-    /// Under `naming = "none"`, duplicate names among the connected backends
-    /// refuse the start.
+    /// [`Gateway::launch`], then [`Startup::settle`].
     pub async fn start(
         config: Config,
         store: Option<Arc<dyn Store>>,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Result<Arc<Gateway>, StartError> {
+        Self::launch(config, store, tracker, shutdown)
+            .await
+            .settle(tracker)
+            .await
+    }
+
+    /// Starts every backend's supervisor and returns at once; the gateway
+    /// can already answer the control API (its backends report `starting`)
+    /// but serves MCP only after [`Startup::settle`]. Health state that must
+    /// survive a restart (quarantine, counts) is restored from `store`.
+    pub async fn launch(
+        config: Config,
+        store: Option<Arc<dyn Store>>,
+        tracker: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Startup {
         let sessions = Arc::new(Sessions::default());
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
@@ -177,52 +224,85 @@ impl Gateway {
             }
             None => Vec::new(),
         };
-        let (updates_tx, mut updates_rx) = mpsc::unbounded_channel();
+        let (updates_tx, updates_rx) = mpsc::unbounded_channel();
         let outlets = Outlets {
             updates: updates_tx,
             events,
             store: store.map(StoreWriter::spawn),
         };
         let sanitizer = Sanitizer::new(gw.secrets());
-        for b in &gw.backends {
-            let (runtime, stderr) = runtime_for(&b.config);
-            let record = restored.iter().find(|r| *r.backend == *b.name);
-            let supervisor = Supervisor::new(
-                b.clone(),
-                runtime,
-                stderr,
-                record,
-                outlets.clone(),
-                sanitizer.clone(),
-            );
-            let span = tracing::info_span!("supervisor", backend = %b.name);
-            tracker.spawn(tracing::Instrument::instrument(
-                supervisor.run(shutdown.child_token()),
-                span,
-            ));
-        }
+        let supervisors: Vec<Supervisor> = gw
+            .backends
+            .iter()
+            .map(|b| {
+                let (runtime, stderr) = runtime_for(&b.config);
+                let record = restored.iter().find(|r| *r.backend == *b.name);
+                Supervisor::new(
+                    b.clone(),
+                    runtime,
+                    stderr,
+                    record,
+                    outlets.clone(),
+                    sanitizer.clone(),
+                )
+            })
+            .collect();
         drop(outlets);
-
-        // Apply first updates until every backend has reported once.
-        let mut entries = Entries::default();
         // A backend has settled when its first start attempt ended either
-        // way (or it was restored in quarantine).
-        let mut reported: std::collections::HashSet<Arc<str>> = gw
+        // way, or when it was restored in quarantine (no attempt comes).
+        // Read before any supervisor runs: later, a state may be ahead of
+        // the update that reports it.
+        let reported = gw
             .backends
             .iter()
             .filter(|b| b.state() != HealthState::Starting)
             .map(|b| b.name.clone())
             .collect();
+        for supervisor in supervisors {
+            let span = tracing::info_span!("supervisor", backend = %supervisor.backend_name());
+            tracker.spawn(tracing::Instrument::instrument(
+                supervisor.run(shutdown.child_token()),
+                span,
+            ));
+        }
+        Startup {
+            gateway: gw,
+            updates: updates_rx,
+            refresh: refresh_rx,
+            shutdown,
+            reported,
+        }
+    }
+}
+
+impl Startup {
+    /// Waits up to `startup_timeout` for each backend's first start attempt
+    /// to settle, then keeps applying backend updates in the background.
+    /// Under `naming = "none"`, duplicate names among the connected backends
+    /// refuse the start.
+    pub async fn settle(self, tracker: &TaskTracker) -> Result<Arc<Gateway>, StartError> {
+        let Startup {
+            gateway: gw,
+            updates: mut updates_rx,
+            refresh: refresh_rx,
+            shutdown,
+            mut reported,
+        } = self;
+        // Apply first updates until every backend has reported once.
+        let mut entries = Entries::default();
         let deadline = tokio::time::sleep(gw.config.startup_timeout);
         tokio::pin!(deadline);
         while reported.len() < gw.backends.len() {
             tokio::select! {
                 u = updates_rx.recv() => match u {
                     Some(u) => {
-                        if u.state != HealthState::Starting {
-                            reported.insert(u.backend.clone());
+                        let batch = drain(u, &mut updates_rx);
+                        for u in &batch {
+                            if u.state != HealthState::Starting {
+                                reported.insert(u.backend.clone());
+                            }
                         }
-                        gw.apply(&mut entries, u);
+                        gw.apply(&mut entries, batch);
                     }
                     None => break,
                 },
@@ -248,7 +328,9 @@ impl Gateway {
         );
         Ok(gw)
     }
+}
 
+impl Gateway {
     /// Applies backend updates and refresh requests until shutdown.
     async fn run_updates(
         self: Arc<Self>,
@@ -260,7 +342,10 @@ impl Gateway {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                Some(u) = updates.recv() => self.apply(&mut entries, u),
+                Some(u) = updates.recv() => {
+                    let batch = drain(u, &mut updates);
+                    self.apply(&mut entries, batch);
+                }
                 Some(name) = refresh.recv() => {
                     if let Some(b) = self.backend(&name) {
                         b.request_refresh();
@@ -271,16 +356,24 @@ impl Gateway {
         }
     }
 
-    /// Rebuilds the snapshot after one backend update and notifies sessions
-    /// of what changed.
-    fn apply(&self, entries: &mut Entries, u: BackendUpdate) {
-        if let Some(c) = u.catalog {
-            entries.known.insert(u.backend.clone(), c);
+    /// Rebuilds the snapshot once after a batch of backend updates and
+    /// notifies sessions of what changed. One rebuild per batch, not per
+    /// update: a rebuild walks every backend's catalog, and a thousand
+    /// backends coming up send thousands of updates.
+    fn apply(&self, entries: &mut Entries, batch: Vec<BackendUpdate>) {
+        if batch.is_empty() {
+            return;
         }
-        if advertisable(u.state) {
-            entries.advertised.insert(u.backend.clone());
-        } else {
-            entries.advertised.remove(&u.backend);
+        let cause = describe_batch(&batch);
+        for u in batch {
+            if let Some(c) = u.catalog {
+                entries.known.insert(u.backend.clone(), c);
+            }
+            if advertisable(u.state) {
+                entries.advertised.insert(u.backend.clone());
+            } else {
+                entries.advertised.remove(&u.backend);
+            }
         }
         let (shown, hidden): (Vec<_>, Vec<_>) = self
             .backends
@@ -305,7 +398,7 @@ impl Gateway {
         }
         let changes = next.diff(&previous);
         if changes.any() {
-            tracing::info!(backend = %u.backend, state = %u.state, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, "catalog changed");
+            tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, "catalog changed");
             self.sessions.notify_changes(changes);
         }
     }

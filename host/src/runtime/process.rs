@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{oneshot, watch};
 
@@ -106,9 +108,9 @@ impl ProcessRuntime {
         }
         // SIGTERM the group first for a clean exit, then SIGKILL.
         if let Some(pid) = pid {
-            signal_group(pid, SIGTERM);
+            signal_group(pid, Signal::SIGTERM);
             // A stopped (SIGSTOP) process only acts on SIGTERM once continued.
-            signal_group(pid, SIGCONT);
+            signal_group(pid, Signal::SIGCONT);
         }
         if tokio::time::timeout(STOP_GRACE, exit.wait_for(Option::is_some))
             .await
@@ -197,20 +199,12 @@ impl ProcessRuntime {
     }
 }
 
-const SIGTERM: i32 = 15;
-const SIGCONT: i32 = 18;
-
-/// Sends `sig` to the process group led by `pid` (the child and what it spawned).
-fn signal_group(pid: u32, sig: i32) {
-    // `kill -SIG -PGID` through the standard tool: no libc binding needed,
-    // and a vanished group is not an error worth reporting.
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg("--")
-        .arg(format!("-{pid}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+/// Sends `sig` to the process group led by `pid` (the child and what it
+/// spawned). A vanished group is not an error worth reporting.
+fn signal_group(pid: u32, sig: Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = killpg(Pid::from_raw(pid), sig);
+    }
 }
 
 async fn pump_stderr(backend: Arc<str>, stderr: tokio::process::ChildStderr, tail: StderrTail) {

@@ -17,14 +17,16 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, BackendUpdate, Command, CommandReply, Connection, Status};
+use crate::backend::{
+    Backend, BackendError, BackendUpdate, Command, CommandReply, Connection, Status,
+};
 use crate::catalog::BackendCatalog;
 use crate::health::machine::{Action, Input, Machine, Step};
 use crate::health::policy::jitter_unit;
 use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Transition};
 use crate::runtime::process::StderrTail;
-use crate::runtime::{Exit, Runtime, RuntimeError, Started};
+use crate::runtime::{Endpoint, Exit, Runtime, RuntimeError, Started};
 use crate::store::{InstanceRecord, StoreWriter};
 
 /// Where the supervisor is in its loop.
@@ -72,6 +74,10 @@ enum StartFailure {
 }
 
 impl Supervisor {
+    pub fn backend_name(&self) -> &Arc<str> {
+        &self.backend.name
+    }
+
     pub fn new(
         backend: Arc<Backend>,
         runtime: Arc<dyn Runtime>,
@@ -196,6 +202,48 @@ impl Supervisor {
         }
     }
 
+    /// Opens the shared connection. A container's server may not have bound
+    /// its port when the engine reports the container started: a refused
+    /// connection is retried until `connect_timeout`, unless the instance
+    /// exits meanwhile (then its exit comes with the error, taken from
+    /// `exited`, which must not be polled again). Other runtimes get one
+    /// attempt.
+    async fn connect(
+        &self,
+        endpoint: Endpoint,
+        exited: &mut oneshot::Receiver<Exit>,
+    ) -> Result<Connection, (BackendError, Option<Exit>)> {
+        const PAUSE: Duration = Duration::from_millis(100);
+        let retry = self.runtime.kind() == "container";
+        let (url, headers) = match endpoint {
+            Endpoint::Http { url, headers } if retry => (url, headers),
+            endpoint => {
+                return self
+                    .backend
+                    .open_shared_connection(endpoint, self.stderr.clone())
+                    .await
+                    .map_err(|e| (e, None));
+            }
+        };
+        let deadline = Instant::now() + self.backend.connect_timeout();
+        loop {
+            let endpoint = Endpoint::Http {
+                url: url.clone(),
+                headers: headers.clone(),
+            };
+            match self.backend.open_shared_connection(endpoint, None).await {
+                Err(e @ BackendError::Refused { .. }) if Instant::now() + PAUSE < deadline => {
+                    tracing::debug!(backend = %self.backend.name, error = %e, "connection refused; the container may still be binding its port");
+                    tokio::select! {
+                        _ = tokio::time::sleep(PAUSE) => {}
+                        exit = &mut *exited => return Err((e, exit.ok())),
+                    }
+                }
+                other => return other.map_err(|e| (e, None)),
+            }
+        }
+    }
+
     /// Starts the runtime, connects, lists.
     async fn start_instance(
         &mut self,
@@ -209,22 +257,24 @@ impl Supervisor {
             mut exited,
             id,
         } = started;
-        let conn = match self
-            .backend
-            .open_shared_connection(endpoint, self.stderr.clone())
-            .await
-        {
+        let conn = match self.connect(endpoint, &mut exited).await {
             Ok(c) => c,
-            Err(e) => {
+            Err((e, early_exit)) => {
                 // A process that died during the handshake explains it best;
                 // its exit also flushes the stderr we quote.
-                let why = match tokio::time::timeout(Duration::from_millis(500), &mut exited).await
-                {
-                    Ok(Ok(exit)) => {
+                let exit = match early_exit {
+                    Some(exit) => Some(exit),
+                    None => tokio::time::timeout(Duration::from_millis(500), &mut exited)
+                        .await
+                        .ok()
+                        .and_then(Result::ok),
+                };
+                let why = match exit {
+                    Some(exit) => {
                         self.last_exit = Some(exit.summary.clone());
                         format!("{} during the MCP handshake", exit.summary)
                     }
-                    _ => e.to_string(),
+                    None => e.to_string(),
                 };
                 let _ = self.runtime.stop().await;
                 return Err(StartFailure::Backend(self.with_stderr(why)));
@@ -260,7 +310,15 @@ impl Supervisor {
         loop {
             let input = tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => return None,
+                _ = shutdown.cancelled() => {
+                    // Close the backend session cleanly (an HTTP backend gets
+                    // its DELETE) unless a request still holds the connection.
+                    self.backend.set_shared(None);
+                    if let Ok(conn) = Arc::try_unwrap(conn) {
+                        conn.close().await;
+                    }
+                    return None;
+                }
                 exit = &mut exited, if watching_exit => {
                     watching_exit = false;
                     match exit {

@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest, PingRequest,
-    ServerResult,
+    CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest, ServerResult,
 };
 use tokio::time::Instant;
 
@@ -34,12 +33,17 @@ impl Supervisor {
                 _ => {}
             }
         }
-        let request = match health.readiness {
-            Readiness::Ping => ClientRequest::PingRequest(PingRequest::default()),
-            Readiness::ListTools => ClientRequest::ListToolsRequest(ListToolsRequest::default()),
-        };
         let t0 = Instant::now();
-        let answer = conn.probe_request(request, health.timeout).await;
+        let answer = match health.readiness {
+            Readiness::Ping => conn.ping(health.timeout).await,
+            Readiness::ListTools => conn
+                .probe_request(
+                    ClientRequest::ListToolsRequest(ListToolsRequest::default()),
+                    health.timeout,
+                )
+                .await
+                .map(|_| ()),
+        };
         let latency = t0.elapsed();
         match answer {
             Ok(_) => {

@@ -1,0 +1,286 @@
+//! The readiness `ping` of an HTTP backend, sent straight on the live
+//! session instead of through rmcp's client worker.
+//!
+//! Why: probes are the gateway's steady background load (1,000 backends at a
+//! 1 s interval are 1,000 pings a second). Through rmcp each ping costs a
+//! task, several channel hops and a fresh TCP connection; here it is one
+//! POST on a pooled keep-alive connection shared by all probes. It is still
+//! an MCP round trip on the backend's live session: the same URL,
+//! `Mcp-Session-Id`, `MCP-Protocol-Version` and configured headers as the
+//! shared connection's own requests (recorded from them by [`SessionTarget`]),
+//! never a second `initialize`.
+//!
+//! Contract: only a clean answer is decided here. Anything else (no session
+//! yet, a non-200 status, an unexpected body) is a [`Direct::Undecided`] and
+//! the caller repeats the ping through rmcp, whose error handling (session
+//! re-initialization, status classification) stays the one source of truth.
+//! A timeout is decided here: repeating it would double the probe budget.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::RequestId;
+
+use super::stream_watch::answers;
+
+type Headers = HashMap<HeaderName, HeaderValue>;
+
+/// Largest ping answer read; a ping result is `{}`.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// How long an SSE answer's stream may take to end after the answer.
+const DRAIN_GRACE: Duration = Duration::from_millis(50);
+
+/// Where and how the shared connection reaches its backend session, as last
+/// seen on one of its own POSTs. Written by the connection's HTTP client,
+/// read by the probe.
+#[derive(Default)]
+pub struct SessionTarget(Mutex<Option<Arc<Target>>>);
+
+struct Target {
+    uri: Arc<str>,
+    /// `uri`, parsed once rather than per ping.
+    url: reqwest::Url,
+    session_id: Arc<str>,
+    auth: Option<String>,
+    headers: Headers,
+}
+
+impl SessionTarget {
+    /// Records the context of a POST of the shared connection. Cheap when
+    /// nothing changed (the common case): one lock and a string compare.
+    pub fn observe(
+        &self,
+        uri: &Arc<str>,
+        session_id: Option<&Arc<str>>,
+        auth: Option<&String>,
+        headers: &Headers,
+    ) {
+        let Some(session_id) = session_id else { return };
+        let Ok(mut cur) = self.0.lock() else { return };
+        let same = cur.as_ref().is_some_and(|t| {
+            t.session_id == *session_id
+                && t.uri == *uri
+                && t.auth.as_ref() == auth
+                && t.headers == *headers
+        });
+        if !same {
+            let Ok(url) = reqwest::Url::parse(uri) else {
+                return;
+            };
+            *cur = Some(Arc::new(Target {
+                url,
+                uri: uri.clone(),
+                session_id: session_id.clone(),
+                auth: auth.cloned(),
+                headers: headers.clone(),
+            }));
+        }
+    }
+
+    fn get(&self) -> Option<Arc<Target>> {
+        self.0.lock().ok().and_then(|t| t.clone())
+    }
+}
+
+/// The outcome of a direct ping.
+#[derive(Debug, PartialEq)]
+pub enum Direct {
+    /// The backend answered the ping with a result.
+    Answered,
+    /// No answer within the budget.
+    TimedOut,
+    /// Not decided here (why, for the debug log): ping through rmcp instead.
+    Undecided(String),
+}
+
+/// Sends `ping` on the recorded session within `timeout`.
+pub async fn ping(target: &SessionTarget, timeout: Duration) -> Direct {
+    let Some(t) = target.get() else {
+        return Direct::Undecided("no session recorded yet".into());
+    };
+    let client = match probe_client() {
+        Ok(c) => c,
+        Err(e) => return Direct::Undecided(e),
+    };
+    match tokio::time::timeout(timeout, exchange(client, &t)).await {
+        Ok(Ok(())) => Direct::Answered,
+        Ok(Err(why)) => Direct::Undecided(why),
+        Err(_) => Direct::TimedOut,
+    }
+}
+
+async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // A string id cannot collide with rmcp's numeric ids on the same session.
+    let id = RequestId::String(format!("vigil-probe-{n}").into());
+    let body = format!(r#"{{"jsonrpc":"2.0","id":"vigil-probe-{n}","method":"ping"}}"#);
+    let mut req = client
+        .post(t.url.clone())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, text/event-stream")
+        .header("mcp-session-id", &*t.session_id)
+        .body(body);
+    for (k, v) in &t.headers {
+        req = req.header(k, v);
+    }
+    if let Some(auth) = &t.auth {
+        req = req.bearer_auth(auth);
+    }
+    let resp = req.send().await.map_err(|e| e.to_string())?;
+    if resp.status() != http::StatusCode::OK {
+        return Err(format!("HTTP {}", resp.status()));
+    }
+    let sse = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let mut body = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    // JSON: the whole body is the answer. SSE: scan complete events as they
+    // arrive and stop at the answer (the stream may stay open after it).
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        if buf.len() + chunk.len() > MAX_ANSWER {
+            return Err("answer larger than a ping's".into());
+        }
+        buf.extend_from_slice(&chunk);
+        if sse && sse_answers(&buf, &id) {
+            // Servers close the stream right after the answer; reading its
+            // end lets the connection go back to the pool (an unfinished
+            // body would cost a new connection per probe). A stream that
+            // stays open is simply dropped after a moment.
+            let rest = async { while let Some(Ok(_)) = body.next().await {} };
+            let _ = tokio::time::timeout(DRAIN_GRACE, rest).await;
+            return Ok(());
+        }
+    }
+    if !sse && is_result(&buf, &id) {
+        return Ok(());
+    }
+    Err("the response did not carry the ping's result".into())
+}
+
+/// Whether a JSON-RPC message is a successful response to `id`.
+fn is_result(data: &[u8], id: &RequestId) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        id: Option<RequestId>,
+        result: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Reply>(data)
+        .is_ok_and(|r| r.id.as_ref() == Some(id) && r.result.is_some())
+}
+
+/// Whether the complete SSE events in `buf` include the result for `id`.
+fn sse_answers(buf: &[u8], id: &RequestId) -> bool {
+    let Ok(text) = std::str::from_utf8(buf) else {
+        return false;
+    };
+    let text = if text.contains('\r') {
+        std::borrow::Cow::Owned(text.replace("\r\n", "\n"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    };
+    // Only complete events (ended by a blank line) count.
+    let Some(end) = text.rfind("\n\n") else {
+        return false;
+    };
+    text[..end].split("\n\n").any(|event| {
+        let data: Vec<&str> = event
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        let data = data.join("\n");
+        answers(&data, id) && is_result(data.as_bytes(), id)
+    })
+}
+
+/// The one HTTP client of all direct pings: keep-alive, so a probe reuses a
+/// connection instead of opening one per ping; built once, so the system's
+/// root certificates are loaded once. A build failure (e.g. out of file
+/// descriptors) is retried on the next ping.
+fn probe_client() -> Result<reqwest::Client, String> {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    if let Some(c) = CLIENT.get() {
+        return Ok(c.clone());
+    }
+    let built = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build the probe HTTP client: {e}"))?;
+    Ok(CLIENT.get_or_init(|| built).clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> RequestId {
+        RequestId::String("vigil-probe-3".into())
+    }
+
+    #[test]
+    fn a_json_result_for_our_id_answers() {
+        assert!(is_result(
+            br#"{"jsonrpc":"2.0","id":"vigil-probe-3","result":{}}"#,
+            &id()
+        ));
+        assert!(!is_result(
+            br#"{"jsonrpc":"2.0","id":"vigil-probe-4","result":{}}"#,
+            &id()
+        ));
+        assert!(!is_result(
+            br#"{"jsonrpc":"2.0","id":"vigil-probe-3","error":{"code":-32601,"message":"x"}}"#,
+            &id()
+        ));
+        assert!(!is_result(b"not json", &id()));
+    }
+
+    #[test]
+    fn sse_answers_only_with_a_complete_result_event() {
+        let priming = "id: 0\nretry: 100\ndata: \n\n";
+        let answer = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"vigil-probe-3\",\"result\":{}}\n\n";
+        assert!(!sse_answers(priming.as_bytes(), &id()));
+        assert!(sse_answers(format!("{priming}{answer}").as_bytes(), &id()));
+        // The answer event is not complete until its blank line arrives.
+        let cut = &answer[..answer.len() - 1];
+        assert!(!sse_answers(format!("{priming}{cut}").as_bytes(), &id()));
+        assert!(sse_answers(answer.replace('\n', "\r\n").as_bytes(), &id()));
+        let error = "data: {\"jsonrpc\":\"2.0\",\"id\":\"vigil-probe-3\",\"error\":{\"code\":1,\"message\":\"x\"}}\n\n";
+        assert!(!sse_answers(error.as_bytes(), &id()));
+    }
+
+    #[test]
+    fn a_target_is_recorded_only_with_a_session() {
+        let t = SessionTarget::default();
+        let uri: Arc<str> = "http://127.0.0.1:1/mcp".into();
+        t.observe(&uri, None, None, &Headers::new());
+        assert!(t.get().is_none());
+        let sid: Arc<str> = "abc".into();
+        t.observe(&uri, Some(&sid), None, &Headers::new());
+        let first = t.get().unwrap();
+        t.observe(&uri, Some(&sid), None, &Headers::new());
+        assert!(Arc::ptr_eq(&first, &t.get().unwrap()), "unchanged: kept");
+        let other: Arc<str> = "def".into();
+        t.observe(&uri, Some(&other), None, &Headers::new());
+        assert_eq!(&*t.get().unwrap().session_id, "def");
+    }
+
+    #[tokio::test]
+    async fn without_a_session_the_ping_is_left_to_rmcp() {
+        let t = SessionTarget::default();
+        assert!(matches!(
+            ping(&t, Duration::from_secs(1)).await,
+            Direct::Undecided(_)
+        ));
+    }
+}

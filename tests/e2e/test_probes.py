@@ -1,0 +1,97 @@
+"""Readiness probes of HTTP backends go straight to the live session.
+
+Vigil pings an HTTP backend with one POST on a pooled connection, carrying
+the session id and protocol version of its open backend session, instead of
+through its MCP client (see `host/src/backend/http_ping.rs`). Whatever that
+direct ping cannot decide is repeated through the MCP client, so a silent
+fallback would hide a broken fast path: these tests check, from Vigil's own
+debug log, that the direct ping answers against each server implementation
+and each answer style (rmcp with SSE; the Python SDK with SSE and with plain
+JSON), and that the backends stay `running` and serve calls meanwhile.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness import DemoHttp, Procs, free_port, http_backend, port_taken, wait_http
+from support import ControlApi, call_text, http_session, poll
+
+pytestmark = pytest.mark.anyio
+
+SDK_SERVER = Path(__file__).parent / "backends" / "sdk_http_server.py"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def start_sdk_server(procs: Procs, name: str, *, json_response: bool) -> str:
+    """Start the Python SDK server; return its MCP URL."""
+    for _attempt in range(3):
+        port = free_port()
+        argv = [sys.executable, SDK_SERVER, str(port)] + (["--json"] if json_response else [])
+        proc = procs.start(f"sdk-{name}", argv)
+        url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            wait_http(url, proc, f"SDK server {name!r}")
+        except pytest.fail.Exception:
+            if not proc.alive() and port_taken(proc):
+                continue
+            raise
+        return url
+    pytest.fail(f"no free port for SDK server {name!r}", pytrace=False)
+
+
+def answered_pings(log: str, backend: str) -> dict[str, int]:
+    """How many pings of `backend` Vigil logged as answered, by path."""
+    counts = {"direct": 0, "mcp": 0}
+    for line in ANSI.sub("", log).splitlines():
+        if "ping answered" in line and f"backend={backend} " in line:
+            for path in counts:
+                if f'path="{path}"' in line or f"path={path}" in line:
+                    counts[path] += 1
+    return counts
+
+
+async def test_http_backends_are_pinged_directly_on_their_session(
+    procs: Procs, demo_http: Callable[..., DemoHttp], vigil: Callable[..., object]
+) -> None:
+    demo = demo_http("rmcp")
+    sse = start_sdk_server(procs, "sse", json_response=False)
+    plain = start_sdk_server(procs, "json", json_response=True)
+    backends = {"rmcp": demo.url, "sdksse": sse, "sdkjson": plain}
+    gw = vigil(
+        [http_backend(name, url) for name, url in backends.items()],
+        health={"interval": "200ms", "timeout": "200ms"},
+        api={},
+    )
+    api = ControlApi(gw.api_base)
+
+    await poll(
+        lambda: _counts(gw, backends),
+        lambda c: all(v["direct"] >= 5 for v in c.values()),
+        "five direct pings answered by every HTTP backend",
+    )
+    log = ANSI.sub("", gw.proc.stderr())
+    assert "direct ping undecided" not in log, [line for line in log.splitlines() if "direct ping undecided" in line][
+        :5
+    ]
+    for name in backends:
+        assert answered_pings(log, name)["mcp"] == 0, f"{name}: a ping went through the MCP client"
+        report = await api.instance(name)
+        assert report["state"] == "running", report
+        assert report["latency_ms"] is not None, report
+
+    # The sessions the pings rode on still serve the gateway's clients.
+    async with http_session(gw.url) as session:
+        assert await call_text(session, "sdksse__echo", {"text": "one"}) == "one"
+        assert await call_text(session, "sdkjson__echo", {"text": "two"}) == "two"
+        assert await call_text(session, "rmcp__echo", {"text": "three"}) == "three"
+
+
+async def _counts(gw: object, backends: dict[str, str]) -> dict[str, dict[str, int]]:
+    log = gw.proc.stderr()  # type: ignore[attr-defined]
+    return {name: answered_pings(log, name) for name in backends}
