@@ -36,6 +36,7 @@ pub mod backend;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod freshness;
 pub mod gateway;
 pub mod health;
 pub mod limits;

@@ -458,6 +458,10 @@ class Gateways:
         env: dict[str, str] | None = None,
         **extra: Any,
     ) -> Vigil:
+        # Most tests watch several catalog changes in a row; the default
+        # debounce window (the 30 s health interval) would hold the second
+        # one back. Tests of the debounce set their own.
+        extra.setdefault("freshness", {"debounce": "100ms"})
         for _attempt in range(3):
             port, api_port = free_port(), free_port()
             top = {

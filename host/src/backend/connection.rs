@@ -182,6 +182,15 @@ impl Connection {
         self.stderr.as_ref().map(|t| t.lines()).unwrap_or_default()
     }
 
+    /// Resolves when an HTTP backend's standing event stream failed or
+    /// ended (the backend may be gone: worth a probe now). Never for stdio.
+    pub async fn stream_broken(&self) {
+        match &self.ping_target {
+            Some(t) => t.broken().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// The readiness `ping` within `timeout`. HTTP backends get it straight
     /// on their live session (see `http_ping`); whatever that cannot decide
     /// is repeated through rmcp within the rest of the budget.

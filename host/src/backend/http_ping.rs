@@ -38,7 +38,11 @@ const DRAIN_GRACE: Duration = Duration::from_millis(50);
 /// seen on one of its own POSTs. Written by the connection's HTTP client,
 /// read by the probe.
 #[derive(Default)]
-pub struct SessionTarget(Mutex<Option<Arc<Target>>>);
+pub struct SessionTarget {
+    target: Mutex<Option<Arc<Target>>>,
+    /// Set when the session's standing GET stream failed or ended.
+    broken: tokio::sync::Notify,
+}
 
 struct Target {
     uri: Arc<str>,
@@ -60,7 +64,9 @@ impl SessionTarget {
         headers: &Headers,
     ) {
         let Some(session_id) = session_id else { return };
-        let Ok(mut cur) = self.0.lock() else { return };
+        let Ok(mut cur) = self.target.lock() else {
+            return;
+        };
         let same = cur.as_ref().is_some_and(|t| {
             t.session_id == *session_id
                 && t.uri == *uri
@@ -82,7 +88,17 @@ impl SessionTarget {
     }
 
     fn get(&self) -> Option<Arc<Target>> {
-        self.0.lock().ok().and_then(|t| t.clone())
+        self.target.lock().ok().and_then(|t| t.clone())
+    }
+
+    /// Records that the standing GET stream failed or ended.
+    pub fn stream_broken(&self) {
+        self.broken.notify_one();
+    }
+
+    /// Resolves at the next report of a broken stream.
+    pub async fn broken(&self) {
+        self.broken.notified().await
     }
 }
 

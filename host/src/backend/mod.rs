@@ -102,6 +102,9 @@ pub struct Backend {
     status: RwLock<Status>,
     inflight: Arc<Inflight>,
     refresh: Notify,
+    /// Completed re-listings (for waiters), and whether one runs now.
+    listings: tokio::sync::watch::Sender<u64>,
+    listing: std::sync::atomic::AtomicBool,
     /// Outcomes of real `tools/call` traffic (application signal).
     pub stats: CallStats,
     commands: mpsc::UnboundedSender<(Command, CommandReply)>,
@@ -135,6 +138,8 @@ impl Backend {
             }),
             inflight: Arc::default(),
             refresh: Notify::new(),
+            listings: tokio::sync::watch::Sender::new(0),
+            listing: std::sync::atomic::AtomicBool::new(false),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
         })
@@ -202,6 +207,30 @@ impl Backend {
     /// Resolves when a refresh was requested (for the supervisor).
     pub async fn refresh_requested(&self) {
         self.refresh.notified().await
+    }
+
+    /// Re-lists the backend and waits (up to `timeout`) until a listing
+    /// completes. Single-flight: when a listing already runs (say, for the
+    /// backend's own `list_changed`), this waits for that one instead of
+    /// asking for another. `false` if none completed in time.
+    pub async fn refresh_and_wait(&self, timeout: Duration) -> bool {
+        let mut done = self.listings.subscribe();
+        if !self.listing.load(std::sync::atomic::Ordering::Acquire) {
+            self.request_refresh();
+        }
+        tokio::time::timeout(timeout, done.changed())
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Marks a re-listing as running (`true`) or finished (for the
+    /// supervisor).
+    pub fn set_listing(&self, running: bool) {
+        self.listing
+            .store(running, std::sync::atomic::Ordering::Release);
+        if !running {
+            self.listings.send_modify(|n| *n += 1);
+        }
     }
 
     /// Sends an operator command to the supervisor and waits for its answer.

@@ -223,7 +223,8 @@ impl StreamableHttpClient for WatchedHttp {
         custom_headers: Headers,
         max_sse_event_size: usize,
     ) -> Result<SseStream, StreamableHttpError<Self::Error>> {
-        self.inner
+        let result = self
+            .inner
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -232,7 +233,38 @@ impl StreamableHttpClient for WatchedHttp {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
+            .await;
+        match result {
+            Ok(stream) => Ok(EndWatched {
+                inner: stream,
+                target: self.target.clone(),
+            }
+            .boxed()),
+            Err(e) => {
+                self.target.stream_broken();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The session's standing GET stream, reporting when it fails or ends: rmcp
+/// reconnects such a stream by itself, so without this a backend that died
+/// stays "connected" until the next probe.
+struct EndWatched {
+    inner: SseStream,
+    target: Arc<SessionTarget>,
+}
+
+impl Stream for EndWatched {
+    type Item = Result<Sse, SseError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.inner.poll_next_unpin(cx);
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            self.target.stream_broken();
+        }
+        polled
     }
 }
 

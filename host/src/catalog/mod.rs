@@ -8,6 +8,7 @@
 //! changed (deep equality), so clients get `list_changed` only when what they
 //! see changed. This module does no I/O.
 
+mod current;
 mod naming;
 mod uri;
 
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
+pub use current::Current;
 pub use naming::conflicts;
 use naming::expose;
 

@@ -9,6 +9,7 @@
 
 mod backend;
 mod error;
+mod freshness;
 mod health;
 pub mod raw;
 
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
+pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
 use raw::RawConfig;
 
@@ -79,6 +81,10 @@ pub struct Config {
     pub restart: RestartPolicy,
     /// `[api]`: the control API.
     pub api: ApiConfig,
+    /// `[freshness]`: debouncing of catalog change notifications.
+    pub freshness: FreshnessConfig,
+    /// `[poller]`: periodic re-listing of every backend.
+    pub poller: PollerConfig,
     /// Enabled backends, in file order.
     pub backends: Vec<BackendConfig>,
 }
@@ -215,6 +221,8 @@ impl Config {
         let health = p.health("health", &HealthConfig::default(), raw.health);
         let restart = p.restart("restart", &RestartPolicy::default(), raw.restart);
         let api = p.api(raw.api, env);
+        let freshness = p.freshness(raw.freshness, health.interval);
+        let poller = p.poller(raw.poller, env);
 
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
@@ -253,6 +261,8 @@ impl Config {
             health,
             restart,
             api,
+            freshness,
+            poller,
             backends,
         })
     }

@@ -26,6 +26,8 @@ pub struct RawConfig {
     pub health: Option<RawHealth>,
     pub restart: Option<RawRestart>,
     pub api: Option<RawApi>,
+    pub freshness: Option<super::freshness::RawFreshness>,
+    pub poller: Option<super::freshness::RawPoller>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
 }

@@ -143,3 +143,50 @@ fn transport_managed_headers_are_refused() {
         "{e}"
     );
 }
+
+fn with_env(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let raw: raw::RawConfig = toml::from_str(text).unwrap();
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Config::from_raw_with_env(raw, Path::new("vigil.toml"), &move |k| {
+        vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    })
+}
+
+#[test]
+fn freshness_debounce_defaults_to_the_health_interval() {
+    let c = with_env("[health]\ninterval = \"7s\"\ntimeout = \"1s\"", &[]).unwrap();
+    assert_eq!(c.freshness.debounce, Duration::from_secs(7));
+    let c = with_env("[freshness]\ndebounce = \"250ms\"", &[]).unwrap();
+    assert_eq!(c.freshness.debounce, Duration::from_millis(250));
+}
+
+#[test]
+fn poller_interval_comes_from_the_file_or_the_environment() {
+    let c = with_env("", &[]).unwrap();
+    assert_eq!(c.poller.interval, Duration::from_secs(300));
+    assert_eq!(c.poller.concurrency, 4);
+    let c = with_env("[poller]\ninterval = \"1m\"\nconcurrency = 2", &[]).unwrap();
+    assert_eq!(c.poller.interval, Duration::from_secs(60));
+    assert_eq!(c.poller.concurrency, 2);
+    let c = with_env("[poller]\ninterval = \"1m\"", &[(POLL_INTERVAL_ENV, "2s")]).unwrap();
+    assert_eq!(c.poller.interval, Duration::from_secs(2));
+}
+
+#[test]
+fn bad_freshness_and_poller_values_are_refused() {
+    let e = with_env("[freshness]\ndebounce = \"soon\"", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("freshness.debounce"), "{e}");
+    let e = with_env("[poller]\nconcurrency = 0", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("poller.concurrency: must be at least 1"), "{e}");
+    let e = with_env("", &[(POLL_INTERVAL_ENV, "often")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(POLL_INTERVAL_ENV), "{e}");
+}

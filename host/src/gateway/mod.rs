@@ -18,17 +18,18 @@ pub mod stdio;
 mod streams;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{Backend, BackendUpdate, Downstream, ListKind, Timeouts};
-use crate::catalog::{BackendCatalog, Catalog, Conflict};
+use crate::catalog::{BackendCatalog, Catalog, Conflict, Current};
 use crate::config::{BackendConfig, RuntimeKind, Transport};
 use crate::config::{Config, Naming};
+use crate::freshness::debounce::Debouncer;
 use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Transition, advertisable};
 use crate::runtime::Runtime;
@@ -70,7 +71,7 @@ pub struct Gateway {
     pub config: Config,
     backends: Vec<Arc<Backend>>,
     by_name: HashMap<Arc<str>, usize>,
-    catalog: RwLock<Arc<Catalog>>,
+    catalog: Arc<Current>,
     sessions: Arc<Sessions>,
     next_session: AtomicU64,
     /// The HTTP endpoint's session manager, once serving over HTTP.
@@ -117,6 +118,7 @@ impl Downstream for Fanout {
 /// A gateway whose backends are starting; see [`Gateway::launch`].
 pub struct Startup {
     pub gateway: Arc<Gateway>,
+    debouncer: Debouncer,
     updates: mpsc::UnboundedReceiver<BackendUpdate>,
     refresh: mpsc::UnboundedReceiver<Arc<str>>,
     shutdown: CancellationToken,
@@ -173,7 +175,8 @@ impl Gateway {
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Startup {
-        let sessions = Arc::new(Sessions::default());
+        let catalog = Arc::new(Current::default());
+        let sessions = Sessions::new(catalog.clone());
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
             sessions: sessions.clone(),
@@ -200,7 +203,7 @@ impl Gateway {
             config,
             backends,
             by_name,
-            catalog: RwLock::new(Arc::default()),
+            catalog,
             sessions,
             next_session: AtomicU64::new(1),
             streams: std::sync::OnceLock::new(),
@@ -265,7 +268,23 @@ impl Gateway {
                 span,
             ));
         }
+        // Catalog changes reach sessions through the debouncer, off the
+        // update task: the first at once, bursts coalesced per window.
+        let fanout = gw.sessions.clone();
+        let debouncer = Debouncer::spawn(
+            gw.config.freshness.debounce,
+            Box::new(move |delivery| {
+                tracing::debug!(
+                    generation = delivery.generation,
+                    sessions = fanout.len(),
+                    "catalog change delivered to sessions"
+                );
+                fanout.resync_all();
+                Box::pin(async {})
+            }),
+        );
         Startup {
+            debouncer,
             gateway: gw,
             updates: updates_rx,
             refresh: refresh_rx,
@@ -282,6 +301,7 @@ impl Startup {
     /// refuse the start.
     pub async fn settle(self, tracker: &TaskTracker) -> Result<Arc<Gateway>, StartError> {
         let Startup {
+            debouncer,
             gateway: gw,
             updates: mut updates_rx,
             refresh: refresh_rx,
@@ -302,7 +322,7 @@ impl Startup {
                                 reported.insert(u.backend.clone());
                             }
                         }
-                        gw.apply(&mut entries, batch);
+                        gw.apply(&mut entries, batch, &debouncer);
                     }
                     None => break,
                 },
@@ -316,15 +336,22 @@ impl Startup {
             let conflicts = gw.catalog().conflicts.clone();
             if !conflicts.is_empty() {
                 shutdown.cancel();
+                debouncer.stop().await;
                 return Err(StartError::Conflicts {
                     file: gw.config.file.display().to_string(),
                     conflicts,
                 });
             }
         }
+        tracker.spawn(crate::freshness::poller::run(
+            gw.backends.clone(),
+            gw.config.poller.clone(),
+            gw.config.request_timeout,
+            shutdown.clone(),
+        ));
         tracker.spawn(
             gw.clone()
-                .run_updates(entries, updates_rx, refresh_rx, shutdown),
+                .run_updates(entries, updates_rx, refresh_rx, debouncer, shutdown),
         );
         Ok(gw)
     }
@@ -337,6 +364,7 @@ impl Gateway {
         mut entries: Entries,
         mut updates: mpsc::UnboundedReceiver<BackendUpdate>,
         mut refresh: mpsc::UnboundedReceiver<Arc<str>>,
+        debouncer: Debouncer,
         shutdown: CancellationToken,
     ) {
         loop {
@@ -344,7 +372,7 @@ impl Gateway {
                 _ = shutdown.cancelled() => break,
                 Some(u) = updates.recv() => {
                     let batch = drain(u, &mut updates);
-                    self.apply(&mut entries, batch);
+                    self.apply(&mut entries, batch, &debouncer);
                 }
                 Some(name) = refresh.recv() => {
                     if let Some(b) = self.backend(&name) {
@@ -354,13 +382,14 @@ impl Gateway {
                 else => break,
             }
         }
+        debouncer.stop().await;
     }
 
     /// Rebuilds the snapshot once after a batch of backend updates and
     /// notifies sessions of what changed. One rebuild per batch, not per
     /// update: a rebuild walks every backend's catalog, and a thousand
     /// backends coming up send thousands of updates.
-    fn apply(&self, entries: &mut Entries, batch: Vec<BackendUpdate>) {
+    fn apply(&self, entries: &mut Entries, batch: Vec<BackendUpdate>, debouncer: &Debouncer) {
         if batch.is_empty() {
             return;
         }
@@ -383,12 +412,7 @@ impl Gateway {
         let next = Arc::new(
             Catalog::build(&self.config.naming, shown).with_hidden(&self.config.naming, hidden),
         );
-        let previous = {
-            let Ok(mut current) = self.catalog.write() else {
-                return;
-            };
-            std::mem::replace(&mut *current, next.clone())
-        };
+        let previous = self.catalog.replace(next.clone());
         for c in next
             .conflicts
             .iter()
@@ -399,13 +423,13 @@ impl Gateway {
         let changes = next.diff(&previous);
         if changes.any() {
             tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, "catalog changed");
-            self.sessions.notify_changes(changes);
+            debouncer.changed();
         }
     }
 
     /// The current catalog snapshot.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.read().map(|c| c.clone()).unwrap_or_default()
+        self.catalog.get()
     }
 
     pub fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
@@ -461,7 +485,7 @@ impl Gateway {
         FrontSession::new(self.clone(), id)
     }
 
-    fn sessions(&self) -> &Sessions {
+    fn sessions(&self) -> &Arc<Sessions> {
         &self.sessions
     }
 }

@@ -5,9 +5,18 @@
 //! A 2025-revision client is reached through its session's peer
 //! (`notifications/*/list_changed`); a 2026-07-28 client through each
 //! `subscriptions/listen` stream it holds open.
+//!
+//! List changes are per session: each entry has a resync worker that
+//! remembers the catalog snapshot its session last saw (at registration, or
+//! at its last notification). On [`Sessions::resync_all`] every worker
+//! compares the current snapshot with that one and notifies only the kinds
+//! that differ, so a session never hears of a change it already saw, nor
+//! misses one that happened before it registered. A worker has at most one
+//! resync in flight and one queued (a `Notify` permit); a session whose
+//! channel is gone leaves the registry then.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
@@ -16,7 +25,10 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 
-use crate::catalog::Changes;
+use tokio::sync::Notify;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::catalog::{Catalog, Changes, Current};
 
 /// How a session is reached.
 #[derive(Clone)]
@@ -32,31 +44,69 @@ struct Entry {
     subscriptions: HashSet<String>,
     /// Minimum level of log messages the client asked for.
     log_level: Option<LoggingLevel>,
+    /// Wakes the session's resync worker.
+    resync: Arc<Notify>,
+    /// Ends the worker when the entry leaves the registry.
+    _worker: DropGuard,
 }
 
-#[derive(Default)]
 pub struct Sessions {
     inner: Mutex<HashMap<u64, Entry>>,
+    catalog: Arc<Current>,
 }
 
 impl Sessions {
+    pub fn new(catalog: Arc<Current>) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::default(),
+            catalog,
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn add(&self, id: u64, channel: Channel) {
+    /// Registers a session that has seen the current catalog (it lists it
+    /// from now on) and starts its resync worker.
+    pub fn add(self: &Arc<Self>, id: u64, channel: Channel) {
+        let resync = Arc::new(Notify::new());
+        let stop = CancellationToken::new();
+        let worker = Resync {
+            id,
+            channel: channel.clone(),
+            seen: self.catalog.get(),
+            wake: resync.clone(),
+            registry: Arc::downgrade(self),
+        };
+        tokio::spawn(worker.run(stop.clone()));
         self.lock().insert(
             id,
             Entry {
                 channel,
                 subscriptions: HashSet::new(),
                 log_level: None,
+                resync,
+                _worker: stop.drop_guard(),
             },
         );
     }
 
     pub fn remove(&self, id: u64) {
         self.lock().remove(&id);
+    }
+
+    /// How many sessions are registered.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Asks every session's worker to compare the current catalog with what
+    /// its session saw and notify the difference.
+    pub fn resync_all(&self) {
+        for e in self.lock().values() {
+            e.resync.notify_one();
+        }
     }
 
     pub fn subscribe(&self, id: u64, uri: &str, on: bool) {
@@ -72,27 +122,6 @@ impl Sessions {
     pub fn set_log_level(&self, id: u64, level: LoggingLevel) {
         if let Some(e) = self.lock().get_mut(&id) {
             e.log_level = Some(level);
-        }
-    }
-
-    /// Sends `list_changed` for every changed kind to every session.
-    pub fn notify_changes(&self, changes: Changes) {
-        if !changes.any() {
-            return;
-        }
-        let channels: Vec<Channel> = self.lock().values().map(|e| e.channel.clone()).collect();
-        for channel in channels {
-            tokio::spawn(async move {
-                let result = match &channel {
-                    Channel::Session(peer) => send_session_changes(peer, changes)
-                        .await
-                        .map_err(|e| e.to_string()),
-                    Channel::Listen(sink) => send_listen_changes(sink, changes).await,
-                };
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "could not send list_changed to a session");
-                }
-            });
         }
     }
 
@@ -151,6 +180,62 @@ impl Sessions {
                     }
                 }
             });
+        }
+    }
+}
+
+/// One session's resync worker.
+struct Resync {
+    id: u64,
+    channel: Channel,
+    /// The snapshot the session last saw.
+    seen: Arc<Catalog>,
+    wake: Arc<Notify>,
+    registry: std::sync::Weak<Sessions>,
+}
+
+impl Resync {
+    async fn run(mut self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.wake.notified() => {}
+            }
+            let Some(registry) = self.registry.upgrade() else {
+                return;
+            };
+            let now = registry.catalog.get();
+            drop(registry);
+            let changes = now.diff(&self.seen);
+            self.seen = now;
+            if !changes.any() {
+                continue;
+            }
+            let result = match &self.channel {
+                Channel::Session(peer) => send_session_changes(peer, changes)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Channel::Listen(sink) => send_listen_changes(sink, changes).await,
+            };
+            match result {
+                Ok(()) => {
+                    tracing::debug!(
+                        session = self.id,
+                        tools = changes.tools,
+                        resources = changes.resources,
+                        prompts = changes.prompts,
+                        "list_changed sent"
+                    )
+                }
+                Err(e) => {
+                    // The client is gone: the entry is stale.
+                    tracing::debug!(session = self.id, error = %e, "could not send list_changed; removing the session");
+                    if let Some(registry) = self.registry.upgrade() {
+                        registry.remove(self.id);
+                    }
+                    return;
+                }
+            }
         }
     }
 }

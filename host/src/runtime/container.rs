@@ -348,19 +348,35 @@ impl ContainerRuntime {
 
     async fn inspect_instance(&self) -> Result<Inspection, RuntimeError> {
         let docker = self.docker().await?;
-        match docker.inspect_container(&self.container, None).await {
-            Ok(info) => Ok(inspection(&info)),
-            Err(EngineError::DockerResponseServerError {
-                status_code: 404, ..
-            }) => Ok(Inspection {
-                running: false,
-                exit: None,
-                engine_restart_count: None,
-            }),
-            Err(e) => Err(self.call_error("inspecting", e, false)),
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match docker.inspect_container(&self.container, None).await {
+                Ok(info) => return Ok(inspection(&info)),
+                Err(EngineError::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => {
+                    return Ok(Inspection {
+                        running: false,
+                        exit: None,
+                        engine_restart_count: None,
+                    });
+                }
+                // Podman reports a container it is tearing down as
+                // `stopped`, a state the Docker API (and bollard) does not
+                // know; it lasts milliseconds. Ask again before calling the
+                // engine broken.
+                Err(EngineError::JsonDataError { .. }) if attempt < INSPECT_ATTEMPTS => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(self.call_error("inspecting", e, false)),
+            }
         }
     }
 }
+
+/// Inspections per probe (50 ms apart) when the engine's answer cannot be read.
+const INSPECT_ATTEMPTS: u32 = 40;
 
 impl Runtime for ContainerRuntime {
     fn kind(&self) -> &'static str {

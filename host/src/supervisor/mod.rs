@@ -58,7 +58,12 @@ pub struct Supervisor {
     last_exit: Option<String>,
     /// What was last written to the store (state, restarts, failures, quarantine).
     persisted: Option<(HealthState, u64, u32, Option<String>)>,
+    /// What the backend listed last (compared with each re-listing).
+    listed: Option<BackendCatalog>,
 }
+
+/// Least time between two probes triggered by a broken event stream.
+const EARLY_PROBE_GAP: Duration = Duration::from_millis(250);
 
 /// A started instance, once its endpoint is in use.
 struct Instance {
@@ -112,6 +117,7 @@ impl Supervisor {
             latency: None,
             last_exit: None,
             persisted: None,
+            listed: None,
         };
         s.publish_status();
         s
@@ -173,6 +179,7 @@ impl Supervisor {
             Ok((conn, instance, catalog)) => {
                 let conn = Arc::new(conn);
                 self.backend.set_shared(Some(conn.clone()));
+                self.listed = Some(catalog.clone());
                 // The catalog first (known, not yet shown), then the state
                 // change that shows it: the gateway never sees a serving
                 // backend without its catalog.
@@ -307,6 +314,10 @@ impl Supervisor {
         let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut watching_exit = true;
+        let mut last_probe = Instant::now()
+            .checked_sub(EARLY_PROBE_GAP)
+            .unwrap_or_else(Instant::now);
+        let mut probe_soon: Option<Instant> = None;
         loop {
             let input = tokio::select! {
                 biased;
@@ -355,9 +366,18 @@ impl Supervisor {
                     }
                 }
                 _ = self.backend.refresh_requested() => {
-                    match conn.list_catalog().await {
+                    self.backend.set_listing(true);
+                    let listed = conn.list_catalog().await;
+                    self.backend.set_listing(false);
+                    match listed {
                         Ok(catalog) => {
-                            let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), state: self.machine.state, catalog: Some(catalog) });
+                            // Deep compare with what this backend listed last:
+                            // only a difference reaches the gateway.
+                            if self.listed.as_ref() != Some(&catalog) {
+                                tracing::info!(backend = %self.backend.name, "capabilities changed on re-listing");
+                                self.listed = Some(catalog.clone());
+                                let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), state: self.machine.state, catalog: Some(catalog) });
+                            }
                             continue;
                         }
                         Err(e) if e.is_connection_lost() => Input::Exited(self.with_stderr(e.to_string())),
@@ -370,6 +390,19 @@ impl Supervisor {
                 }
                 _ = tick.tick() => {
                     self.apply(Input::Uptime(up_since.elapsed()));
+                    last_probe = Instant::now();
+                    self.probe(&conn).await
+                }
+                // The backend's event stream broke: probe soon rather than at
+                // the next tick (at most one probe per EARLY_PROBE_GAP).
+                _ = conn.stream_broken() => {
+                    tracing::debug!(backend = %self.backend.name, "event stream broke; probing soon");
+                    probe_soon.get_or_insert((last_probe + EARLY_PROBE_GAP).max(Instant::now()));
+                    continue;
+                }
+                _ = tokio::time::sleep_until(probe_soon.unwrap_or_else(Instant::now)), if probe_soon.is_some() => {
+                    probe_soon = None;
+                    last_probe = Instant::now();
                     self.probe(&conn).await
                 }
             };

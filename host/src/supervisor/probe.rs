@@ -135,10 +135,14 @@ fn ms(d: Duration) -> String {
     humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }
 
-/// Whether a backend error reports one of these HTTP statuses.
+/// Whether a backend error reports one of these HTTP statuses. Matches
+/// the forms the HTTP client writes ("HTTP 429", "client error (403
+/// Forbidden)"), never bare digits: a URL's port may contain them.
 fn is_http_status(e: &BackendError, codes: &[&str]) -> bool {
     let text = e.to_string();
-    codes.iter().any(|c| text.contains(c))
+    codes
+        .iter()
+        .any(|c| text.contains(&format!("HTTP {c}")) || text.contains(&format!("({c} ")))
 }
 
 fn has_credentials(t: &Transport) -> bool {
@@ -149,5 +153,38 @@ fn has_credentials(t: &Transport) -> bool {
                 || k.to_ascii_lowercase().contains("token")
         }),
         Transport::Stdio { .. } => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transport(reason: &str) -> BackendError {
+        BackendError::Transport {
+            backend: "b".into(),
+            reason: reason.into(),
+            stderr: vec![],
+        }
+    }
+
+    #[test]
+    fn http_statuses_are_recognised_in_the_clients_wording_only() {
+        assert!(is_http_status(
+            &transport("Transport error: HTTP 429"),
+            &["429"]
+        ));
+        assert!(is_http_status(
+            &transport("HTTP status client error (403 Forbidden) for url (http://h/mcp)"),
+            &["401", "403"]
+        ));
+        assert!(!is_http_status(
+            &transport("error sending request for url (http://127.0.0.1:40309/mcp/0)"),
+            &["401", "403"]
+        ));
+        assert!(!is_http_status(
+            &transport("error sending request for url (http://127.0.0.1:42900/mcp)"),
+            &["429"]
+        ));
     }
 }

@@ -1,0 +1,291 @@
+//! Debounced change delivery: the first change after a quiet period is
+//! delivered at once (after a [`GATHER`] of at most 10 ms, so changes that
+//! happen together — five backends lost with one host — make one
+//! delivery), later changes within the window are coalesced into one
+//! trailing delivery, and every delivery carries a strictly increasing
+//! generation.
+//!
+//! The listener runs on the debouncer's own task, never on the caller's
+//! (probes and the catalog owner only flip a flag). [`Debouncer::stop`]
+//! cancels a pending trailing delivery and waits for one in flight.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// How long the leading delivery waits for changes that come together
+/// (capped by the window).
+pub const GATHER: Duration = Duration::from_millis(10);
+
+/// One delivery to the listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Starts at 1; strictly increasing.
+    pub generation: u64,
+}
+
+/// What the debouncer calls for each delivery.
+pub type Listener = Box<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>;
+
+pub struct Debouncer {
+    changed: Arc<Notify>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Debouncer {
+    /// Starts the delivery task. `window` zero delivers every change at once
+    /// (changes that arrive while a delivery runs are still coalesced).
+    pub fn spawn(window: Duration, listener: Listener) -> Self {
+        let changed = Arc::new(Notify::new());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(window, listener, changed.clone(), stop.clone()));
+        Self {
+            changed,
+            stop,
+            task,
+        }
+    }
+
+    /// Records a change. Cheap and non-blocking.
+    pub fn changed(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Cancels a pending delivery and waits for the one in flight, if any.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+async fn run(window: Duration, listener: Listener, changed: Arc<Notify>, stop: CancellationToken) {
+    let mut generation = 0u64;
+    // End of the current window; `None` when quiet.
+    let mut quiet_at: Option<Instant> = None;
+    loop {
+        // Wait for a change (or stop).
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = changed.notified() => {}
+        }
+        let now = Instant::now();
+        match quiet_at {
+            // Inside a window: coalesce everything until it ends.
+            Some(end) if now < end => {
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep_until(end) => {}
+                }
+                // Changes that came while we slept are covered by this one.
+                drain(&changed);
+            }
+            // Quiet: deliver at once (leading edge), with what comes together.
+            _ => {
+                let gather = GATHER.min(window);
+                if !gather.is_zero() {
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(gather) => {}
+                    }
+                    drain(&changed);
+                }
+            }
+        }
+        generation += 1;
+        // Not cancelled by `stop`: a delivery in flight completes.
+        listener(Delivery { generation }).await;
+        quiet_at = Some(Instant::now() + window);
+    }
+}
+
+/// Consumes a stored permit, if any.
+fn drain(changed: &Notify) {
+    use futures::FutureExt;
+    let _ = changed.notified().now_or_never();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_secs(1);
+
+    /// A debouncer whose deliveries (generation, time since start) are recorded.
+    fn recorder(window: Duration) -> (Debouncer, Arc<Mutex<Vec<(u64, Duration)>>>, Instant) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let start = Instant::now();
+        let log = seen.clone();
+        let d = Debouncer::spawn(
+            window,
+            Box::new(move |d| {
+                log.lock().unwrap().push((d.generation, start.elapsed()));
+                Box::pin(async {})
+            }),
+        );
+        (d, seen, start)
+    }
+
+    /// A change, delivered (leading edge, after the gather).
+    async fn lead(d: &Debouncer) {
+        d.changed();
+        settle().await;
+        tokio::time::advance(GATHER).await;
+        settle().await;
+    }
+
+    async fn settle() {
+        // Let the delivery task run everything that is due now.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_change_is_delivered_at_once() {
+        let (d, seen, _) = recorder(WINDOW);
+        d.changed();
+        settle().await;
+        assert!(seen.lock().unwrap().is_empty(), "gathering");
+        tokio::time::advance(GATHER).await;
+        settle().await;
+        assert_eq!(*seen.lock().unwrap(), vec![(1, GATHER)]);
+        d.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_that_come_together_make_one_leading_delivery() {
+        let (d, seen, _) = recorder(WINDOW);
+        for _ in 0..5 {
+            d.changed();
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        tokio::time::advance(GATHER).await;
+        settle().await;
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        tokio::time::advance(WINDOW * 2).await;
+        settle().await;
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "nothing left for a trailing delivery"
+        );
+        d.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_within_the_window_coalesce_into_one_trailing_delivery() {
+        let (d, seen, _) = recorder(WINDOW);
+        lead(&d).await;
+        for _ in 0..20 {
+            tokio::time::advance(Duration::from_millis(40)).await;
+            d.changed();
+        }
+        settle().await;
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "nothing before the window ends"
+        );
+        // 810 ms passed; the window ends at 1010 ms.
+        tokio::time::advance(Duration::from_millis(199)).await;
+        settle().await;
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "nothing before the window ends"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+        let got = seen.lock().unwrap().clone();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(
+            got[1],
+            (2, GATHER + WINDOW),
+            "trailing at the end of the window"
+        );
+        d.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_quiet_window_the_next_change_leads_again() {
+        let (d, seen, _) = recorder(WINDOW);
+        lead(&d).await;
+        tokio::time::advance(WINDOW * 3).await;
+        lead(&d).await;
+        let got = seen.lock().unwrap().clone();
+        assert_eq!(got, vec![(1, GATHER), (2, WINDOW * 3 + GATHER * 2)]);
+        d.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn generations_strictly_increase() {
+        let (d, seen, _) = recorder(Duration::from_millis(100));
+        for _ in 0..10 {
+            d.changed();
+            settle().await;
+            tokio::time::advance(Duration::from_millis(70)).await;
+            settle().await;
+        }
+        tokio::time::advance(WINDOW).await;
+        settle().await;
+        let gens: Vec<u64> = seen.lock().unwrap().iter().map(|(g, _)| *g).collect();
+        assert!(gens.len() >= 2, "{gens:?}");
+        assert!(gens.windows(2).all(|w| w[1] == w[0] + 1), "{gens:?}");
+        d.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_cancels_a_pending_delivery() {
+        let (d, seen, _) = recorder(WINDOW);
+        lead(&d).await;
+        d.changed(); // pending: due at the end of the window
+        settle().await;
+        d.stop().await;
+        tokio::time::advance(WINDOW * 2).await;
+        settle().await;
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_waits_for_a_delivery_in_flight() {
+        let finished = Arc::new(Mutex::new(false));
+        let flag = finished.clone();
+        let d = Debouncer::spawn(
+            WINDOW,
+            Box::new(move |_| {
+                let flag = flag.clone();
+                Box::pin(async move {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    *flag.lock().unwrap() = true;
+                })
+            }),
+        );
+        lead(&d).await;
+        assert!(!*finished.lock().unwrap(), "in flight");
+        d.stop().await;
+        assert!(
+            *finished.lock().unwrap(),
+            "stop returned before the delivery ended"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_change_no_delivery() {
+        let (d, seen, _) = recorder(WINDOW);
+        tokio::time::advance(WINDOW * 5).await;
+        settle().await;
+        assert!(seen.lock().unwrap().is_empty());
+        d.stop().await;
+    }
+}
