@@ -238,3 +238,35 @@ async def test_the_poller_notices_a_silent_redeploy(
         assert await call_text(session, "beta__new_tool", {"n": 2}) == 'new_tool: {"n":2}'
         err = await call_error(session, "beta__old_tool", {})
         assert "old_tool" in str(err), err
+
+
+async def test_a_redeployed_backend_is_relisted_and_old_sessions_recover(
+    vigil: Gateways, demo_http: Callable[..., DemoHttp], tmp_path: Path
+) -> None:
+    """beta is replaced on the same port by one with other tools and sends no notification.
+
+    Polling is off: the re-listing must come from Vigil noticing that beta
+    forgot its session (re-initialize, then list again).
+    """
+    old_tools, new_tools = tmp_path / "old.json", tmp_path / "new.json"
+    write_tools_file(old_tools, [{"name": "old_tool"}], notify=False)
+    write_tools_file(new_tools, [{"name": "new_tool"}], notify=False)
+    beta = demo_http("beta", tools_file=old_tools)
+    gw = vigil(
+        [http_backend("beta", beta.url)],
+        restart=QUICK_RESTART,
+        poller={"interval": "0s"},
+    )
+    async with observers(gw.url, 1) as [(session, inbox)]:
+        await wait_for_tools(session, {"beta__old_tool"})
+        # The session's own backend session exists once it has called beta.
+        assert await call_text(session, "beta__echo", {"text": "before"}) == "before"
+
+        beta.proc.kill()
+        demo_http("beta", port=beta.port, tools_file=new_tools)
+
+        await wait_for_tools(session, {"beta__new_tool"}, absent={"beta__old_tool"})
+        # Same client session: its backend session died with the old process;
+        # Vigil re-initializes it and the call succeeds.
+        assert await call_text(session, "beta__echo", {"text": "after"}) == "after"
+        assert await call_text(session, "beta__new_tool", {"n": 3}) == 'new_tool: {"n":3}'

@@ -191,6 +191,16 @@ impl Connection {
         }
     }
 
+    /// Resolves when an HTTP backend's session was re-initialized (the
+    /// backend was restarted and forgot it): what it offers may have
+    /// changed. Never for stdio.
+    pub async fn reinitialized(&self) {
+        match &self.ping_target {
+            Some(t) => t.reinitialized().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// The readiness `ping` within `timeout`. HTTP backends get it straight
     /// on their live session (see `http_ping`); whatever that cannot decide
     /// is repeated through rmcp within the rest of the budget.

@@ -42,6 +42,9 @@ pub struct SessionTarget {
     target: Mutex<Option<Arc<Target>>>,
     /// Set when the session's standing GET stream failed or ended.
     broken: tokio::sync::Notify,
+    /// Set when the session id changed: the client re-initialized a session
+    /// the backend forgot (rmcp does this on HTTP 404).
+    reinitialized: tokio::sync::Notify,
 }
 
 struct Target {
@@ -77,6 +80,9 @@ impl SessionTarget {
             let Ok(url) = reqwest::Url::parse(uri) else {
                 return;
             };
+            if cur.as_ref().is_some_and(|t| t.session_id != *session_id) {
+                self.reinitialized.notify_one();
+            }
             *cur = Some(Arc::new(Target {
                 url,
                 uri: uri.clone(),
@@ -94,6 +100,11 @@ impl SessionTarget {
     /// Records that the standing GET stream failed or ended.
     pub fn stream_broken(&self) {
         self.broken.notify_one();
+    }
+
+    /// Resolves after the next re-initialization of the session.
+    pub async fn reinitialized(&self) {
+        self.reinitialized.notified().await
     }
 
     /// Resolves at the next report of a broken stream.
@@ -289,6 +300,22 @@ mod tests {
         let other: Arc<str> = "def".into();
         t.observe(&uri, Some(&other), None, &Headers::new());
         assert_eq!(&*t.get().unwrap().session_id, "def");
+    }
+
+    #[tokio::test]
+    async fn a_new_session_id_is_reported_as_a_reinitialization() {
+        use futures::FutureExt;
+        let t = SessionTarget::default();
+        let uri: Arc<str> = "http://127.0.0.1:1/mcp".into();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        t.observe(&uri, Some(&a), None, &Headers::new());
+        t.observe(&uri, Some(&a), None, &Headers::new());
+        assert!(
+            t.reinitialized().now_or_never().is_none(),
+            "first session: no re-initialization"
+        );
+        t.observe(&uri, Some(&b), None, &Headers::new());
+        assert!(t.reinitialized().now_or_never().is_some());
     }
 
     #[tokio::test]

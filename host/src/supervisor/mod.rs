@@ -393,6 +393,13 @@ impl Supervisor {
                     last_probe = Instant::now();
                     self.probe(&conn).await
                 }
+                // The backend forgot our session and it was re-initialized:
+                // it may have been redeployed with other capabilities.
+                _ = conn.reinitialized() => {
+                    tracing::info!(backend = %self.backend.name, "backend session re-initialized; listing again");
+                    self.backend.request_refresh();
+                    continue;
+                }
                 // The backend's event stream broke: probe soon rather than at
                 // the next tick (at most one probe per EARLY_PROBE_GAP).
                 _ = conn.stream_broken() => {
