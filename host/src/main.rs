@@ -144,6 +144,7 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
         }
     });
     let gw = startup.settle(&tracker).await?;
+    tracker.spawn(gateway::reload_trigger::run(gw.clone(), shutdown.clone()));
     let result = if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await
     } else {

@@ -257,7 +257,7 @@ async def test_a_redeployed_backend_is_relisted_and_old_sessions_recover(
         restart=QUICK_RESTART,
         poller={"interval": "0s"},
     )
-    async with observers(gw.url, 1) as [(session, inbox)]:
+    async with observers(gw.url, 1) as [(session, _inbox)]:
         await wait_for_tools(session, {"beta__old_tool"})
         # The session's own backend session exists once it has called beta.
         assert await call_text(session, "beta__echo", {"text": "before"}) == "before"

@@ -38,6 +38,11 @@ use crate::runtime::{Endpoint, process::StderrTail};
 #[derive(Debug)]
 pub struct BackendUpdate {
     pub backend: Arc<str>,
+    /// [`Backend::uid`] of the sender: after a config reload replaced a
+    /// backend, the old one's late updates are recognised and dropped.
+    pub uid: u64,
+    /// The backend left the configuration: forget its catalog.
+    pub removed: bool,
     pub state: HealthState,
     /// The backend's catalog when (re)listed; `None` keeps the last one.
     pub catalog: Option<BackendCatalog>,
@@ -95,6 +100,9 @@ pub enum CommandError {
 /// One configured backend.
 pub struct Backend {
     pub name: Arc<str>,
+    /// Unique per `Backend` object (a reload that edits a backend makes a
+    /// new one under the same name).
+    pub uid: u64,
     pub config: BackendConfig,
     timeouts: Timeouts,
     downstream: Arc<dyn Downstream>,
@@ -118,8 +126,10 @@ impl Backend {
         downstream: Arc<dyn Downstream>,
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
+        static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Arc::new(Self {
             name: config.name.as_str().into(),
+            uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             stats: CallStats::new(config.health.window),
             config,
             timeouts,

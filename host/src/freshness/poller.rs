@@ -20,27 +20,39 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Backend;
 use crate::config::PollerConfig;
 
-/// Runs until `shutdown`. Does nothing with a zero interval or no backends.
+/// Runs until `shutdown`. `backends` gives the current backend set at the
+/// start of each round (a config reload may change it). Does nothing with
+/// a zero interval.
 pub async fn run(
-    backends: Vec<Arc<Backend>>,
+    backends: impl Fn() -> Vec<Arc<Backend>>,
     config: PollerConfig,
     listing_timeout: Duration,
     shutdown: CancellationToken,
 ) {
-    if config.interval.is_zero() || backends.is_empty() {
+    if config.interval.is_zero() {
         return;
     }
     let slots = Arc::new(Semaphore::new(config.concurrency));
-    let step = config.interval / backends.len() as u32;
-    tracing::debug!(interval = ?config.interval, backends = backends.len(), "capability poller started");
-    let mut next = tokio::time::Instant::now() + step;
+    tracing::debug!(interval = ?config.interval, "capability poller started");
+    let mut next = tokio::time::Instant::now();
     loop {
-        for backend in &backends {
+        let round = backends();
+        // An empty set still waits out the interval before looking again.
+        let step = config.interval / u32::try_from(round.len().max(1)).unwrap_or(u32::MAX);
+        if round.is_empty() {
+            next += step;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until(next) => {}
             }
+            continue;
+        }
+        for backend in round {
             next += step;
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => {}
+            }
             // Only connected backends are listed; the others are listed when
             // they connect.
             if backend.shared().is_none() {
@@ -49,7 +61,6 @@ pub async fn run(
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 return;
             };
-            let backend = backend.clone();
             tokio::spawn(async move {
                 if !backend.refresh_and_wait(listing_timeout).await {
                     tracing::debug!(backend = %backend.name, "poll: no listing completed in time");

@@ -33,7 +33,7 @@ impl Gateway {
         }
     }
 
-    fn find(&self, name: &str) -> Result<&std::sync::Arc<Backend>, ControlError> {
+    fn find(&self, name: &str) -> Result<std::sync::Arc<Backend>, ControlError> {
         self.backend(name)
             .ok_or_else(|| ControlError::NotFound(name.to_owned()))
     }
@@ -44,7 +44,7 @@ impl Gateway {
             crate::backend::CommandError::Refused(why) => ControlError::Conflict(why),
             crate::backend::CommandError::NoSupervisor(why) => ControlError::Internal(why),
         })?;
-        Ok(Self::report(b, &status))
+        Ok(Self::report(&b, &status))
     }
 }
 
@@ -72,7 +72,7 @@ impl Control for Gateway {
                 None => Vec::new(),
             };
             Ok(InstanceDetail {
-                report: Self::report(b, &status),
+                report: Self::report(&b, &status),
                 transitions,
                 last_exit: status.last_exit,
             })

@@ -8,9 +8,12 @@
 //! `ServerHandler`) that reads the snapshot and routes requests; it never
 //! keeps its own copy of the catalog. [`http`] and [`stdio`] expose it.
 
+mod backends;
 mod control;
 pub mod http;
 mod http_errors;
+mod reload;
+pub mod reload_trigger;
 mod route;
 mod session;
 mod sessions;
@@ -18,8 +21,8 @@ pub mod stdio;
 mod streams;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -36,8 +39,10 @@ use crate::runtime::Runtime;
 use crate::runtime::container::ContainerRuntime;
 use crate::runtime::process::{ProcessRuntime, StderrTail};
 use crate::runtime::remote::RemoteRuntime;
-use crate::store::{Store, StoreWriter};
+use crate::store::{InstanceRecord, Store, StoreWriter};
 use crate::supervisor::{Outlets, Supervisor};
+use backends::BackendSet;
+pub use reload::{ReloadError, ReloadSummary};
 pub use session::FrontSession;
 use sessions::Sessions;
 
@@ -68,9 +73,15 @@ fn describe_conflicts(conflicts: &[Conflict]) -> String {
 }
 
 pub struct Gateway {
+    /// The config the gateway started with; a reload changes only the
+    /// backend set (see `reload.rs`).
     pub config: Config,
-    backends: Vec<Arc<Backend>>,
-    by_name: HashMap<Arc<str>, usize>,
+    backends: RwLock<Arc<BackendSet>>,
+    /// Starts and stops supervisors (set once at launch; used by reloads).
+    spawner: OnceLock<Spawner>,
+    downstream: Arc<dyn Downstream>,
+    /// Serializes config reloads.
+    reloading: tokio::sync::Mutex<()>,
     catalog: Arc<Current>,
     sessions: Arc<Sessions>,
     next_session: AtomicU64,
@@ -112,6 +123,27 @@ impl Downstream for Fanout {
     }
     fn resource_updated(&self, _backend: &Arc<str>, session: Option<u64>, uri: String) {
         self.sessions.resource_updated(session, uri);
+    }
+}
+
+/// What starting and stopping supervisors after launch needs.
+struct Spawner {
+    outlets: Outlets,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    /// Each running supervisor's stop token, by [`Backend::uid`].
+    stops: Mutex<HashMap<u64, CancellationToken>>,
+}
+
+/// Outlets that lead nowhere: only reachable if a supervisor were made
+/// before launch set the spawner, which launch never does.
+fn unreachable_outlets() -> Outlets {
+    let (updates, _) = mpsc::unbounded_channel();
+    let (events, _) = broadcast::channel(1);
+    Outlets {
+        updates,
+        events,
+        store: None,
     }
 }
 
@@ -182,27 +214,13 @@ impl Gateway {
             sessions: sessions.clone(),
             refresh: refresh_tx,
         });
-        let backends: Vec<Arc<Backend>> = config
-            .backends
-            .iter()
-            .map(|b| {
-                let timeouts = Timeouts {
-                    connect: config.connect_timeout,
-                    request: config.request_timeout_for(b),
-                };
-                Backend::new(b.clone(), timeouts, downstream.clone())
-            })
-            .collect();
-        let by_name = backends
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (b.name.clone(), i))
-            .collect();
         let (events, _) = broadcast::channel(1024);
         let gw = Arc::new(Gateway {
             config,
-            backends,
-            by_name,
+            backends: RwLock::default(),
+            spawner: OnceLock::new(),
+            downstream,
+            reloading: tokio::sync::Mutex::new(()),
             catalog,
             sessions,
             next_session: AtomicU64::new(1),
@@ -227,46 +245,44 @@ impl Gateway {
             }
             None => Vec::new(),
         };
-        let (updates_tx, updates_rx) = mpsc::unbounded_channel();
-        let outlets = Outlets {
-            updates: updates_tx,
-            events,
-            store: store.map(StoreWriter::spawn),
-        };
-        let sanitizer = Sanitizer::new(gw.secrets());
-        let supervisors: Vec<Supervisor> = gw
+        let backends: Vec<Arc<Backend>> = gw
+            .config
             .backends
             .iter()
+            .map(|b| gw.new_backend(b))
+            .collect();
+        gw.install(BackendSet::new(backends));
+        let (updates_tx, updates_rx) = mpsc::unbounded_channel();
+        let _ = gw.spawner.set(Spawner {
+            outlets: Outlets {
+                updates: updates_tx,
+                events,
+                store: store.map(StoreWriter::spawn),
+            },
+            tracker: tracker.clone(),
+            shutdown: shutdown.clone(),
+            stops: Mutex::default(),
+        });
+        let supervisors: Vec<Supervisor> = gw
+            .backends()
+            .iter()
             .map(|b| {
-                let (runtime, stderr) = runtime_for(&b.config);
                 let record = restored.iter().find(|r| *r.backend == *b.name);
-                Supervisor::new(
-                    b.clone(),
-                    runtime,
-                    stderr,
-                    record,
-                    outlets.clone(),
-                    sanitizer.clone(),
-                )
+                gw.supervisor_for(b, record)
             })
             .collect();
-        drop(outlets);
         // A backend has settled when its first start attempt ended either
         // way, or when it was restored in quarantine (no attempt comes).
         // Read before any supervisor runs: later, a state may be ahead of
         // the update that reports it.
         let reported = gw
-            .backends
+            .backends()
             .iter()
             .filter(|b| b.state() != HealthState::Starting)
             .map(|b| b.name.clone())
             .collect();
-        for supervisor in supervisors {
-            let span = tracing::info_span!("supervisor", backend = %supervisor.backend_name());
-            tracker.spawn(tracing::Instrument::instrument(
-                supervisor.run(shutdown.child_token()),
-                span,
-            ));
+        for (b, supervisor) in gw.backends().iter().zip(supervisors) {
+            gw.spawn_supervisor(b, supervisor);
         }
         // Catalog changes reach sessions through the debouncer, off the
         // update task: the first at once, bursts coalesced per window.
@@ -312,7 +328,8 @@ impl Startup {
         let mut entries = Entries::default();
         let deadline = tokio::time::sleep(gw.config.startup_timeout);
         tokio::pin!(deadline);
-        while reported.len() < gw.backends.len() {
+        let expected = gw.backends().len();
+        while reported.len() < expected {
             tokio::select! {
                 u = updates_rx.recv() => match u {
                     Some(u) => {
@@ -327,7 +344,7 @@ impl Startup {
                     None => break,
                 },
                 _ = &mut deadline => {
-                    tracing::warn!(waiting_for = gw.backends.len() - reported.len(), "startup timeout: serving without the backends still connecting");
+                    tracing::warn!(waiting_for = expected - reported.len(), "startup timeout: serving without the backends still connecting");
                     break;
                 }
             }
@@ -343,8 +360,14 @@ impl Startup {
                 });
             }
         }
+        let source = Arc::downgrade(&gw);
         tracker.spawn(crate::freshness::poller::run(
-            gw.backends.clone(),
+            move || {
+                source
+                    .upgrade()
+                    .map(|gw| gw.backends().to_vec())
+                    .unwrap_or_default()
+            },
             gw.config.poller.clone(),
             gw.config.request_timeout,
             shutdown.clone(),
@@ -394,7 +417,22 @@ impl Gateway {
             return;
         }
         let cause = describe_batch(&batch);
+        let set = self.backends();
         for u in batch {
+            let current = set.get(&u.backend).map(|b| b.uid);
+            if u.removed {
+                // Forget what the removed backend listed, unless a backend
+                // of the same name already replaced it (its own updates
+                // follow this one).
+                if current != Some(u.uid) {
+                    entries.known.remove(&u.backend);
+                    entries.advertised.remove(&u.backend);
+                }
+                continue;
+            }
+            if current != Some(u.uid) {
+                continue; // a late update from a backend a reload replaced
+            }
             if let Some(c) = u.catalog {
                 entries.known.insert(u.backend.clone(), c);
             }
@@ -404,8 +442,7 @@ impl Gateway {
                 entries.advertised.remove(&u.backend);
             }
         }
-        let (shown, hidden): (Vec<_>, Vec<_>) = self
-            .backends
+        let (shown, hidden): (Vec<_>, Vec<_>) = set
             .iter()
             .filter_map(|b| entries.known.get(&b.name).map(|c| (&b.name, c)))
             .partition(|(name, _)| entries.advertised.contains(*name));
@@ -432,48 +469,106 @@ impl Gateway {
         self.catalog.get()
     }
 
-    pub fn backend(&self, name: &str) -> Option<&Arc<Backend>> {
-        self.by_name.get(name).map(|i| &self.backends[*i])
+    pub fn backend(&self, name: &str) -> Option<Arc<Backend>> {
+        self.backends().get(name).cloned()
     }
 
     /// The backend a tool or prompt name that has no route belongs to: a
     /// backend that is down but exported it before, or (prefix naming) the
     /// configured backend its prefix names. Lets calls to a down backend
     /// fail with "unavailable" instead of "unknown tool".
-    pub fn owner_of_unrouted(&self, catalog: &Catalog, name: &str) -> Option<&Arc<Backend>> {
+    pub fn owner_of_unrouted(&self, catalog: &Catalog, name: &str) -> Option<Arc<Backend>> {
         if let Some(b) = catalog.hidden_owner(name) {
             return self.backend(b);
         }
         match &self.config.naming {
-            Naming::Prefix { separator } => self.backends.iter().find(|b| {
-                name.strip_prefix(&*b.name)
-                    .is_some_and(|rest| rest.starts_with(separator.as_str()))
-            }),
+            Naming::Prefix { separator } => self
+                .backends()
+                .iter()
+                .find(|b| {
+                    name.strip_prefix(&*b.name)
+                        .is_some_and(|rest| rest.starts_with(separator.as_str()))
+                })
+                .cloned(),
             Naming::None => None,
         }
     }
 
-    pub fn backends(&self) -> &[Arc<Backend>] {
-        &self.backends
+    /// The current backend set (a reload may install another).
+    pub fn backends(&self) -> Arc<BackendSet> {
+        match self.backends.read() {
+            Ok(s) => s.clone(),
+            Err(e) => e.into_inner().clone(),
+        }
+    }
+
+    fn install(&self, set: BackendSet) {
+        let mut cur = match self.backends.write() {
+            Ok(s) => s,
+            Err(e) => e.into_inner(),
+        };
+        *cur = Arc::new(set);
+    }
+
+    fn new_backend(&self, config: &BackendConfig) -> Arc<Backend> {
+        let timeouts = Timeouts {
+            connect: self.config.connect_timeout,
+            request: self.config.request_timeout_for(config),
+        };
+        Backend::new(config.clone(), timeouts, self.downstream.clone())
+    }
+
+    /// A supervisor for `b`, restoring `record`. Needs the spawner.
+    fn supervisor_for(&self, b: &Arc<Backend>, record: Option<&InstanceRecord>) -> Supervisor {
+        let (runtime, stderr) = runtime_for(&b.config);
+        let outlets = match self.spawner.get() {
+            Some(s) => s.outlets.clone(),
+            None => unreachable_outlets(),
+        };
+        Supervisor::new(
+            b.clone(),
+            runtime,
+            stderr,
+            record,
+            outlets,
+            Sanitizer::new(self.secrets().iter().map(String::as_str)),
+        )
+    }
+
+    /// Runs `supervisor` until shutdown or until [`Gateway::stop_supervisor`].
+    fn spawn_supervisor(&self, b: &Arc<Backend>, supervisor: Supervisor) {
+        let Some(spawner) = self.spawner.get() else {
+            return;
+        };
+        let stop = spawner.shutdown.child_token();
+        if let Ok(mut stops) = spawner.stops.lock() {
+            stops.insert(b.uid, stop.clone());
+        }
+        let span = tracing::info_span!("supervisor", backend = %b.name);
+        spawner
+            .tracker
+            .spawn(tracing::Instrument::instrument(supervisor.run(stop), span));
     }
 
     /// Values that must never appear in reasons: env values, header values
     /// and API tokens from the config.
-    fn secrets(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self
+    /// Values that must never appear in reasons shown outside: API tokens
+    /// and every backend's env, headers and container env.
+    fn secrets(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
             .config
             .api
             .tokens
             .iter()
-            .map(|t| t.secret.as_str())
+            .map(|t| t.secret.clone())
             .collect();
-        for b in &self.config.backends {
-            match &b.transport {
-                Transport::Stdio { env, .. } => v.extend(env.values().map(String::as_str)),
-                Transport::Http { headers, .. } => v.extend(headers.values().map(String::as_str)),
+        for b in self.backends().iter() {
+            match &b.config.transport {
+                Transport::Stdio { env, .. } => v.extend(env.values().cloned()),
+                Transport::Http { headers, .. } => v.extend(headers.values().cloned()),
             }
-            if let RuntimeKind::Container(spec) = &b.runtime {
-                v.extend(spec.env.values().map(String::as_str));
+            if let RuntimeKind::Container(spec) = &b.config.runtime {
+                v.extend(spec.env.values().cloned());
             }
         }
         v

@@ -27,7 +27,9 @@ pub struct FrontSession {
     /// connections and notifications.
     registered: AtomicBool,
     /// This session's own connections to per-session (HTTP) backends.
-    conns: tokio::sync::Mutex<HashMap<Arc<str>, Arc<Connection>>>,
+    /// This session's own backend connections, with the [`Backend::uid`]
+    /// they were opened for (a reload that edits a backend replaces it).
+    conns: tokio::sync::Mutex<HashMap<Arc<str>, (u64, Arc<Connection>)>>,
 }
 
 impl FrontSession {
@@ -51,7 +53,10 @@ impl FrontSession {
             return Ok(shared);
         }
         let mut conns = self.conns.lock().await;
-        if let Some(c) = conns.get(&backend.name).filter(|c| !c.is_closed()) {
+        if let Some((_, c)) = conns
+            .get(&backend.name)
+            .filter(|(uid, c)| *uid == backend.uid && !c.is_closed())
+        {
             return Ok(c.clone());
         }
         let caps = ctx.peer.peer_info().map(|i| i.capabilities.clone());
@@ -61,7 +66,7 @@ impl FrontSession {
                 .await
                 .map_err(|e| e.into_mcp())?,
         );
-        conns.insert(backend.name.clone(), conn.clone());
+        conns.insert(backend.name.clone(), (backend.uid, conn.clone()));
         Ok(conn)
     }
 
@@ -77,9 +82,9 @@ impl FrontSession {
             .backend(backend)
             .ok_or_else(|| unavailable(backend, HealthState::Unknown, "not configured"))?;
         if !advertisable(b.state()) {
-            return Err(down(b));
+            return Err(down(&b));
         }
-        let conn = self.connection(b, ctx).await?;
+        let conn = self.connection(&b, ctx).await?;
         let polling = self.stream_polling(ctx);
         let front = FrontCall {
             peer: ctx.peer.clone(),
@@ -135,7 +140,7 @@ impl FrontSession {
         unknown: fn(&str) -> McpError,
     ) -> McpError {
         match self.gw.owner_of_unrouted(catalog, name) {
-            Some(b) if !advertisable(b.state()) => down(b),
+            Some(b) if !advertisable(b.state()) => down(&b),
             _ => unknown(name),
         }
     }
@@ -478,7 +483,7 @@ impl ServerHandler for FrontSession {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.gw.sessions().set_log_level(self.id, p.level);
-        for b in self.gw.backends() {
+        for b in self.gw.backends().iter() {
             let Some(shared) = b.shared() else { continue };
             if shared.capabilities().logging.is_none() {
                 continue;
@@ -494,7 +499,13 @@ impl ServerHandler for FrontSession {
     }
 
     async fn on_roots_list_changed(&self, _ctx: NotificationContext<RoleServer>) {
-        let conns: Vec<Arc<Connection>> = self.conns.lock().await.values().cloned().collect();
+        let conns: Vec<Arc<Connection>> = self
+            .conns
+            .lock()
+            .await
+            .values()
+            .map(|(_, c)| c.clone())
+            .collect();
         for c in conns {
             let n = ClientNotification::RootsListChangedNotification(
                 RootsListChangedNotification::default(),

@@ -185,6 +185,8 @@ impl Supervisor {
                 // backend without its catalog.
                 let _ = self.outlets.updates.send(BackendUpdate {
                     backend: self.backend.name.clone(),
+                    uid: self.backend.uid,
+                    removed: false,
                     state: self.machine.state,
                     catalog: Some(catalog),
                 });
@@ -376,7 +378,7 @@ impl Supervisor {
                             if self.listed.as_ref() != Some(&catalog) {
                                 tracing::info!(backend = %self.backend.name, "capabilities changed on re-listing");
                                 self.listed = Some(catalog.clone());
-                                let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), state: self.machine.state, catalog: Some(catalog) });
+                                let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), uid: self.backend.uid, removed: false, state: self.machine.state, catalog: Some(catalog) });
                             }
                             continue;
                         }
@@ -520,6 +522,8 @@ impl Supervisor {
         if !step.transitions.is_empty() {
             let _ = self.outlets.updates.send(BackendUpdate {
                 backend: self.backend.name.clone(),
+                uid: self.backend.uid,
+                removed: false,
                 state: self.machine.state,
                 catalog: None,
             });

@@ -1,0 +1,52 @@
+//! The configured backends, in file order, as one immutable set: a config
+//! reload installs a new set; readers hold the one they got.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::backend::Backend;
+
+#[derive(Default)]
+pub struct BackendSet {
+    list: Vec<Arc<Backend>>,
+    by_name: HashMap<Arc<str>, usize>,
+}
+
+impl BackendSet {
+    pub fn new(list: Vec<Arc<Backend>>) -> Self {
+        let by_name = list
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.name.clone(), i))
+            .collect();
+        Self { list, by_name }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.by_name.get(name).map(|i| &self.list[*i])
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Arc<Backend>> {
+        self.list.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn to_vec(&self) -> Vec<Arc<Backend>> {
+        self.list.clone()
+    }
+}
+
+impl<'a> IntoIterator for &'a BackendSet {
+    type Item = &'a Arc<Backend>;
+    type IntoIter = std::slice::Iter<'a, Arc<Backend>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}

@@ -1,0 +1,118 @@
+"""Config reload: backends added, removed or edited in the config file take effect without a restart.
+
+Vigil watches its config file (and reloads on SIGHUP). The observer is one
+SDK session that stays open through every reload: it hears `list_changed`,
+sees the new backend's tools and calls them, and loses the removed one's.
+A broken edit is refused and the running config stays in force.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import Gateways, Vigil, demo_stdio_args, render_config, stdio_backend
+from support import (
+    DEMO_TOOLS,
+    ControlApi,
+    Inbox,
+    call_error,
+    call_text,
+    http_session,
+    is_tools_list_changed,
+    poll,
+    prefixed,
+    tool_names,
+    wait_for_tools,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def top_of(config: Path) -> str:
+    """The config file without its `[[backends]]` tables."""
+    text = config.read_text(encoding="utf-8")
+    return text.split("\n[[backends]]", 1)[0]
+
+
+def rewrite(config: Path, text: str) -> None:
+    """Replace the file the way editors do: write a new one, rename it over."""
+    tmp = config.with_name(config.name + ".new")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, config)
+
+
+def with_backends(top: str, backends: list[dict[str, Any]]) -> str:
+    return top.rstrip("\n") + "\n" + render_config({}, backends)
+
+
+async def log_line(gw: Vigil, text: str, count: int = 1) -> None:
+    async def lines() -> int:
+        return gw.proc.stderr().count(text)
+
+    await poll(lines, lambda n: n >= count, f"{count}× {text!r} in vigil's log")
+
+
+async def test_backends_are_added_and_removed_by_editing_the_config(vigil: Gateways, demo_bin: Path) -> None:
+    alpha = stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))
+    beta = stdio_backend("beta", demo_bin, demo_stdio_args("beta"))
+    gw = vigil([alpha], api={})
+    top = top_of(gw.config_path)
+    api = ControlApi(gw.api_base)
+    inbox = Inbox()
+    async with http_session(gw.url, message_handler=inbox) as session:
+        await wait_for_tools(session, prefixed("alpha", DEMO_TOOLS))
+        seen = len(inbox.matching(is_tools_list_changed))
+
+        # Added.
+        rewrite(gw.config_path, with_backends(top, [alpha, beta]))
+        await inbox.wait_for(is_tools_list_changed, "list_changed for beta", count=seen + 1)
+        await wait_for_tools(session, prefixed("beta", DEMO_TOOLS) | prefixed("alpha", DEMO_TOOLS))
+        assert await call_text(session, "beta__echo", {"text": "new"}) == "new"
+        assert {i["name"] for i in await api.instances()} == {"alpha", "beta"}
+
+        # A broken edit is refused; both keep serving.
+        rewrite(gw.config_path, with_backends(top, [alpha, beta]) + "\n[[backends]]\nname = \n")
+        await log_line(gw, "config reload refused")
+        assert "the running config stays in force" in gw.proc.stderr()
+        assert await call_text(session, "beta__echo", {"text": "still"}) == "still"
+        assert await call_text(session, "alpha__echo", {"text": "still"}) == "still"
+
+        # Removed.
+        seen = len(inbox.matching(is_tools_list_changed))
+        rewrite(gw.config_path, with_backends(top, [beta]))
+        await inbox.wait_for(is_tools_list_changed, "list_changed for alpha's removal", count=seen + 1)
+        listed = await wait_for_tools(session, prefixed("beta", DEMO_TOOLS), absent=prefixed("alpha", DEMO_TOOLS))
+        assert not listed & prefixed("alpha", DEMO_TOOLS)
+        err = await call_error(session, "alpha__echo", {"text": "gone"})
+        assert "alpha__echo" in str(err), err
+        assert {i["name"] for i in await api.instances()} == {"beta"}
+
+
+async def test_an_edited_backend_is_replaced_and_sighup_reloads(vigil: Gateways, demo_bin: Path) -> None:
+    alpha = stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))
+    gw = vigil([alpha], api={})
+    top = top_of(gw.config_path)
+    async with http_session(gw.url) as session:
+        await wait_for_tools(session, prefixed("alpha", DEMO_TOOLS))
+        assert await call_text(session, "alpha__whoami", {}) == "alpha"
+
+        # Same name, other server identity: the backend is replaced.
+        edited = stdio_backend("alpha", demo_bin, demo_stdio_args("alpha-v2"))
+        rewrite(gw.config_path, with_backends(top, [edited]))
+
+        async def whoami() -> str:
+            return await call_text(session, "alpha__whoami", {})
+
+        await poll(whoami, lambda name: name == "alpha-v2", "alpha answering as the edited server")
+
+        # SIGHUP reloads too (nothing changed: nothing added or removed).
+        before = gw.proc.stderr().count("config reloaded")
+        os.kill(gw.proc.pid, signal.SIGHUP)
+        await log_line(gw, "config reloaded", before + 1)
+        assert "cause=SIGHUP" in gw.proc.stderr() or 'cause="SIGHUP"' in gw.proc.stderr()
+        assert prefixed("alpha", DEMO_TOOLS) <= await tool_names(session)
