@@ -289,3 +289,175 @@ fn level_rank(level: LoggingLevel) -> u8 {
         LoggingLevel::Emergency => 7,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The registry with real rmcp peers over in-memory pipes: a server
+    //! `Peer` per session, and a client that counts `tools/list_changed`.
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use rmcp::model::{ServerCapabilities, ServerInfo};
+    use rmcp::service::{NotificationContext, RoleClient, RunningService, ServiceExt};
+    use rmcp::{ClientHandler, ServerHandler};
+
+    use super::*;
+    use crate::catalog::BackendCatalog;
+    use crate::config::Naming;
+
+    #[derive(Clone)]
+    struct Server;
+    impl ServerHandler for Server {
+        fn get_info(&self) -> ServerInfo {
+            ServerInfo::new(ServerCapabilities::builder().enable_tools().build())
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Counter(Arc<AtomicUsize>);
+    impl ClientHandler for Counter {
+        async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    struct Peers {
+        server: RunningService<RoleServer, Server>,
+        client: RunningService<RoleClient, Counter>,
+        count: Arc<AtomicUsize>,
+    }
+
+    async fn connect() -> Peers {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let counter = Counter::default();
+        let count = counter.0.clone();
+        let (server, client) = tokio::join!(Server.serve(a), counter.serve(b));
+        Peers {
+            server: server.unwrap(),
+            client: client.unwrap(),
+            count,
+        }
+    }
+
+    fn catalog(tools: &[&str]) -> Arc<Catalog> {
+        let entry = BackendCatalog {
+            tools: tools
+                .iter()
+                .map(|t| {
+                    serde_json::from_value(
+                        serde_json::json!({"name": t, "inputSchema": {"type": "object"}}),
+                    )
+                    .unwrap()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let name: Arc<str> = "b".into();
+        Arc::new(Catalog::build(
+            &Naming::Prefix {
+                separator: "__".into(),
+            },
+            [(&name, &entry)],
+        ))
+    }
+
+    async fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Lets in-flight work run, to check that nothing (more) happens.
+    async fn quiet() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    #[tokio::test]
+    async fn a_session_hears_only_changes_it_has_not_seen() {
+        let current = Arc::new(Current::default());
+        current.replace(catalog(&["a"]));
+        let sessions = Sessions::new(current.clone());
+        let p = connect().await;
+        sessions.add(1, Channel::Session(p.server.peer().clone()));
+
+        sessions.resync_all();
+        quiet().await;
+        assert_eq!(
+            p.count.load(Ordering::SeqCst),
+            0,
+            "nothing changed since it registered"
+        );
+
+        current.replace(catalog(&["a", "b"]));
+        sessions.resync_all();
+        eventually("one list_changed", || p.count.load(Ordering::SeqCst) == 1).await;
+
+        // An equal snapshot (rebuilt, not the same object) is no change.
+        current.replace(catalog(&["a", "b"]));
+        sessions.resync_all();
+        quiet().await;
+        assert_eq!(p.count.load(Ordering::SeqCst), 1);
+        drop(p.client);
+    }
+
+    #[tokio::test]
+    async fn a_removed_session_hears_nothing_more() {
+        let current = Arc::new(Current::default());
+        let sessions = Sessions::new(current.clone());
+        let p = connect().await;
+        sessions.add(7, Channel::Session(p.server.peer().clone()));
+        assert_eq!(sessions.len(), 1);
+
+        sessions.remove(7); // DELETE or close of the client session
+        assert_eq!(sessions.len(), 0);
+        current.replace(catalog(&["x"]));
+        sessions.resync_all();
+        quiet().await;
+        assert_eq!(p.count.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_session_whose_client_is_gone_leaves_at_its_next_resync() {
+        let current = Arc::new(Current::default());
+        let sessions = Sessions::new(current.clone());
+        let p = connect().await;
+        let peer = p.server.peer().clone();
+        // The client goes away without a goodbye (expired session).
+        p.client.cancel().await.unwrap();
+        let _ = p.server.cancel().await;
+        sessions.add(3, Channel::Session(peer));
+        assert_eq!(sessions.len(), 1, "registered (registration cannot tell)");
+
+        current.replace(catalog(&["y"]));
+        sessions.resync_all();
+        eventually("the dead session removed", || sessions.len() == 0).await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_changes_coalesce_per_session() {
+        let current = Arc::new(Current::default());
+        let sessions = Sessions::new(current.clone());
+        let p = connect().await;
+        sessions.add(1, Channel::Session(p.server.peer().clone()));
+        // Many deliveries before the worker runs: at most one in flight and
+        // one queued, each comparing against the latest snapshot.
+        for i in 0..50 {
+            current.replace(catalog(&[&format!("t{i}")]));
+            sessions.resync_all();
+        }
+        eventually("at least one list_changed", || {
+            p.count.load(Ordering::SeqCst) >= 1
+        })
+        .await;
+        quiet().await;
+        let n = p.count.load(Ordering::SeqCst);
+        assert!(
+            (1..=2).contains(&n),
+            "{n} notifications for 50 back-to-back deliveries"
+        );
+        drop(p.client);
+    }
+}
