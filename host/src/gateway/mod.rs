@@ -1,12 +1,14 @@
 //! The gateway: the front MCP server that clients talk to, in front of the
 //! backends.
 //!
-//! [`Gateway`] owns the backends, the current [`Catalog`] snapshot and the
-//! session registry. One task ([`Gateway::run_updates`]) applies backend
-//! updates in order: rebuild the snapshot, diff it, fan `list_changed` out to
-//! sessions. Each client session is a [`session::FrontSession`] (the rmcp
-//! `ServerHandler`) that reads the snapshot and routes requests; it never
-//! keeps its own copy of the catalog. [`http`] and [`stdio`] expose it.
+//! [`Gateway`] owns the backend set, the current [`Catalog`] snapshot and
+//! the session registry. One task ([`Gateway::run_updates`]) applies backend
+//! updates in order: rebuild the snapshot, diff it, and tell the debouncer
+//! (`freshness::debounce`), which wakes each session's resync worker
+//! (`sessions.rs`). Each client session is a [`session::FrontSession`] (the
+//! rmcp `ServerHandler`) that reads the snapshot and routes requests; it
+//! never keeps its own copy of the catalog. [`http`] and [`stdio`] expose
+//! it; `reload.rs` swaps the backend set when the config file changes.
 
 mod backends;
 mod control;
@@ -135,18 +137,6 @@ struct Spawner {
     stops: Mutex<HashMap<u64, CancellationToken>>,
 }
 
-/// Outlets that lead nowhere: only reachable if a supervisor were made
-/// before launch set the spawner, which launch never does.
-fn unreachable_outlets() -> Outlets {
-    let (updates, _) = mpsc::unbounded_channel();
-    let (events, _) = broadcast::channel(1);
-    Outlets {
-        updates,
-        events,
-        store: None,
-    }
-}
-
 /// A gateway whose backends are starting; see [`Gateway::launch`].
 pub struct Startup {
     pub gateway: Arc<Gateway>,
@@ -253,12 +243,13 @@ impl Gateway {
             .collect();
         gw.install(BackendSet::new(backends));
         let (updates_tx, updates_rx) = mpsc::unbounded_channel();
+        let outlets = Outlets {
+            updates: updates_tx,
+            events,
+            store: store.map(StoreWriter::spawn),
+        };
         let _ = gw.spawner.set(Spawner {
-            outlets: Outlets {
-                updates: updates_tx,
-                events,
-                store: store.map(StoreWriter::spawn),
-            },
+            outlets: outlets.clone(),
             tracker: tracker.clone(),
             shutdown: shutdown.clone(),
             stops: Mutex::default(),
@@ -268,9 +259,10 @@ impl Gateway {
             .iter()
             .map(|b| {
                 let record = restored.iter().find(|r| *r.backend == *b.name);
-                gw.supervisor_for(b, record)
+                gw.supervisor_for(b, record, outlets.clone())
             })
             .collect();
+        drop(outlets);
         // A backend has settled when its first start attempt ended either
         // way, or when it was restored in quarantine (no attempt comes).
         // Read before any supervisor runs: later, a state may be ahead of
@@ -518,13 +510,14 @@ impl Gateway {
         Backend::new(config.clone(), timeouts, self.downstream.clone())
     }
 
-    /// A supervisor for `b`, restoring `record`. Needs the spawner.
-    fn supervisor_for(&self, b: &Arc<Backend>, record: Option<&InstanceRecord>) -> Supervisor {
+    /// A supervisor for `b`, restoring `record`, reporting to `outlets`.
+    fn supervisor_for(
+        &self,
+        b: &Arc<Backend>,
+        record: Option<&InstanceRecord>,
+        outlets: Outlets,
+    ) -> Supervisor {
         let (runtime, stderr) = runtime_for(&b.config);
-        let outlets = match self.spawner.get() {
-            Some(s) => s.outlets.clone(),
-            None => unreachable_outlets(),
-        };
         Supervisor::new(
             b.clone(),
             runtime,

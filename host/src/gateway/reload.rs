@@ -93,7 +93,7 @@ impl Gateway {
             });
         }
         for b in fresh {
-            let supervisor = self.supervisor_for(&b, None);
+            let supervisor = self.supervisor_for(&b, None, spawner.outlets.clone());
             self.spawn_supervisor(&b, supervisor);
         }
         Ok(summary)
