@@ -65,7 +65,7 @@ pub struct Sample {
     pub other_cores: f64,
 }
 
-fn client_config() -> ClientConfig {
+pub(crate) fn client_config() -> ClientConfig {
     let mut info = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("vigil-bench", env!("CARGO_PKG_VERSION")),

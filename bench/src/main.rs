@@ -11,14 +11,18 @@
 //! fails on a threshold.
 //!
 //! `vigil-bench probes` measures health-probe fan-out instead: one Vigil
-//! probing many HTTP backends (see `probes.rs`).
+//! probing many HTTP backends (see `probes.rs`). `vigil-bench fanout`
+//! measures how fast a backend's recovery reaches many live client sessions
+//! as `tools/list_changed` (see `fanout.rs`).
 //!
 //! ```text
 //! cargo build --release -p vigil -p vigil-demo-backend -p vigil-bench
 //! target/release/vigil-bench --sessions 1,8,32
 //! target/release/vigil-bench probes --backends 100,1000
+//! target/release/vigil-bench fanout --sessions 100,1000
 //! ```
 
+mod fanout;
 mod load;
 mod machine;
 mod probes;
@@ -42,8 +46,8 @@ pub const GOAL_THROUGHPUT_RATIO: f64 = 0.8;
 pub const GOAL_P50_OVERHEAD_US: f64 = 150.0;
 
 /// Benchmarks of Vigil: tools/call against the demo backend, directly and
-/// through Vigil (the default, or `calls`), and health-probe fan-out
-/// (`probes`).
+/// through Vigil (the default, or `calls`), health-probe fan-out
+/// (`probes`) and list_changed fan-out to client sessions (`fanout`).
 #[derive(Debug, Parser)]
 #[command(name = "vigil-bench", version, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -63,6 +67,10 @@ enum Command {
     /// backend process serving them all); Vigil's CPU, memory and the probe
     /// latency distribution, against an idle baseline.
     Probes(probes::ProbeArgs),
+    /// list_changed fan-out: a backend recovers, many live client sessions
+    /// on Vigil hear of it; time from the recorded recovery to each
+    /// session's notification.
+    Fanout(fanout::FanoutArgs),
 }
 
 // The options of the tools/call benchmark (no doc comment: clap would take
@@ -134,6 +142,7 @@ fn main() -> std::process::ExitCode {
         None => main_calls(cli.calls),
         Some(Command::Calls(args)) => main_calls(args),
         Some(Command::Probes(args)) => main_probes(args),
+        Some(Command::Fanout(args)) => main_fanout(args),
     }
 }
 
@@ -159,6 +168,35 @@ fn main_probes(args: probes::ProbeArgs) -> std::process::ExitCode {
     });
     // Children are spawned with kill_on_drop: dropping the runtime (and the
     // future holding them) kills whatever is still running.
+    drop(runtime);
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn main_fanout(args: fanout::FanoutArgs) -> std::process::ExitCode {
+    // Default worker count: the sessions' notifications arrive in parallel.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = fanout::run(&args) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+            _ = terminated() => Err(anyhow::anyhow!("terminated")),
+        }
+    });
     drop(runtime);
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -92,7 +92,7 @@ pub struct ProbeArgs {
 }
 
 /// Accepts what is safe to paste into the TOML config: digits and a unit.
-fn parse_duration_literal(s: &str) -> Result<String, String> {
+pub(crate) fn parse_duration_literal(s: &str) -> Result<String, String> {
     let digits = s.chars().take_while(char::is_ascii_digit).count();
     let unit = &s[digits..];
     if digits == 0 || !matches!(unit, "ms" | "s" | "m" | "h") {
@@ -102,7 +102,7 @@ fn parse_duration_literal(s: &str) -> Result<String, String> {
 }
 
 /// Seconds of a literal accepted by [`parse_duration_literal`].
-fn literal_secs(s: &str) -> f64 {
+pub(crate) fn literal_secs(s: &str) -> f64 {
     let digits = s.chars().take_while(char::is_ascii_digit).count();
     let n: f64 = s[..digits].parse().unwrap_or(0.0);
     match &s[digits..] {

@@ -80,6 +80,11 @@ impl Server {
         self.name
     }
 
+    /// SIGKILL, and reap it.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+
     /// SIGTERM, then SIGKILL if it has not exited within two seconds.
     pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
