@@ -260,17 +260,7 @@ pub async fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     }
     println!();
 
-    let scratch;
-    let dir = match &args.log_dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
-            d.clone()
-        }
-        None => {
-            scratch = procs::WorkDir::create()?;
-            scratch.path().to_path_buf()
-        }
-    };
+    let (dir, _scratch) = procs::log_dir(args.log_dir.as_deref())?;
 
     let mut results = Vec::new();
     for &n in &args.sessions {

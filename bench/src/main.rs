@@ -148,11 +148,24 @@ fn main() -> std::process::ExitCode {
 
 fn main_probes(args: probes::ProbeArgs) -> std::process::ExitCode {
     // One worker: the bench only samples, it should take little CPU.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-    {
+    run_async(Some(1), probes::run(&args))
+}
+
+fn main_fanout(args: fanout::FanoutArgs) -> std::process::ExitCode {
+    // Default worker count: the sessions' notifications arrive in parallel.
+    run_async(None, fanout::run(&args))
+}
+
+/// Runs a subcommand on its own runtime until it ends, Ctrl-C or SIGTERM.
+fn run_async(
+    workers: Option<usize>,
+    work: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> std::process::ExitCode {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -161,42 +174,13 @@ fn main_probes(args: probes::ProbeArgs) -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         tokio::select! {
-            r = probes::run(&args) => r,
+            r = work => r,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
             _ = terminated() => Err(anyhow::anyhow!("terminated")),
         }
     });
     // Children are spawned with kill_on_drop: dropping the runtime (and the
     // future holding them) kills whatever is still running.
-    drop(runtime);
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-fn main_fanout(args: fanout::FanoutArgs) -> std::process::ExitCode {
-    // Default worker count: the sessions' notifications arrive in parallel.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
-        tokio::select! {
-            r = fanout::run(&args) => r,
-            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-            _ = terminated() => Err(anyhow::anyhow!("terminated")),
-        }
-    });
     drop(runtime);
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -169,3 +169,19 @@ impl Drop for WorkDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The directory for a run's files: `given` (created if needed), or a fresh
+/// scratch directory that lives as long as the returned guard.
+pub fn log_dir(given: Option<&Path>) -> anyhow::Result<(PathBuf, Option<WorkDir>)> {
+    match given {
+        Some(d) => {
+            std::fs::create_dir_all(d)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", d.display()))?;
+            Ok((d.to_path_buf(), None))
+        }
+        None => {
+            let scratch = WorkDir::create()?;
+            Ok((scratch.path().to_path_buf(), Some(scratch)))
+        }
+    }
+}
