@@ -60,11 +60,22 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A loopback port nothing is listening on.
+# A loopback port nothing is listening on, outside the kernel's ephemeral
+# range (a port in that range may be taken by an outgoing connection between
+# this check and the bind).
 free_port() {
-  local port
+  local port lo=32768 hi=60999 base span
+  if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
+  fi
+  if [ "$lo" -gt 11024 ]; then
+    base=10000 span=$((lo - 10000))
+  else
+    base=$((hi + 1)) span=$((65535 - hi))
+    [ "$span" -gt 0 ] || { base=10000 span=1000; }
+  fi
   for _ in $(seq 100); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((base + RANDOM % span))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       echo "$port"
       return 0
