@@ -130,11 +130,10 @@ impl ApiClient {
     /// `base` + `/api/v1/` + `segments`, each segment percent-encoded.
     pub fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
-        url.path_segments_mut()
-            .expect("checked in new")
-            .pop_if_empty()
-            .extend(["api", "v1"])
-            .extend(segments);
+        // `new` refused URLs that cannot be a base, so this always applies.
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(["api", "v1"]).extend(segments);
+        }
         url
     }
 

@@ -91,6 +91,10 @@ pub struct Config {
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// Longest duration any key accepts. Timers add durations to the clock,
+/// and a value past what the clock can represent would panic there.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Headers the streamable HTTP transport manages; a backend may not set them.
 pub(crate) const RESERVED_HEADERS: [&str; 4] = [
     "accept",
@@ -288,6 +292,13 @@ impl Problems {
     pub(crate) fn duration(&mut self, key: &str, value: Option<String>, default: &str) -> Duration {
         let text = value.unwrap_or_else(|| default.to_owned());
         match humantime::parse_duration(&text) {
+            Ok(d) if d > MAX_DURATION => {
+                self.add(
+                    key,
+                    format!("`{text}` is too long: durations are at most 365 days"),
+                );
+                humantime::parse_duration(default).unwrap_or_default()
+            }
             Ok(d) => d,
             Err(e) => {
                 self.add(key, format!("`{text}` is not a duration ({e}): write it like \"500ms\", \"10s\" or \"5m\""));

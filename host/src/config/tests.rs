@@ -190,3 +190,17 @@ fn bad_freshness_and_poller_values_are_refused() {
         .to_string();
     assert!(e.contains(POLL_INTERVAL_ENV), "{e}");
 }
+
+#[test]
+fn durations_longer_than_a_year_are_refused() {
+    for text in [
+        "connect_timeout = \"500000000000y\"",
+        "[health]\ninterval = \"500000000000y\"",
+        "[freshness]\ndebounce = \"2y\"",
+        "[poller]\ninterval = \"400days\"",
+    ] {
+        let e = with_env(text, &[]).unwrap_err().to_string();
+        assert!(e.contains("is too long: durations are at most 365 days"), "{text}: {e}");
+    }
+    assert!(with_env("[restart]\nquarantine_reprobe = \"365days\"", &[]).is_ok());
+}
