@@ -210,34 +210,7 @@ fn main_calls(args: Args) -> std::process::ExitCode {
         eprintln!("error: cannot pin the bench to CPUs {cpus:?}: {e}");
         return std::process::ExitCode::FAILURE;
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if let Some(n) = args.client_threads {
-        builder.worker_threads(n.max(1));
-    }
-    let runtime = match builder.build() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
-        tokio::select! {
-            r = run(&args) => r,
-            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-        }
-    });
-    // Dropping the runtime drops any child still owned by a task; children
-    // are spawned with kill_on_drop, so nothing outlives the bench.
-    drop(runtime);
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    run_async(args.client_threads.map(|n| n.max(1)), run(&args))
 }
 
 async fn run(args: &Args) -> anyhow::Result<()> {

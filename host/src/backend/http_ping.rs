@@ -24,8 +24,6 @@ use futures::StreamExt;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::RequestId;
 
-use super::stream_watch::answers;
-
 type Headers = HashMap<HeaderName, HeaderValue>;
 
 /// Largest ping answer read; a ping result is `{}`.
@@ -225,7 +223,7 @@ fn sse_answers(buf: &[u8], id: &RequestId) -> bool {
             .map(|d| d.strip_prefix(' ').unwrap_or(d))
             .collect();
         let data = data.join("\n");
-        answers(&data, id) && is_result(data.as_bytes(), id)
+        is_result(data.as_bytes(), id)
     })
 }
 

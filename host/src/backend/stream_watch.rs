@@ -82,7 +82,7 @@ fn shared_client(keep_alive: bool) -> Result<reqwest::Client, String> {
 }
 
 /// Whether an SSE `data` payload is the response to request `id`.
-pub(super) fn answers(data: &str, id: &RequestId) -> bool {
+fn answers(data: &str, id: &RequestId) -> bool {
     // Cheap filter first: only responses carry "result" or "error".
     if !(data.contains("\"result\"") || data.contains("\"error\"")) {
         return false;

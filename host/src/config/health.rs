@@ -152,13 +152,7 @@ impl Problems {
         let Some(raw) = raw else { return base.clone() };
         let mut h = base.clone();
         let d = |p: &mut Problems, k: &str, v: Option<String>, cur: Duration| {
-            v.map_or(cur, |v| {
-                p.duration(
-                    &format!("{key}.{k}"),
-                    Some(v),
-                    &humantime::format_duration(cur).to_string(),
-                )
-            })
+            p.override_duration(&format!("{key}.{k}"), v, cur)
         };
         h.interval = d(self, "interval", raw.interval, h.interval);
         let timeout_set = raw.timeout.is_some();
@@ -232,13 +226,7 @@ impl Problems {
         let Some(raw) = raw else { return base.clone() };
         let mut r = base.clone();
         let d = |p: &mut Problems, k: &str, v: Option<String>, cur: Duration| {
-            v.map_or(cur, |v| {
-                p.duration(
-                    &format!("{key}.{k}"),
-                    Some(v),
-                    &humantime::format_duration(cur).to_string(),
-                )
-            })
+            p.override_duration(&format!("{key}.{k}"), v, cur)
         };
         r.base = d(self, "base", raw.base, r.base);
         r.max = d(self, "max", raw.max, r.max);

@@ -289,6 +289,23 @@ impl Problems {
         });
     }
 
+    /// `value` if given (checked like [`Problems::duration`]), else `current`.
+    pub(crate) fn override_duration(
+        &mut self,
+        key: &str,
+        value: Option<String>,
+        current: Duration,
+    ) -> Duration {
+        match value {
+            Some(v) => self.duration(
+                key,
+                Some(v),
+                &humantime::format_duration(current).to_string(),
+            ),
+            None => current,
+        }
+    }
+
     pub(crate) fn duration(&mut self, key: &str, value: Option<String>, default: &str) -> Duration {
         let text = value.unwrap_or_else(|| default.to_owned());
         match humantime::parse_duration(&text) {

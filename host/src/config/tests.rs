@@ -200,7 +200,10 @@ fn durations_longer_than_a_year_are_refused() {
         "[poller]\ninterval = \"400days\"",
     ] {
         let e = with_env(text, &[]).unwrap_err().to_string();
-        assert!(e.contains("is too long: durations are at most 365 days"), "{text}: {e}");
+        assert!(
+            e.contains("is too long: durations are at most 365 days"),
+            "{text}: {e}"
+        );
     }
     assert!(with_env("[restart]\nquarantine_reprobe = \"365days\"", &[]).is_ok());
 }

@@ -254,12 +254,13 @@ impl Gateway {
             shutdown: shutdown.clone(),
             stops: Mutex::default(),
         });
+        let sanitizer = gw.sanitizer();
         let supervisors: Vec<Supervisor> = gw
             .backends()
             .iter()
             .map(|b| {
                 let record = restored.iter().find(|r| *r.backend == *b.name);
-                gw.supervisor_for(b, record, outlets.clone())
+                gw.supervisor_for(b, record, outlets.clone(), sanitizer.clone())
             })
             .collect();
         drop(outlets);
@@ -516,16 +517,10 @@ impl Gateway {
         b: &Arc<Backend>,
         record: Option<&InstanceRecord>,
         outlets: Outlets,
+        sanitizer: Sanitizer,
     ) -> Supervisor {
         let (runtime, stderr) = runtime_for(&b.config);
-        Supervisor::new(
-            b.clone(),
-            runtime,
-            stderr,
-            record,
-            outlets,
-            Sanitizer::new(self.secrets().iter().map(String::as_str)),
-        )
+        Supervisor::new(b.clone(), runtime, stderr, record, outlets, sanitizer)
     }
 
     /// Runs `supervisor` until shutdown or until [`Gateway::stop_supervisor`].
@@ -545,6 +540,12 @@ impl Gateway {
 
     /// Values that must never appear in reasons: env values, header values
     /// and API tokens from the config.
+    /// Masks every secret of the current backend set (built once per set,
+    /// not per backend: it reads every backend's config).
+    fn sanitizer(&self) -> Sanitizer {
+        Sanitizer::new(self.secrets().iter().map(String::as_str))
+    }
+
     /// Values that must never appear in reasons shown outside: API tokens
     /// and every backend's env, headers and container env.
     fn secrets(&self) -> Vec<String> {
@@ -586,17 +587,16 @@ impl Gateway {
 }
 
 /// The runtime that runs `b`, and its stderr tail for process backends.
+/// Config validation pairs stdio with the process runtime only, so the
+/// transport decides: stdio runs a process, HTTP a container or a remote.
 fn runtime_for(b: &BackendConfig) -> (Arc<dyn Runtime>, Option<StderrTail>) {
-    match (&b.runtime, &b.transport) {
-        (
-            RuntimeKind::Process,
-            Transport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            },
-        ) => {
+    match &b.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
             let rt = ProcessRuntime::new(
                 &b.name,
                 command.clone(),
@@ -607,38 +607,20 @@ fn runtime_for(b: &BackendConfig) -> (Arc<dyn Runtime>, Option<StderrTail>) {
             let tail = rt.stderr();
             (Arc::new(rt), Some(tail))
         }
-        (RuntimeKind::Container(spec), Transport::Http { url, headers, .. }) => (
-            Arc::new(ContainerRuntime::new(
-                &b.name,
-                spec.clone(),
-                url.clone(),
-                headers.clone(),
-            )),
-            None,
-        ),
-        (_, Transport::Http { url, headers, .. }) => (
-            Arc::new(RemoteRuntime::new(url.clone(), headers.clone())),
-            None,
-        ),
-        // Config validation pairs stdio with the process runtime only.
-        (
-            _,
-            Transport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            },
-        ) => {
-            let rt = ProcessRuntime::new(
-                &b.name,
-                command.clone(),
-                args.clone(),
-                env.clone(),
-                cwd.clone(),
-            );
-            let tail = rt.stderr();
-            (Arc::new(rt), Some(tail))
-        }
+        Transport::Http { url, headers, .. } => match &b.runtime {
+            RuntimeKind::Container(spec) => (
+                Arc::new(ContainerRuntime::new(
+                    &b.name,
+                    spec.clone(),
+                    url.clone(),
+                    headers.clone(),
+                )),
+                None,
+            ),
+            _ => (
+                Arc::new(RemoteRuntime::new(url.clone(), headers.clone())),
+                None,
+            ),
+        },
     }
 }

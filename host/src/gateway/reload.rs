@@ -92,8 +92,10 @@ impl Gateway {
                 catalog: None,
             });
         }
+        let sanitizer = self.sanitizer();
         for b in fresh {
-            let supervisor = self.supervisor_for(&b, None, spawner.outlets.clone());
+            let supervisor =
+                self.supervisor_for(&b, None, spawner.outlets.clone(), sanitizer.clone());
             self.spawn_supervisor(&b, supervisor);
         }
         Ok(summary)

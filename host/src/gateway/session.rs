@@ -33,6 +33,15 @@ pub struct FrontSession {
 }
 
 impl FrontSession {
+    /// The backend that serves resource `uri`, or the "unknown resource" error.
+    fn uri_backend(&self, uri: &str) -> Result<Arc<str>, McpError> {
+        self.gw
+            .catalog()
+            .route_uri(uri)
+            .cloned()
+            .ok_or_else(|| unknown_uri(uri))
+    }
+
     pub(super) fn new(gw: Arc<Gateway>, id: u64) -> Self {
         Self {
             gw,
@@ -344,9 +353,12 @@ impl ServerHandler for FrontSession {
         mut p: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let Some(backend) = self.gw.catalog().route_uri(&p.uri).cloned() else {
-            self.forget_stream(&ctx);
-            return Err(unknown_uri(&p.uri));
+        let backend = match self.uri_backend(&p.uri) {
+            Ok(b) => b,
+            Err(e) => {
+                self.forget_stream(&ctx);
+                return Err(e);
+            }
         };
         p.meta = forwardable_meta(p.meta);
         match self
@@ -434,12 +446,7 @@ impl ServerHandler for FrontSession {
         mut p: SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let backend = self
-            .gw
-            .catalog()
-            .route_uri(&p.uri)
-            .cloned()
-            .ok_or_else(|| unknown_uri(&p.uri))?;
+        let backend = self.uri_backend(&p.uri)?;
         let uri = p.uri.clone();
         p.meta = forwardable_meta(p.meta);
         self.forward(
@@ -457,12 +464,7 @@ impl ServerHandler for FrontSession {
         mut p: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let backend = self
-            .gw
-            .catalog()
-            .route_uri(&p.uri)
-            .cloned()
-            .ok_or_else(|| unknown_uri(&p.uri))?;
+        let backend = self.uri_backend(&p.uri)?;
         let uri = p.uri.clone();
         p.meta = forwardable_meta(p.meta);
         self.gw.sessions().subscribe(self.id, &uri, false);

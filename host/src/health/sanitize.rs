@@ -9,7 +9,8 @@ const MIN_SECRET: usize = 6;
 /// Masks known secret values in free text.
 #[derive(Debug, Clone, Default)]
 pub struct Sanitizer {
-    secrets: Vec<String>,
+    /// Shared: every supervisor holds a clone.
+    secrets: std::sync::Arc<[String]>,
 }
 
 impl Sanitizer {
@@ -27,12 +28,14 @@ impl Sanitizer {
         // Longest first, so a value containing another is masked whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();
-        Self { secrets }
+        Self {
+            secrets: secrets.into(),
+        }
     }
 
     pub fn clean(&self, text: &str) -> String {
         let mut out = text.to_owned();
-        for s in &self.secrets {
+        for s in self.secrets.iter() {
             if out.contains(s.as_str()) {
                 out = out.replace(s.as_str(), "***");
             }

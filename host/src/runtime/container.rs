@@ -383,6 +383,10 @@ impl Runtime for ContainerRuntime {
         "container"
     }
 
+    fn binds_after_start(&self) -> bool {
+        true
+    }
+
     fn start(&self) -> BoxFuture<'_, Result<Started, RuntimeError>> {
         Box::pin(self.start_instance())
     }

@@ -85,6 +85,12 @@ pub trait Runtime: Send + Sync + 'static {
     fn owns_lifecycle(&self) -> bool {
         true
     }
+    /// Whether a fresh instance may refuse connections for a moment after
+    /// `start` returns (a container's server binding its port): the first
+    /// connect then retries refused connections within `connect_timeout`.
+    fn binds_after_start(&self) -> bool {
+        false
+    }
     /// Starts a new instance (stopping any previous one first).
     fn start(&self) -> BoxFuture<'_, Result<Started, RuntimeError>>;
     /// Stops the current instance, if any.

@@ -211,11 +211,11 @@ impl Supervisor {
         }
     }
 
-    /// Opens the shared connection. A container's server may not have bound
-    /// its port when the engine reports the container started: a refused
-    /// connection is retried until `connect_timeout`, unless the instance
-    /// exits meanwhile (then its exit comes with the error, taken from
-    /// `exited`, which must not be polled again). Other runtimes get one
+    /// Opens the shared connection. When the runtime says a fresh instance
+    /// may not accept connections yet ([`Runtime::binds_after_start`]), a
+    /// refused connection is retried until `connect_timeout`, unless the
+    /// instance exits meanwhile (then its exit comes with the error, taken
+    /// from `exited`, which must not be polled again). Otherwise one
     /// attempt.
     async fn connect(
         &self,
@@ -223,7 +223,7 @@ impl Supervisor {
         exited: &mut oneshot::Receiver<Exit>,
     ) -> Result<Connection, (BackendError, Option<Exit>)> {
         const PAUSE: Duration = Duration::from_millis(100);
-        let retry = self.runtime.kind() == "container";
+        let retry = self.runtime.binds_after_start();
         let (url, headers) = match endpoint {
             Endpoint::Http { url, headers } if retry => (url, headers),
             endpoint => {
