@@ -18,6 +18,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,6 +340,32 @@ class DemoHttp:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
+
+
+#: Backends written with the Python SDK (`tests/e2e/backends`).
+PY_BACKENDS = Path(__file__).parent / "backends"
+
+
+def start_python_backend(
+    procs: Procs, name: str, script: str, args: list[str] | None = None, *, port: int | None = None
+) -> DemoHttp:
+    """Run `python backends/SCRIPT PORT ARGS...` until it answers HTTP.
+
+    With `port` given, that port is used (to bring a backend back where a
+    gateway expects it); otherwise a free one, retried if taken meanwhile.
+    """
+    for _attempt in range(3):
+        p = port if port is not None else free_port()
+        proc = procs.start(name, [sys.executable, PY_BACKENDS / script, str(p), *(args or [])])
+        backend = DemoHttp(name, p, proc)
+        try:
+            wait_http(backend.url, proc, f"{script} ({name})")
+        except pytest.fail.Exception:
+            if port is None and not proc.alive() and port_taken(proc):
+                continue
+            raise
+        return backend
+    pytest.fail(f"no free port for {script} ({name})", pytrace=False)
 
 
 def demo_stdio_args(name: str, tools_file: Path | None = None) -> list[str]:

@@ -11,12 +11,13 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import httpx
+import httpx2
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.streamable_http import streamable_http_client
@@ -67,19 +68,29 @@ T = TypeVar("T")
 
 
 @asynccontextmanager
-async def http_session(url: str, **callbacks: Any) -> AsyncIterator[ClientSession]:
+async def http_session(
+    url: str, *, headers: dict[str, str] | None = None, **callbacks: Any
+) -> AsyncIterator[ClientSession]:
     """An initialized Python SDK session over streamable HTTP to `url`.
 
+    `headers` go on every HTTP request (say, the client's `Authorization`).
     `callbacks` are passed to `ClientSession` (`sampling_callback`,
     `elicitation_callback`, `list_roots_callback`, `logging_callback`,
     `message_handler`).
     """
     with unwrapped_failures():
-        async with streamable_http_client(url) as (read, write):
-            async with ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT, **callbacks) as session:
-                with anyio.fail_after(DEADLINE):
-                    await session.initialize()
-                yield session
+        async with AsyncExitStack() as stack:
+            client = None
+            if headers:
+                timeout = httpx2.Timeout(30.0, read=300.0)
+                client = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout))
+            read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
+            session = await stack.enter_async_context(
+                ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT, **callbacks)
+            )
+            with anyio.fail_after(DEADLINE):
+                await session.initialize()
+            yield session
 
 
 @asynccontextmanager
@@ -300,7 +311,7 @@ def is_unavailable(err: BaseException, backend: str) -> bool:
     return isinstance(err, MCPError) and f"'{backend}'" in msg and "unavailable" in msg.lower()
 
 
-def write_tools_file(path: Path, tools: list[dict[str, str]], *, notify: bool = True) -> None:
+def write_tools_file(path: Path, tools: list[dict[str, Any]], *, notify: bool = True) -> None:
     """Replace a demo backend's tools file atomically (write, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"notify": notify, "tools": tools}), encoding="utf-8")

@@ -33,6 +33,7 @@ from support import (
     http_session,
     is_tools_list_changed,
     is_unavailable,
+    list_all,
     prefixed,
     tool_names,
     wait_for_tools,
@@ -270,3 +271,32 @@ async def test_a_redeployed_backend_is_relisted_and_old_sessions_recover(
         # Vigil re-initializes it and the call succeeds.
         assert await call_text(session, "beta__echo", {"text": "after"}) == "after"
         assert await call_text(session, "beta__new_tool", {"n": 3}) == 'new_tool: {"n":3}'
+
+
+async def test_invalid_arguments_after_a_recovery_say_the_tools_schema_changed(
+    vigil: Gateways, demo_http: Callable[..., DemoHttp], tmp_path: Path
+) -> None:
+    """beta is redeployed on the same port with a new schema for `greet` and says nothing.
+
+    The session's next call with the old arguments re-initializes its
+    backend session; beta refuses the arguments (-32602). The error the
+    client sees says the schema changed, and Vigil has listed beta again by
+    then: the new schema is what tools/list shows, and a call made to it works.
+    """
+    old_tools, new_tools = tmp_path / "old.json", tmp_path / "new.json"
+    write_tools_file(old_tools, [{"name": "greet", "required": ["name"]}], notify=False)
+    write_tools_file(new_tools, [{"name": "greet", "required": ["first", "last"]}], notify=False)
+    beta = demo_http("beta", tools_file=old_tools)
+    gw = vigil([http_backend("beta", beta.url)], restart=QUICK_RESTART, poller={"interval": "0s"})
+    async with observers(gw.url, 1) as [(session, _inbox)]:
+        assert await call_text(session, "beta__greet", {"name": "Ada"}) == 'greet: {"name":"Ada"}'
+
+        beta.proc.kill()
+        demo_http("beta", port=beta.port, tools_file=new_tools)
+
+        err = await call_error(session, "beta__greet", {"name": "Ada"})
+        assert "schema changed" in str(err) and "tools/list" in str(err), err
+        tools = {t.name: t for t in await list_all(session, "tools")}
+        assert tools["beta__greet"].input_schema.get("required") == ["first", "last"], tools["beta__greet"]
+        args = {"first": "Ada", "last": "Lovelace"}
+        assert await call_text(session, "beta__greet", args) == 'greet: {"first":"Ada","last":"Lovelace"}'

@@ -13,36 +13,21 @@ JSON), and that the backends stay `running` and serve calls meanwhile.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
-from harness import DemoHttp, Procs, free_port, http_backend, port_taken, wait_http
+from harness import DemoHttp, Procs, http_backend, start_python_backend
 from support import ControlApi, call_text, http_session, poll
 
 pytestmark = pytest.mark.anyio
 
-SDK_SERVER = Path(__file__).parent / "backends" / "sdk_http_server.py"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def start_sdk_server(procs: Procs, name: str, *, json_response: bool) -> str:
     """Start the Python SDK server; return its MCP URL."""
-    for _attempt in range(3):
-        port = free_port()
-        argv = [sys.executable, SDK_SERVER, str(port)] + (["--json"] if json_response else [])
-        proc = procs.start(f"sdk-{name}", argv)
-        url = f"http://127.0.0.1:{port}/mcp"
-        try:
-            wait_http(url, proc, f"SDK server {name!r}")
-        except pytest.fail.Exception:
-            if not proc.alive() and port_taken(proc):
-                continue
-            raise
-        return url
-    pytest.fail(f"no free port for SDK server {name!r}", pytrace=False)
+    return start_python_backend(procs, f"sdk-{name}", "sdk_http_server.py", ["--json"] if json_response else []).url
 
 
 def answered_pings(log: str, backend: str) -> dict[str, int]:

@@ -385,6 +385,7 @@ mod tests {
         let tool = DynamicTool {
             name: "x".into(),
             description: "X".into(),
+            required: vec![],
         };
         assert!(hub.replace_dynamic_tools(vec![tool.clone()]));
         assert!(!hub.replace_dynamic_tools(vec![tool]));

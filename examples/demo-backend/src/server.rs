@@ -131,7 +131,7 @@ impl ServerHandler for DemoServer {
             return self.builtin.call(call).await;
         }
         match self.hub.dynamic_tool(&request.name) {
-            Some(tool) => Ok(tools::call_dynamic(&tool, request.arguments).into()),
+            Some(tool) => tools::call_dynamic(&tool, request.arguments).map(Into::into),
             None => Err(McpError::invalid_params(
                 format!("unknown tool: {}", request.name),
                 None,

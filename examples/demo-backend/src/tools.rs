@@ -337,14 +337,34 @@ pub fn builtin_router() -> ToolRouter<DemoServer> {
     DemoServer::builtin_tools()
 }
 
-/// Calls a dynamic tool: `"<name>: <compact json of arguments>"`.
-pub fn call_dynamic(tool: &DynamicTool, arguments: Option<JsonObject>) -> CallToolResult {
-    let arguments = Value::Object(arguments.unwrap_or_default());
-    CallToolResult::success(vec![ContentBlock::text(format!(
+/// Calls a dynamic tool: `"<name>: <compact json of arguments>"`, or
+/// invalid params when a required argument is missing.
+pub fn call_dynamic(
+    tool: &DynamicTool,
+    arguments: Option<JsonObject>,
+) -> Result<CallToolResult, McpError> {
+    let arguments = arguments.unwrap_or_default();
+    let missing: Vec<&str> = tool
+        .required
+        .iter()
+        .filter(|r| !arguments.contains_key(r.as_str()))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Err(McpError::invalid_params(
+            format!(
+                "{}: missing required arguments: {}",
+                tool.name,
+                missing.join(", ")
+            ),
+            None,
+        ));
+    }
+    Ok(CallToolResult::success(vec![ContentBlock::text(format!(
         "{}: {}",
         tool.name,
-        compact_json(&arguments)
-    ))])
+        compact_json(&Value::Object(arguments))
+    ))]))
 }
 
 /// Prints a number the way a person would: `5`, not `5.0`.
@@ -473,15 +493,34 @@ mod tests {
         let tool = DynamicTool {
             name: "extra".into(),
             description: "d".into(),
+            required: vec![],
         };
         let mut arguments = JsonObject::new();
         arguments.insert("x".into(), 1.into());
-        let result = call_dynamic(&tool, Some(arguments));
+        let result = call_dynamic(&tool, Some(arguments)).unwrap();
         let text = result.content[0].as_text().map(|text| text.text.clone());
         assert_eq!(text.as_deref(), Some(r#"extra: {"x":1}"#));
-        let result = call_dynamic(&tool, None);
+        let result = call_dynamic(&tool, None).unwrap();
         let text = result.content[0].as_text().map(|text| text.text.clone());
         assert_eq!(text.as_deref(), Some("extra: {}"));
+    }
+
+    #[test]
+    fn dynamic_tools_refuse_calls_without_their_required_arguments() {
+        let tool = DynamicTool {
+            name: "greet".into(),
+            description: "d".into(),
+            required: vec!["first".into(), "last".into()],
+        };
+        let mut arguments = JsonObject::new();
+        arguments.insert("first".into(), "Ada".into());
+        let e = call_dynamic(&tool, Some(arguments)).unwrap_err();
+        assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        assert!(
+            e.message.contains("missing required arguments: last"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -26,12 +26,14 @@ use crate::hub::Hub;
 /// How often the tools file is read.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// A tool declared in the tools file. It accepts any object and answers
-/// `"<name>: <compact json of arguments>"`.
+/// A tool declared in the tools file. It accepts any object holding its
+/// `required` arguments and answers `"<name>: <compact json of arguments>"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DynamicTool {
     pub name: String,
     pub description: String,
+    /// Arguments a call must carry (else: JSON-RPC invalid params).
+    pub required: Vec<String>,
 }
 
 /// The tools file after parsing and validation.
@@ -55,6 +57,8 @@ struct RawTool {
     name: String,
     #[serde(default)]
     description: Option<String>,
+    #[serde(default)]
+    required: Vec<String>,
 }
 
 fn default_notify() -> bool {
@@ -64,11 +68,15 @@ fn default_notify() -> bool {
 // === impl DynamicTool ===
 
 impl DynamicTool {
-    /// The MCP definition of this tool: any object is accepted.
+    /// The MCP definition of this tool: any object with the required
+    /// arguments is accepted.
     pub fn to_tool(&self) -> Tool {
         let mut schema = JsonObject::new();
         schema.insert("type".into(), "object".into());
         schema.insert("additionalProperties".into(), true.into());
+        if !self.required.is_empty() {
+            schema.insert("required".into(), self.required.clone().into());
+        }
         Tool::new(self.name.clone(), self.description.clone(), schema)
     }
 }
@@ -96,7 +104,11 @@ impl ToolsFile {
                     .description
                     .filter(|description| !description.trim().is_empty())
                     .unwrap_or_else(|| format!("Dynamic tool {name} from the tools file"));
-                tools.push(DynamicTool { name, description });
+                tools.push(DynamicTool {
+                    name,
+                    description,
+                    required: tool.required,
+                });
             }
         }
         Ok(Self {
@@ -224,7 +236,8 @@ mod tests {
             file.tools,
             vec![DynamicTool {
                 name: "x".into(),
-                description: "X".into()
+                description: "X".into(),
+                required: vec![],
             }]
         );
     }

@@ -201,6 +201,15 @@ impl Connection {
         }
     }
 
+    /// How many times an HTTP backend's session was re-initialized (0 for
+    /// stdio): a change across a request means the request recovered a
+    /// session the backend forgot, and the backend may offer other tools.
+    pub fn reinitializations(&self) -> u64 {
+        self.ping_target
+            .as_ref()
+            .map_or(0, |t| t.reinitializations())
+    }
+
     /// The readiness `ping` within `timeout`. HTTP backends get it straight
     /// on their live session (see `http_ping`); whatever that cannot decide
     /// is repeated through rmcp within the rest of the budget.

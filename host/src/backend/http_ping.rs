@@ -43,6 +43,8 @@ pub struct SessionTarget {
     /// Set when the session id changed: the client re-initialized a session
     /// the backend forgot (rmcp does this on HTTP 404).
     reinitialized: tokio::sync::Notify,
+    /// How many re-initializations happened (see `reinitialized`).
+    reinits: std::sync::atomic::AtomicU64,
 }
 
 struct Target {
@@ -79,6 +81,8 @@ impl SessionTarget {
                 return;
             };
             if cur.as_ref().is_some_and(|t| t.session_id != *session_id) {
+                self.reinits
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 self.reinitialized.notify_one();
             }
             *cur = Some(Arc::new(Target {
@@ -103,6 +107,11 @@ impl SessionTarget {
     /// Resolves after the next re-initialization of the session.
     pub async fn reinitialized(&self) {
         self.reinitialized.notified().await
+    }
+
+    /// How many times the session was re-initialized so far.
+    pub fn reinitializations(&self) -> u64 {
+        self.reinits.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Resolves at the next report of a broken stream.
@@ -231,7 +240,7 @@ fn sse_answers(buf: &[u8], id: &RequestId) -> bool {
 /// connection instead of opening one per ping; built once, so the system's
 /// root certificates are loaded once. A build failure (e.g. out of file
 /// descriptors) is retried on the next ping.
-fn probe_client() -> Result<reqwest::Client, String> {
+pub(super) fn probe_client() -> Result<reqwest::Client, String> {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     if let Some(c) = CLIENT.get() {
         return Ok(c.clone());

@@ -13,6 +13,7 @@ mod connection;
 pub mod error;
 mod http_ping;
 pub mod inflight;
+mod reach;
 mod stream_watch;
 mod tap;
 
@@ -26,6 +27,7 @@ pub use client::{BackendClient, Downstream, ListKind};
 pub use connection::Connection;
 pub use error::BackendError;
 pub use inflight::{FrontCall, Inflight, StreamClosed};
+pub use reach::reach;
 pub use tap::Relay;
 
 use crate::catalog::BackendCatalog;
@@ -113,6 +115,9 @@ pub struct Backend {
     /// Completed re-listings (for waiters), and whether one runs now.
     listings: tokio::sync::watch::Sender<u64>,
     listing: std::sync::atomic::AtomicBool,
+    /// How many times the backend came up (a new instance each time): a
+    /// per-session connection or listing from an earlier one is stale.
+    instances: std::sync::atomic::AtomicU64,
     /// Outcomes of real `tools/call` traffic (application signal).
     pub stats: CallStats,
     commands: mpsc::UnboundedSender<(Command, CommandReply)>,
@@ -150,6 +155,7 @@ impl Backend {
             refresh: Notify::new(),
             listings: tokio::sync::watch::Sender::new(0),
             listing: std::sync::atomic::AtomicBool::new(false),
+            instances: std::sync::atomic::AtomicU64::new(0),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
         })
@@ -158,6 +164,24 @@ impl Backend {
     /// Whether client sessions get their own connection to this backend.
     pub fn per_session(&self) -> bool {
         matches!(self.config.transport, Transport::Http { .. })
+    }
+
+    /// Whether each client session reaches this backend with its own
+    /// credentials and has its own catalog of it (`forward_auth`).
+    pub fn forwards_auth(&self) -> bool {
+        self.config.forward_auth
+    }
+
+    /// Which instance is up (see `instances`); written by the supervisor
+    /// through [`Backend::mark_up`].
+    pub fn instance(&self) -> u64 {
+        self.instances.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A new instance came up (for the supervisor).
+    pub fn mark_up(&self) {
+        self.instances
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     fn keep_alive(&self) -> bool {
@@ -293,10 +317,13 @@ impl Backend {
 
     /// Opens a connection for one client session, mirroring that client's
     /// capabilities so the backend only asks for what the client can do.
+    /// `authorization` (the client's own header, `forward_auth` backends
+    /// only) is sent on every request of the connection.
     pub async fn open_session_connection(
         &self,
         session: u64,
         capabilities: Option<ClientCapabilities>,
+        authorization: Option<&str>,
     ) -> Result<Connection, BackendError> {
         let Transport::Http { url, headers, .. } = &self.config.transport else {
             return Err(BackendError::Transport {
@@ -319,9 +346,13 @@ impl Backend {
             self.name.clone(),
             Some(session),
         );
+        let mut headers = headers.clone();
+        if let Some(auth) = authorization.filter(|_| self.forwards_auth()) {
+            headers.insert("authorization".into(), auth.to_owned());
+        }
         let endpoint = Endpoint::Http {
             url: url.clone(),
-            headers: headers.clone(),
+            headers,
         };
         connection::connect(
             &self.name,

@@ -78,6 +78,9 @@ pub struct Catalog {
     pub conflicts: Vec<Conflict>,
     /// Tool and prompt names of backends that are not shown, to the backend.
     hidden: HashMap<String, Arc<str>>,
+    /// What it was built from (shown backends, in order), so a session can
+    /// derive its own view ([`Catalog::with_own`]).
+    sources: Vec<(Arc<str>, Arc<BackendCatalog>)>,
 }
 
 impl Catalog {
@@ -145,6 +148,37 @@ impl Catalog {
             }
         }
         c
+    }
+
+    /// [`Catalog::build`] from owned entries, which the catalog keeps for
+    /// [`Catalog::with_own`].
+    pub fn from_sources(naming: &Naming, sources: Vec<(Arc<str>, Arc<BackendCatalog>)>) -> Catalog {
+        let mut c = Catalog::build(naming, sources.iter().map(|(n, e)| (n, &**e)));
+        c.sources = sources;
+        c
+    }
+
+    /// One session's view: this catalog with the entries of some shown
+    /// backends replaced by what that session listed itself (`own`;
+    /// `forward_auth` backends). Order, naming and hidden names stay.
+    pub fn with_own(
+        &self,
+        naming: &Naming,
+        own: impl Fn(&str) -> Option<Arc<BackendCatalog>>,
+    ) -> Catalog {
+        let sources = self
+            .sources
+            .iter()
+            .map(|(n, e)| (n.clone(), own(n).unwrap_or_else(|| e.clone())))
+            .collect();
+        let mut c = Catalog::from_sources(naming, sources);
+        c.hidden = self.hidden.clone();
+        c
+    }
+
+    /// Whether `backend` is among the shown backends.
+    pub fn shows(&self, backend: &str) -> bool {
+        self.sources.iter().any(|(n, _)| &**n == backend)
     }
 
     /// Records the names of backends that are known but not shown, so a

@@ -118,3 +118,40 @@ fn hidden_backends_names_are_known_but_not_routed() {
     assert_eq!(c.hidden_owner("echo"), None, "a shown name is never hidden");
     assert_eq!(c.tools.len(), 1);
 }
+
+#[test]
+fn a_sessions_own_entries_replace_the_shared_ones_in_place() {
+    let (a, per, c): (Arc<str>, Arc<str>, Arc<str>) = ("a".into(), "per".into(), "c".into());
+    let shared = Catalog::from_sources(
+        &prefix(),
+        vec![
+            (a.clone(), Arc::new(entry(&["x"]))),
+            (per.clone(), Arc::new(entry(&[]))),
+            (c.clone(), Arc::new(entry(&["y"]))),
+        ],
+    )
+    .with_hidden(&prefix(), [(&"down".into(), &entry(&["gone"]))]);
+    let mine = Arc::new(entry(&["alpha"]));
+    let view = shared.with_own(&prefix(), |n| (n == "per").then(|| mine.clone()));
+    let names: Vec<_> = view.tools.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names, ["a__x", "per__alpha", "c__y"], "file order is kept");
+    assert_eq!(
+        view.route_tool("per__alpha").map(|r| &*r.backend),
+        Some("per")
+    );
+    assert_eq!(
+        view.hidden_owner("down__gone").map(|b| &**b),
+        Some("down"),
+        "names of backends that are down stay recognised"
+    );
+    assert!(view.diff(&shared).tools);
+    assert!(
+        shared.route_tool("per__alpha").is_none(),
+        "the shared catalog is untouched"
+    );
+    // A backend the shared catalog does not show (down) is not shown to
+    // the session either, whatever it listed before.
+    let without = Catalog::from_sources(&prefix(), vec![(a.clone(), Arc::new(entry(&["x"])))]);
+    let view = without.with_own(&prefix(), |n| (n == "per").then(|| mine.clone()));
+    assert!(view.route_tool("per__alpha").is_none());
+}

@@ -78,6 +78,14 @@ pub struct BackendConfig {
     pub health: HealthConfig,
     /// `[backends.restart]` over `[restart]`.
     pub restart: RestartPolicy,
+    /// `forward_auth` (http): each client session gets its own backend
+    /// connection carrying that client's `Authorization` header, and its
+    /// own catalog of this backend; Vigil never talks MCP to it with
+    /// credentials of its own.
+    pub forward_auth: bool,
+    /// `session_idle` (with `forward_auth`): a session's connection unused
+    /// this long is closed (reopened on its next use). Default `10m`.
+    pub session_idle: Duration,
 }
 
 impl Problems {
@@ -110,6 +118,15 @@ impl Problems {
             .map(|t| self.duration(&format!("{at}.request_timeout"), Some(t), "60s"));
         let health = self.health(&format!("{at}.health"), health, b.health.clone());
         let restart = self.restart(&format!("{at}.restart"), restart, b.restart.clone());
+        let session_idle =
+            self.duration(&format!("{at}.session_idle"), b.session_idle.clone(), "10m");
+        if session_idle.is_zero() {
+            self.add(
+                format!("{at}.session_idle"),
+                "must be longer than zero, like session_idle = \"10m\"",
+            );
+        }
+        let forward_auth = b.forward_auth.unwrap_or(false);
         let runtime_name = b.runtime.clone();
         let (transport, runtime) = match b.transport.as_deref() {
             Some("stdio") => {
@@ -120,6 +137,8 @@ impl Problems {
                         ("url", b.url.is_some()),
                         ("headers", !b.headers.is_empty()),
                         ("keep_alive", b.keep_alive.is_some()),
+                        ("forward_auth", b.forward_auth.is_some()),
+                        ("session_idle", b.session_idle.is_some()),
                     ],
                 );
                 match runtime_name.as_deref() {
@@ -169,6 +188,24 @@ impl Problems {
                     "does not apply to http backends",
                     [("cwd", b.cwd.is_some())],
                 );
+                if b.forward_auth == Some(true)
+                    && let Some(k) = b
+                        .headers
+                        .keys()
+                        .find(|k| k.eq_ignore_ascii_case("authorization"))
+                {
+                    self.add(
+                        format!("{at}.headers.{k}"),
+                        "conflicts with forward_auth = true, which sends each client's own Authorization header; remove one of them",
+                    );
+                }
+                if b.forward_auth != Some(true) {
+                    self.refuse(
+                        at,
+                        "only applies with forward_auth = true",
+                        [("session_idle", b.session_idle.is_some())],
+                    );
+                }
                 let runtime = match runtime_name.as_deref() {
                     None | Some("remote") => {
                         self.refuse(
@@ -238,6 +275,8 @@ impl Problems {
             request_timeout,
             health,
             restart,
+            forward_auth,
+            session_idle,
         })
     }
 

@@ -106,6 +106,8 @@ pub struct RawBackend {
     pub headers: BTreeMap<String, String>,
     pub request_timeout: Option<String>,
     pub keep_alive: Option<bool>,
+    pub forward_auth: Option<bool>,
+    pub session_idle: Option<String>,
     pub runtime: Option<String>,
     pub image: Option<String>,
     #[serde(default)]

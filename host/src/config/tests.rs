@@ -207,3 +207,71 @@ fn durations_longer_than_a_year_are_refused() {
     }
     assert!(with_env("[restart]\nquarantine_reprobe = \"365days\"", &[]).is_ok());
 }
+
+#[test]
+fn forward_auth_parses_with_its_idle_limit() {
+    let c = parse(
+        r#"
+        [[backends]]
+        name = "per-user"
+        transport = "http"
+        url = "http://127.0.0.1:3902/mcp"
+        forward_auth = true
+        session_idle = "2m"
+        [[backends]]
+        name = "plain"
+        transport = "http"
+        url = "http://127.0.0.1:3903/mcp"
+        "#,
+    )
+    .unwrap();
+    assert!(c.backends[0].forward_auth);
+    assert_eq!(c.backends[0].session_idle, Duration::from_secs(120));
+    assert!(!c.backends[1].forward_auth);
+    assert_eq!(c.backends[1].session_idle, Duration::from_secs(600));
+}
+
+#[test]
+fn forward_auth_mistakes_are_refused_with_the_key() {
+    let e = err(r#"
+        [[backends]]
+        name = "p"
+        transport = "http"
+        url = "http://127.0.0.1:3902/mcp"
+        forward_auth = true
+        headers = { authorization = "Bearer shared" }
+        "#);
+    assert!(
+        e.contains("backends[0].headers.authorization")
+            && e.contains("conflicts with forward_auth"),
+        "{e}"
+    );
+    let e = err(r#"
+        [[backends]]
+        name = "s"
+        transport = "stdio"
+        command = "x"
+        forward_auth = true
+        "#);
+    assert!(e.contains("backends[0].forward_auth"), "{e}");
+    let e = err(r#"
+        [[backends]]
+        name = "p"
+        transport = "http"
+        url = "http://127.0.0.1:3902/mcp"
+        session_idle = "1m"
+        "#);
+    assert!(
+        e.contains("backends[0].session_idle") && e.contains("only applies with forward_auth"),
+        "{e}"
+    );
+    let e = err(r#"
+        [[backends]]
+        name = "p"
+        transport = "http"
+        url = "http://127.0.0.1:3902/mcp"
+        forward_auth = true
+        session_idle = "0s"
+        "#);
+    assert!(e.contains("longer than zero"), "{e}");
+}

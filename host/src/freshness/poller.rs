@@ -14,17 +14,43 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::config::PollerConfig;
 
-/// Runs until `shutdown`. `backends` gives the current backend set at the
-/// start of each round (a config reload may change it). Does nothing with
-/// a zero interval.
+/// What the poller re-lists: a backend's shared catalog, or one session's
+/// own catalog of a `forward_auth` backend (listed through that session's
+/// connection only).
+pub trait Listing: Send + Sync {
+    /// The backend, for the log.
+    fn backend(&self) -> &str;
+    /// Whether there is a connection to list through now.
+    fn connected(&self) -> bool;
+    /// Re-lists, single-flight with other listings of the same catalog;
+    /// `false` if none completed within `timeout`.
+    fn relist(&self, timeout: Duration) -> BoxFuture<'_, bool>;
+}
+
+impl Listing for Backend {
+    fn backend(&self) -> &str {
+        &self.name
+    }
+    fn connected(&self) -> bool {
+        self.shared().is_some()
+    }
+    fn relist(&self, timeout: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(self.refresh_and_wait(timeout))
+    }
+}
+
+/// Runs until `shutdown`. `targets` gives what to list at the start of
+/// each round (a config reload or new sessions may change it). Does
+/// nothing with a zero interval.
 pub async fn run(
-    backends: impl Fn() -> Vec<Arc<Backend>>,
+    backends: impl Fn() -> Vec<Arc<dyn Listing>>,
     config: PollerConfig,
     listing_timeout: Duration,
     shutdown: CancellationToken,
@@ -55,15 +81,18 @@ pub async fn run(
             }
             // Only connected backends are listed; the others are listed when
             // they connect.
-            if backend.shared().is_none() {
+            if !backend.connected() {
                 continue;
             }
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 return;
             };
             tokio::spawn(async move {
-                if !backend.refresh_and_wait(listing_timeout).await {
-                    tracing::debug!(backend = %backend.name, "poll: no listing completed in time");
+                if !backend.relist(listing_timeout).await {
+                    tracing::debug!(
+                        backend = backend.backend(),
+                        "poll: no listing completed in time"
+                    );
                 }
                 drop(slot);
             });

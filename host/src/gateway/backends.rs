@@ -10,6 +10,9 @@ use crate::backend::Backend;
 pub struct BackendSet {
     list: Vec<Arc<Backend>>,
     by_name: HashMap<Arc<str>, usize>,
+    /// Indexes of the `forward_auth` backends (looked at on every session
+    /// resync; most sets have none).
+    forwarded: Vec<usize>,
 }
 
 impl BackendSet {
@@ -19,7 +22,19 @@ impl BackendSet {
             .enumerate()
             .map(|(i, b)| (b.name.clone(), i))
             .collect();
-        Self { list, by_name }
+        let forwarded = (0..list.len())
+            .filter(|i| list[*i].forwards_auth())
+            .collect();
+        Self {
+            list,
+            by_name,
+            forwarded,
+        }
+    }
+
+    /// The `forward_auth` backends, in file order.
+    pub fn forwarded(&self) -> impl Iterator<Item = &Arc<Backend>> {
+        self.forwarded.iter().map(|i| &self.list[*i])
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Backend>> {

@@ -7,13 +7,17 @@
 //! (`freshness::debounce`), which wakes each session's resync worker
 //! (`sessions.rs`). Each client session is a [`session::FrontSession`] (the
 //! rmcp `ServerHandler`) that reads the snapshot and routes requests; it
-//! never keeps its own copy of the catalog. [`http`] and [`stdio`] expose
-//! it; `reload.rs` swaps the backend set when the config file changes.
+//! never keeps its own copy of the catalog. Its own backend connections,
+//! and its own catalogs of `forward_auth` backends (merged over the
+//! snapshot), live in its `pool.rs` [`pool::Pool`]. [`http`] and [`stdio`]
+//! expose it; `reload.rs` swaps the backend set when the config file
+//! changes.
 
 mod backends;
 mod control;
 pub mod http;
 mod http_errors;
+mod pool;
 mod reload;
 pub mod reload_trigger;
 mod route;
@@ -35,6 +39,7 @@ use crate::catalog::{BackendCatalog, Catalog, Conflict, Current};
 use crate::config::{BackendConfig, RuntimeKind, Transport};
 use crate::config::{Config, Naming};
 use crate::freshness::debounce::Debouncer;
+use crate::freshness::poller::Listing;
 use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Transition, advertisable};
 use crate::runtime::Runtime;
@@ -100,7 +105,7 @@ pub struct Gateway {
 struct Entries {
     /// The last catalog each backend listed, kept while it is down so its
     /// names can be recognised (and calls to them answered "unavailable").
-    known: HashMap<Arc<str>, BackendCatalog>,
+    known: HashMap<Arc<str>, Arc<BackendCatalog>>,
     /// Backends whose capabilities are shown (see [`advertisable`]).
     advertised: std::collections::HashSet<Arc<str>>,
 }
@@ -354,11 +359,12 @@ impl Startup {
             }
         }
         let source = Arc::downgrade(&gw);
+        tracker.spawn(pool::reap_idle(Arc::downgrade(&gw), shutdown.clone()));
         tracker.spawn(crate::freshness::poller::run(
             move || {
                 source
                     .upgrade()
-                    .map(|gw| gw.backends().to_vec())
+                    .map(|gw| gw.poll_targets())
                     .unwrap_or_default()
             },
             gw.config.poller.clone(),
@@ -427,7 +433,7 @@ impl Gateway {
                 continue; // a late update from a backend a reload replaced
             }
             if let Some(c) = u.catalog {
-                entries.known.insert(u.backend.clone(), c);
+                entries.known.insert(u.backend.clone(), Arc::new(c));
             }
             if advertisable(u.state) {
                 entries.advertised.insert(u.backend.clone());
@@ -437,10 +443,16 @@ impl Gateway {
         }
         let (shown, hidden): (Vec<_>, Vec<_>) = set
             .iter()
-            .filter_map(|b| entries.known.get(&b.name).map(|c| (&b.name, c)))
-            .partition(|(name, _)| entries.advertised.contains(*name));
+            .filter_map(|b| {
+                entries
+                    .known
+                    .get(&b.name)
+                    .map(|c| (b.name.clone(), c.clone()))
+            })
+            .partition(|(name, _)| entries.advertised.contains(name));
         let next = Arc::new(
-            Catalog::build(&self.config.naming, shown).with_hidden(&self.config.naming, hidden),
+            Catalog::from_sources(&self.config.naming, shown)
+                .with_hidden(&self.config.naming, hidden.iter().map(|(n, c)| (n, &**c))),
         );
         let previous = self.catalog.replace(next.clone());
         for c in next
@@ -455,6 +467,31 @@ impl Gateway {
             tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, "catalog changed");
             debouncer.changed();
         }
+    }
+
+    /// What the capability poller lists: each backend's shared catalog,
+    /// and for a `forward_auth` backend each session's own, through that
+    /// session's live connection (none without one).
+    fn poll_targets(&self) -> Vec<Arc<dyn Listing>> {
+        let set = self.backends();
+        let pools = match set.forwarded().next() {
+            Some(_) => self.sessions.pools(),
+            None => Vec::new(),
+        };
+        let mut targets: Vec<Arc<dyn Listing>> = Vec::with_capacity(set.len());
+        for b in set.iter() {
+            if !b.forwards_auth() {
+                targets.push(b.clone());
+                continue;
+            }
+            for p in pools.iter().filter(|p| p.has_live(b)) {
+                targets.push(Arc::new(pool::SessionListing {
+                    pool: p.clone(),
+                    backend: b.clone(),
+                }));
+            }
+        }
+        targets
     }
 
     /// The current catalog snapshot.

@@ -1,7 +1,6 @@
 //! One client session: the rmcp `ServerHandler` that answers lists from the
 //! catalog snapshot and routes everything else to the right backend.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -9,13 +8,17 @@ use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
 
+use serde_json::json;
+
 use super::Gateway;
+use super::pool::Pool;
 use super::route::{
     forwardable_meta, mark_complete, page, unavailable, unknown_prompt, unknown_tool, unknown_uri,
 };
 use super::sessions::Channel;
 use super::streams::StreamSessions;
 use crate::backend::{Backend, Connection, FrontCall, StreamClosed};
+use crate::catalog::Catalog;
 use crate::health::{HealthState, advertisable};
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
@@ -26,17 +29,23 @@ pub struct FrontSession {
     /// does the session have a lasting identity worth its own backend
     /// connections and notifications.
     registered: AtomicBool,
-    /// This session's own connections to per-session (HTTP) backends.
-    /// This session's own backend connections, with the [`Backend::uid`]
-    /// they were opened for (a reload that edits a backend replaces it).
-    conns: tokio::sync::Mutex<HashMap<Arc<str>, (u64, Arc<Connection>)>>,
+    /// This session's own backend connections and, for `forward_auth`
+    /// backends, its own catalogs of them.
+    pool: Arc<Pool>,
+}
+
+/// The client's `Authorization` header on this request, if it came over HTTP.
+fn authorization(extensions: &rmcp::model::Extensions) -> Option<String> {
+    let parts = extensions.get::<http::request::Parts>()?;
+    let v = parts.headers.get(http::header::AUTHORIZATION)?;
+    v.to_str().ok().map(str::to_owned)
 }
 
 impl FrontSession {
-    /// The backend that serves resource `uri`, or the "unknown resource" error.
-    fn uri_backend(&self, uri: &str) -> Result<Arc<str>, McpError> {
-        self.gw
-            .catalog()
+    /// The backend that serves resource `uri` in `catalog`, or the
+    /// "unknown resource" error.
+    fn uri_backend(catalog: &Catalog, uri: &str) -> Result<Arc<str>, McpError> {
+        catalog
             .route_uri(uri)
             .cloned()
             .ok_or_else(|| unknown_uri(uri))
@@ -44,39 +53,52 @@ impl FrontSession {
 
     pub(super) fn new(gw: Arc<Gateway>, id: u64) -> Self {
         Self {
+            pool: Pool::new(id, Arc::downgrade(&gw)),
             gw,
             id,
             registered: AtomicBool::new(false),
-            conns: Default::default(),
         }
     }
 
-    /// The connection a request from this session to `backend` travels on.
+    /// What this session sees: the shared catalog, with its own catalogs of
+    /// `forward_auth` backends in place once it is registered (listed
+    /// through its own connections first where due).
+    async fn catalog(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
+        let shared = self.gw.catalog();
+        if !self.registered.load(Ordering::Acquire) {
+            return shared;
+        }
+        self.observe(ctx);
+        self.pool.derive(shared).await
+    }
+
+    fn observe(&self, ctx: &RequestContext<RoleServer>) {
+        self.pool.observe(
+            authorization(&ctx.extensions),
+            ctx.peer.peer_info().map(|i| i.capabilities.clone()),
+        );
+    }
+
+    /// The connection a request from this session to `backend` travels on:
+    /// the session's own for HTTP backends, the shared one otherwise (and
+    /// before the handshake finished).
     async fn connection(
         &self,
         backend: &Arc<Backend>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, McpError> {
-        let shared = backend.shared().ok_or_else(|| down(backend))?;
-        if !backend.per_session() || !self.registered.load(Ordering::Acquire) {
-            return Ok(shared);
-        }
-        let mut conns = self.conns.lock().await;
-        if let Some((_, c)) = conns
-            .get(&backend.name)
-            .filter(|(uid, c)| *uid == backend.uid && !c.is_closed())
-        {
-            return Ok(c.clone());
-        }
-        let caps = ctx.peer.peer_info().map(|i| i.capabilities.clone());
-        let conn = Arc::new(
-            backend
-                .open_session_connection(self.id, caps)
+        if backend.per_session() && self.registered.load(Ordering::Acquire) {
+            self.observe(ctx);
+            return self
+                .pool
+                .connection(backend)
                 .await
-                .map_err(|e| e.into_mcp())?,
-        );
-        conns.insert(backend.name.clone(), (backend.uid, conn.clone()));
-        Ok(conn)
+                .map_err(|e| e.into_mcp());
+        }
+        if backend.forwards_auth() {
+            return Err(needs_session(&backend.name));
+        }
+        backend.shared().ok_or_else(|| down(backend))
     }
 
     /// Forwards one request to `backend` and returns its answer.
@@ -101,23 +123,66 @@ impl FrontSession {
             progress_token: ctx.meta.get_progress_token(),
             on_stream_closed: polling.as_ref().map(|p| p.hook()),
         };
+        let tool = match &request {
+            ClientRequest::CallToolRequest(r) => Some(r.params.name.to_string()),
+            _ => None,
+        };
+        let reinits = conn.reinitializations();
         let result = conn.request(request, Some(front), &ctx.ct).await;
         if let Some(p) = polling {
             p.finish().await;
         }
+        // The request re-initialized a session the backend forgot (it was
+        // restarted, maybe redeployed): what it offers may have changed.
+        let recovered = conn.reinitializations() != reinits;
         match result {
             Ok(mut r) => {
+                if recovered {
+                    self.relist_after_recovery(&b, false).await;
+                }
                 mark_complete(&mut r);
                 Ok(r)
             }
             Err(e) => {
                 if e.is_connection_lost() {
-                    self.conns.lock().await.remove(backend);
+                    self.pool.drop_connection(backend).await;
                     return Err(unavailable(&b.name, HealthState::Offline, &e.to_string()));
                 }
                 tracing::debug!(backend = %backend, error = %e, "routed request failed");
-                Err(e.into_mcp())
+                let e = e.into_mcp();
+                if recovered {
+                    let invalid = e.code == ErrorCode::INVALID_PARAMS;
+                    // Invalid arguments right after a recovery: the tool's
+                    // schema changed. Re-list before answering, so the
+                    // client's next tools/list shows the new one.
+                    self.relist_after_recovery(&b, invalid).await;
+                    if let (true, Some(tool)) = (invalid, tool) {
+                        return Err(schema_changed(&b.name, &tool, e));
+                    }
+                }
+                Err(e)
             }
+        }
+    }
+
+    /// Re-lists `b` after one of its sessions recovered: this session's own
+    /// catalog of a `forward_auth` backend, the shared one otherwise.
+    /// `wait`: until the listing completed (bounded by the request timeout).
+    async fn relist_after_recovery(&self, b: &Arc<Backend>, wait: bool) {
+        tracing::info!(backend = %b.name, session = self.id, "backend session recovered; listing again");
+        let timeout = self.gw.config.request_timeout_for(&b.config);
+        if b.forwards_auth() {
+            let (pool, b) = (self.pool.clone(), b.clone());
+            let relist = async move { pool.relist(&b).await };
+            if wait {
+                let _ = tokio::time::timeout(timeout, relist).await;
+            } else {
+                tokio::spawn(relist);
+            }
+        } else if wait {
+            b.refresh_and_wait(timeout).await;
+        } else {
+            b.request_refresh();
         }
     }
 
@@ -142,12 +207,7 @@ impl FrontSession {
 
     /// The error for a name with no route: "unavailable" when it belongs to
     /// a backend that is not serving, `unknown` otherwise.
-    fn unrouted(
-        &self,
-        catalog: &crate::catalog::Catalog,
-        name: &str,
-        unknown: fn(&str) -> McpError,
-    ) -> McpError {
+    fn unrouted(&self, catalog: &Catalog, name: &str, unknown: fn(&str) -> McpError) -> McpError {
         match self.gw.owner_of_unrouted(catalog, name) {
             Some(b) if !advertisable(b.state()) => down(&b),
             _ => unknown(name),
@@ -169,15 +229,46 @@ impl FrontSession {
         )
     }
 
-    /// One page of a merged list of the current catalog.
-    fn page_of<T: Clone>(
+    /// One page of a merged list of what this session sees.
+    async fn page_of<T: Clone>(
         &self,
-        list: impl Fn(&crate::catalog::Catalog) -> &Vec<T>,
+        list: impl Fn(&Catalog) -> &Vec<T>,
         p: &Option<PaginatedRequestParams>,
+        ctx: &RequestContext<RoleServer>,
     ) -> Result<(Vec<T>, Option<String>), McpError> {
         let cursor = p.as_ref().and_then(|p| p.cursor.as_deref());
-        page(list(&self.gw.catalog()), cursor, self.gw.config.page_size)
+        page(
+            list(&*self.catalog(ctx).await),
+            cursor,
+            self.gw.config.page_size,
+        )
     }
+}
+
+/// A `forward_auth` backend reached without a client session: there is
+/// no connection of this client's to use, and never anyone else's.
+fn needs_session(backend: &str) -> McpError {
+    McpError::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!(
+            "backend '{backend}' is reached with each client's own credentials (forward_auth) and needs a client session: connect with a protocol revision that has sessions (2025-11-25 or earlier)"
+        ),
+        Some(json!({"backend": backend})),
+    )
+}
+
+/// A tool's arguments refused right after its backend's session was
+/// recovered: the backend came back with another schema for it.
+fn schema_changed(backend: &str, tool: &str, e: McpError) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "the tool's schema changed: backend '{backend}' was restarted and refused the arguments of `{tool}` ({}); list the tools again (tools/list) and retry with the new schema",
+            e.message
+        ),
+        Some(
+            json!({"backend": backend, "tool": tool, "reason": "schema_changed", "backendError": e.data}),
+        ),
+    )
 }
 
 /// The "unavailable" error for a backend that is not serving.
@@ -257,9 +348,18 @@ impl ServerHandler for FrontSession {
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         if !self.registered.swap(true, Ordering::AcqRel) {
-            self.gw
-                .sessions()
-                .add(self.id, Channel::Session(ctx.peer.clone()));
+            // List forward_auth backends with this client's credentials
+            // first: the session starts out seeing them.
+            self.pool.observe(
+                authorization(&ctx.extensions),
+                ctx.peer.peer_info().map(|i| i.capabilities.clone()),
+            );
+            self.pool.derive(self.gw.catalog()).await;
+            self.gw.sessions().add(
+                self.id,
+                Channel::Session(ctx.peer.clone()),
+                Some(self.pool.clone()),
+            );
             tracing::debug!(session = self.id, "client session opened");
         }
     }
@@ -271,9 +371,9 @@ impl ServerHandler for FrontSession {
     async fn list_tools(
         &self,
         p: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let (items, next) = self.page_of(|c| &c.tools, &p)?;
+        let (items, next) = self.page_of(|c| &c.tools, &p, &ctx).await?;
         let mut r = ListToolsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
@@ -282,9 +382,9 @@ impl ServerHandler for FrontSession {
     async fn list_resources(
         &self,
         p: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let (items, next) = self.page_of(|c| &c.resources, &p)?;
+        let (items, next) = self.page_of(|c| &c.resources, &p, &ctx).await?;
         let mut r = ListResourcesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
@@ -293,9 +393,9 @@ impl ServerHandler for FrontSession {
     async fn list_resource_templates(
         &self,
         p: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let (items, next) = self.page_of(|c| &c.templates, &p)?;
+        let (items, next) = self.page_of(|c| &c.templates, &p, &ctx).await?;
         let mut r = ListResourceTemplatesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
@@ -304,9 +404,9 @@ impl ServerHandler for FrontSession {
     async fn list_prompts(
         &self,
         p: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        let (items, next) = self.page_of(|c| &c.prompts, &p)?;
+        let (items, next) = self.page_of(|c| &c.prompts, &p, &ctx).await?;
         let mut r = ListPromptsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
@@ -319,7 +419,7 @@ impl ServerHandler for FrontSession {
     ) -> Result<CallToolResponse, McpError> {
         // The route is taken from one snapshot, so a call never mixes a
         // name from one catalog generation with a backend from another.
-        let catalog = self.gw.catalog();
+        let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_tool(&p.name).cloned() else {
             self.forget_stream(&ctx);
             return Err(self.unrouted(&catalog, &p.name, unknown_tool));
@@ -353,7 +453,7 @@ impl ServerHandler for FrontSession {
         mut p: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let backend = match self.uri_backend(&p.uri) {
+        let backend = match Self::uri_backend(&*self.catalog(&ctx).await, &p.uri) {
             Ok(b) => b,
             Err(e) => {
                 self.forget_stream(&ctx);
@@ -380,7 +480,7 @@ impl ServerHandler for FrontSession {
         mut p: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let catalog = self.gw.catalog();
+        let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
             return Err(self.unrouted(&catalog, &p.name, unknown_prompt));
@@ -406,7 +506,7 @@ impl ServerHandler for FrontSession {
         mut p: CompleteRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
-        let catalog = self.gw.catalog();
+        let catalog = self.catalog(&ctx).await;
         let backend = match &mut p.r#ref {
             Reference::Prompt(r) => {
                 let route = catalog
@@ -446,7 +546,7 @@ impl ServerHandler for FrontSession {
         mut p: SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let backend = self.uri_backend(&p.uri)?;
+        let backend = Self::uri_backend(&*self.catalog(&ctx).await, &p.uri)?;
         let uri = p.uri.clone();
         p.meta = forwardable_meta(p.meta);
         self.forward(
@@ -464,7 +564,7 @@ impl ServerHandler for FrontSession {
         mut p: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let backend = self.uri_backend(&p.uri)?;
+        let backend = Self::uri_backend(&*self.catalog(&ctx).await, &p.uri)?;
         let uri = p.uri.clone();
         p.meta = forwardable_meta(p.meta);
         self.gw.sessions().subscribe(self.id, &uri, false);
@@ -501,14 +601,7 @@ impl ServerHandler for FrontSession {
     }
 
     async fn on_roots_list_changed(&self, _ctx: NotificationContext<RoleServer>) {
-        let conns: Vec<Arc<Connection>> = self
-            .conns
-            .lock()
-            .await
-            .values()
-            .map(|(_, c)| c.clone())
-            .collect();
-        for c in conns {
+        for c in self.pool.connections().await {
             let n = ClientNotification::RootsListChangedNotification(
                 RootsListChangedNotification::default(),
             );
@@ -542,9 +635,13 @@ impl ServerHandler for FrontSession {
         // Each listen stream is its own registry entry for as long as it is open.
         let id = self.gw.new_listen_id();
         tracing::debug!(listen = id, accepted = ?ctx.accepted(), "subscriptions/listen stream opened");
+        let pool = self
+            .registered
+            .load(Ordering::Acquire)
+            .then(|| self.pool.clone());
         self.gw
             .sessions()
-            .add(id, Channel::Listen(ctx.sink().clone()));
+            .add(id, Channel::Listen(ctx.sink().clone()), pool);
         ctx.cancelled().await;
         self.gw.sessions().remove(id);
         Ok(())

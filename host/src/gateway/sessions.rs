@@ -28,6 +28,7 @@ use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::pool::Pool;
 use crate::catalog::{Catalog, Changes, Current};
 
 /// How a session is reached.
@@ -44,6 +45,9 @@ struct Entry {
     subscriptions: HashSet<String>,
     /// Minimum level of log messages the client asked for.
     log_level: Option<LoggingLevel>,
+    /// The session's own backend connections and catalogs (`None`: it
+    /// sees the shared catalog as is).
+    pool: Option<Arc<Pool>>,
     /// Wakes the session's resync worker.
     resync: Arc<Notify>,
     /// Ends the worker when the entry leaves the registry.
@@ -68,14 +72,25 @@ impl Sessions {
     }
 
     /// Registers a session that has seen the current catalog (it lists it
-    /// from now on) and starts its resync worker.
-    pub fn add(self: &Arc<Self>, id: u64, channel: Channel) {
+    /// from now on) and starts its resync worker. With a `pool`, what the
+    /// session sees is the pool's view (see `pool.rs`), and a change of its
+    /// own catalogs wakes the worker too.
+    pub fn add(self: &Arc<Self>, id: u64, channel: Channel, pool: Option<Arc<Pool>>) {
         let resync = Arc::new(Notify::new());
         let stop = CancellationToken::new();
+        let shared = self.catalog.get();
+        let seen = match &pool {
+            Some(p) => {
+                p.on_change(&resync);
+                p.current(shared)
+            }
+            None => shared,
+        };
         let worker = Resync {
             id,
             channel: channel.clone(),
-            seen: self.catalog.get(),
+            seen,
+            pool: pool.clone(),
             wake: resync.clone(),
             registry: Arc::downgrade(self),
         };
@@ -86,6 +101,7 @@ impl Sessions {
                 channel,
                 subscriptions: HashSet::new(),
                 log_level: None,
+                pool,
                 resync,
                 _worker: stop.drop_guard(),
             },
@@ -94,6 +110,17 @@ impl Sessions {
 
     pub fn remove(&self, id: u64) {
         self.lock().remove(&id);
+    }
+
+    /// The pool of every registered session, once each.
+    pub fn pools(&self) -> Vec<Arc<Pool>> {
+        let mut out: Vec<Arc<Pool>> = Vec::new();
+        for p in self.lock().values().filter_map(|e| e.pool.as_ref()) {
+            if !out.iter().any(|o| Arc::ptr_eq(o, p)) {
+                out.push(p.clone());
+            }
+        }
+        out
     }
 
     /// How many sessions are registered.
@@ -190,6 +217,7 @@ struct Resync {
     channel: Channel,
     /// The snapshot the session last saw.
     seen: Arc<Catalog>,
+    pool: Option<Arc<Pool>>,
     wake: Arc<Notify>,
     registry: std::sync::Weak<Sessions>,
 }
@@ -204,8 +232,12 @@ impl Resync {
             let Some(registry) = self.registry.upgrade() else {
                 return;
             };
-            let now = registry.catalog.get();
+            let shared = registry.catalog.get();
             drop(registry);
+            let now = match &self.pool {
+                Some(p) => p.derive(shared).await,
+                None => shared,
+            };
             let changes = now.diff(&self.seen);
             self.seen = now;
             if !changes.any() {
@@ -381,7 +413,7 @@ mod tests {
         current.replace(catalog(&["a"]));
         let sessions = Sessions::new(current.clone());
         let p = connect().await;
-        sessions.add(1, Channel::Session(p.server.peer().clone()));
+        sessions.add(1, Channel::Session(p.server.peer().clone()), None);
 
         sessions.resync_all();
         quiet().await;
@@ -408,7 +440,7 @@ mod tests {
         let current = Arc::new(Current::default());
         let sessions = Sessions::new(current.clone());
         let p = connect().await;
-        sessions.add(7, Channel::Session(p.server.peer().clone()));
+        sessions.add(7, Channel::Session(p.server.peer().clone()), None);
         assert_eq!(sessions.len(), 1);
 
         sessions.remove(7); // DELETE or close of the client session
@@ -428,7 +460,7 @@ mod tests {
         // The client goes away without a goodbye (expired session).
         p.client.cancel().await.unwrap();
         let _ = p.server.cancel().await;
-        sessions.add(3, Channel::Session(peer));
+        sessions.add(3, Channel::Session(peer), None);
         assert_eq!(sessions.len(), 1, "registered (registration cannot tell)");
 
         current.replace(catalog(&["y"]));
@@ -441,7 +473,7 @@ mod tests {
         let current = Arc::new(Current::default());
         let sessions = Sessions::new(current.clone());
         let p = connect().await;
-        sessions.add(1, Channel::Session(p.server.peer().clone()));
+        sessions.add(1, Channel::Session(p.server.peer().clone()), None);
         // Many deliveries before the worker runs: at most one in flight and
         // one queued, each comparing against the latest snapshot.
         for i in 0..50 {

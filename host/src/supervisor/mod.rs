@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{
-    Backend, BackendError, BackendUpdate, Command, CommandReply, Connection, Status,
+    Backend, BackendError, BackendUpdate, Command, CommandReply, Connection, Status, reach,
 };
 use crate::catalog::BackendCatalog;
 use crate::health::machine::{Action, Input, Machine, Step};
@@ -177,8 +177,9 @@ impl Supervisor {
         };
         match attempt {
             Ok((conn, instance, catalog)) => {
-                let conn = Arc::new(conn);
-                self.backend.set_shared(Some(conn.clone()));
+                let conn = conn.map(Arc::new);
+                self.backend.set_shared(conn.clone());
+                self.backend.mark_up();
                 self.listed = Some(catalog.clone());
                 // The catalog first (known, not yet shown), then the state
                 // change that shows it: the gateway never sees a serving
@@ -221,18 +222,12 @@ impl Supervisor {
         &self,
         endpoint: Endpoint,
         exited: &mut oneshot::Receiver<Exit>,
-    ) -> Result<Connection, (BackendError, Option<Exit>)> {
+    ) -> Result<Option<Connection>, (BackendError, Option<Exit>)> {
         const PAUSE: Duration = Duration::from_millis(100);
         let retry = self.runtime.binds_after_start();
         let (url, headers) = match endpoint {
             Endpoint::Http { url, headers } if retry => (url, headers),
-            endpoint => {
-                return self
-                    .backend
-                    .open_shared_connection(endpoint, self.stderr.clone())
-                    .await
-                    .map_err(|e| (e, None));
-            }
+            endpoint => return self.attach(endpoint).await.map_err(|e| (e, None)),
         };
         let deadline = Instant::now() + self.backend.connect_timeout();
         loop {
@@ -240,7 +235,7 @@ impl Supervisor {
                 url: url.clone(),
                 headers: headers.clone(),
             };
-            match self.backend.open_shared_connection(endpoint, None).await {
+            match self.attach(endpoint).await {
                 Err(e @ BackendError::Refused { .. }) if Instant::now() + PAUSE < deadline => {
                     tracing::debug!(backend = %self.backend.name, error = %e, "connection refused; the container may still be binding its port");
                     tokio::select! {
@@ -253,10 +248,32 @@ impl Supervisor {
         }
     }
 
-    /// Starts the runtime, connects, lists.
+    /// Opens the shared connection over `endpoint`. A `forward_auth`
+    /// backend gets none (Vigil has no credentials of its own for it): its
+    /// endpoint only has to answer (see `backend::reach`).
+    async fn attach(&self, endpoint: Endpoint) -> Result<Option<Connection>, BackendError> {
+        match endpoint {
+            Endpoint::Http { url, headers } if self.backend.forwards_auth() => reach(
+                &self.backend.name,
+                &url,
+                &headers,
+                self.backend.connect_timeout(),
+            )
+            .await
+            .map(|_| None),
+            endpoint => self
+                .backend
+                .open_shared_connection(endpoint, self.stderr.clone())
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Starts the runtime, connects, lists (each client session lists a
+    /// `forward_auth` backend itself: its shared catalog is empty).
     async fn start_instance(
         &mut self,
-    ) -> Result<(Connection, Instance, BackendCatalog), StartFailure> {
+    ) -> Result<(Option<Connection>, Instance, BackendCatalog), StartFailure> {
         let started = self.runtime.start().await.map_err(|e| match e {
             RuntimeError::Infrastructure(m) => StartFailure::Infrastructure(m),
             RuntimeError::Failed(m) => StartFailure::Backend(m),
@@ -289,6 +306,9 @@ impl Supervisor {
                 return Err(StartFailure::Backend(self.with_stderr(why)));
             }
         };
+        let Some(conn) = conn else {
+            return Ok((None, Instance { exited, id }, BackendCatalog::default()));
+        };
         let catalog = match conn.list_catalog().await {
             Ok(c) => c,
             Err(e) => {
@@ -299,14 +319,14 @@ impl Supervisor {
                 )));
             }
         };
-        Ok((conn, Instance { exited, id }, catalog))
+        Ok((Some(conn), Instance { exited, id }, catalog))
     }
 
     /// Serves a ready instance until it goes down (returns the next phase)
     /// or shutdown (`None`).
     async fn serve(
         &mut self,
-        conn: Arc<Connection>,
+        conn: Option<Arc<Connection>>,
         mut exited: oneshot::Receiver<Exit>,
         commands: &mut mpsc::UnboundedReceiver<(Command, CommandReply)>,
         shutdown: &CancellationToken,
@@ -327,7 +347,7 @@ impl Supervisor {
                     // Close the backend session cleanly (an HTTP backend gets
                     // its DELETE) unless a request still holds the connection.
                     self.backend.set_shared(None);
-                    if let Ok(conn) = Arc::try_unwrap(conn) {
+                    if let Some(Ok(conn)) = conn.map(Arc::try_unwrap) {
                         conn.close().await;
                     }
                     return None;
@@ -345,7 +365,7 @@ impl Supervisor {
                         Err(_) => continue,
                     }
                 }
-                _ = conn.closed() => {
+                _ = when_connected(conn.as_deref(), |c| c.closed()) => {
                     // The process exit usually explains a closed stdio pipe:
                     // give it a moment to arrive.
                     let reason = match tokio::time::timeout(Duration::from_millis(300), &mut exited).await {
@@ -368,6 +388,11 @@ impl Supervisor {
                     }
                 }
                 _ = self.backend.refresh_requested() => {
+                    // Sessions list a forward_auth backend themselves.
+                    let Some(conn) = &conn else {
+                        self.backend.set_listing(false);
+                        continue;
+                    };
                     self.backend.set_listing(true);
                     let listed = conn.list_catalog().await;
                     self.backend.set_listing(false);
@@ -393,18 +418,18 @@ impl Supervisor {
                 _ = tick.tick() => {
                     self.apply(Input::Uptime(up_since.elapsed()));
                     last_probe = Instant::now();
-                    self.probe(&conn).await
+                    self.probe(conn.as_deref()).await
                 }
                 // The backend forgot our session and it was re-initialized:
                 // it may have been redeployed with other capabilities.
-                _ = conn.reinitialized() => {
+                _ = when_connected(conn.as_deref(), |c| c.reinitialized()) => {
                     tracing::info!(backend = %self.backend.name, "backend session re-initialized; listing again");
                     self.backend.request_refresh();
                     continue;
                 }
                 // The backend's event stream broke: probe soon rather than at
                 // the next tick (at most one probe per EARLY_PROBE_GAP).
-                _ = conn.stream_broken() => {
+                _ = when_connected(conn.as_deref(), |c| c.stream_broken()) => {
                     tracing::debug!(backend = %self.backend.name, "event stream broke; probing soon");
                     probe_soon.get_or_insert((last_probe + EARLY_PROBE_GAP).max(Instant::now()));
                     continue;
@@ -412,7 +437,7 @@ impl Supervisor {
                 _ = tokio::time::sleep_until(probe_soon.unwrap_or_else(Instant::now)), if probe_soon.is_some() => {
                     probe_soon = None;
                     last_probe = Instant::now();
-                    self.probe(&conn).await
+                    self.probe(conn.as_deref()).await
                 }
             };
             let step = self.apply(input);
@@ -571,5 +596,17 @@ impl Supervisor {
             }
             _ => reason,
         }
+    }
+}
+
+/// `f(conn)` with a connection; never resolves without one (a
+/// `forward_auth` backend's supervisor holds none).
+async fn when_connected<'a, F>(conn: Option<&'a Connection>, f: impl FnOnce(&'a Connection) -> F)
+where
+    F: Future<Output = ()>,
+{
+    match conn {
+        Some(c) => f(c).await,
+        None => std::future::pending().await,
     }
 }

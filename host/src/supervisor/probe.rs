@@ -11,13 +11,16 @@ use rmcp::model::{
 use tokio::time::Instant;
 
 use super::Supervisor;
-use crate::backend::{BackendError, Connection};
+use crate::backend::{BackendError, Connection, reach};
 use crate::config::{Readiness, Transport};
 use crate::health::machine::Input;
 use crate::runtime::RuntimeError;
 
 impl Supervisor {
-    pub(super) async fn probe(&mut self, conn: &Connection) -> Input {
+    /// One probe round. `conn` is the shared connection; `None` for a
+    /// `forward_auth` backend, whose readiness is an HTTP round trip to its
+    /// endpoint (see `backend::reach`) and which has no tool probe.
+    pub(super) async fn probe(&mut self, conn: Option<&Connection>) -> Input {
         let health = self.backend.config.health.clone();
         if self.runtime.kind() == "container" {
             match self.runtime.inspect().await {
@@ -34,15 +37,27 @@ impl Supervisor {
             }
         }
         let t0 = Instant::now();
-        let answer = match health.readiness {
-            Readiness::Ping => conn.ping(health.timeout).await,
-            Readiness::ListTools => conn
-                .probe_request(
-                    ClientRequest::ListToolsRequest(ListToolsRequest::default()),
-                    health.timeout,
-                )
-                .await
-                .map(|_| ()),
+        let answer = match (conn, &self.backend.config.transport) {
+            (None, Transport::Http { url, headers, .. }) => {
+                reach(&self.backend.name, url, headers, health.timeout)
+                    .await
+                    .map(|_| ())
+            }
+            (None, Transport::Stdio { .. }) => Err(BackendError::Transport {
+                backend: self.backend.name.clone(),
+                reason: "no connection to probe".into(),
+                stderr: vec![],
+            }),
+            (Some(conn), _) => match health.readiness {
+                Readiness::Ping => conn.ping(health.timeout).await,
+                Readiness::ListTools => conn
+                    .probe_request(
+                        ClientRequest::ListToolsRequest(ListToolsRequest::default()),
+                        health.timeout,
+                    )
+                    .await
+                    .map(|_| ()),
+            },
         };
         let latency = t0.elapsed();
         match answer {
@@ -52,7 +67,7 @@ impl Supervisor {
                 if latency > health.degraded_latency {
                     degraded = Some(format!("slow: the readiness probe took {}", ms(latency)));
                 }
-                if let Some(tp) = &health.tool_probe {
+                if let (Some(tp), Some(conn)) = (&health.tool_probe, conn) {
                     let mut params = CallToolRequestParams::new(tp.tool.clone());
                     params.arguments = Some(tp.arguments.clone());
                     let t1 = Instant::now();

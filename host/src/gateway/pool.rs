@@ -1,0 +1,416 @@
+//! One client session's own backend connections, and what it lists
+//! through them.
+//!
+//! Every HTTP backend gives each registered client session its own backend
+//! session: one connection per (session, backend), opened on first use. A
+//! `forward_auth` backend goes further: the connection carries the client's
+//! own `Authorization` header, what it lists is *this session's* catalog of
+//! that backend, and the session sees the shared catalog with that entry
+//! replaced ([`Pool::view`]). Nothing here is shared between sessions, so
+//! no request travels with another session's credentials and one session's
+//! refresh never changes another's catalog.
+//!
+//! A connection is reopened when it closed, when the backend came up as a
+//! new instance, when the client's `Authorization` changed, or after a
+//! reload replaced the backend. A `forward_auth` connection unused for the
+//! backend's `session_idle` is closed ([`Pool::reap_idle`]); its catalog
+//! stays, and the next use reopens and re-lists.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+
+use rmcp::model::ClientCapabilities;
+use tokio::sync::Notify;
+
+use super::Gateway;
+use crate::backend::{Backend, BackendError, Connection};
+use crate::catalog::{BackendCatalog, Catalog};
+use crate::freshness::poller::Listing;
+use crate::health::advertisable;
+
+pub struct Pool {
+    session: u64,
+    gw: Weak<Gateway>,
+    /// The client's `Authorization` header as last seen on its requests.
+    auth: Mutex<Option<String>>,
+    capabilities: Mutex<Option<ClientCapabilities>>,
+    slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
+    /// Bumped whenever one of this session's own catalogs changes.
+    version: AtomicU64,
+    /// The last derived view.
+    cache: Mutex<Option<Derived>>,
+    /// The resync workers of the session and of its listen streams, woken
+    /// when an own catalog changed.
+    wakers: Mutex<Vec<Weak<Notify>>>,
+}
+
+/// A view and what it was derived from: (shared snapshot, version).
+type Derived = (Arc<Catalog>, u64, Arc<Catalog>);
+
+/// The connection to one backend.
+struct Slot {
+    /// [`Backend::uid`] it was opened for.
+    uid: u64,
+    state: tokio::sync::Mutex<SlotState>,
+    /// `forward_auth`: what this session listed (read without waiting for
+    /// a handshake or listing in progress).
+    catalog: Mutex<Option<Arc<BackendCatalog>>>,
+    /// Completed listings, for single-flight re-listing.
+    listings: AtomicU64,
+    last_used: Mutex<Instant>,
+    /// The last failed opening: with which `Authorization`, on which
+    /// instance, when. [`Pool::ensure`] does not repeat it for a while.
+    failed: Mutex<Option<(Option<String>, u64, Instant)>>,
+}
+
+/// How long [`Pool::ensure`] leaves a connection that failed to open
+/// (say, the backend refused the client's token) before trying again with
+/// the same credentials on the same instance. A request that needs the
+/// connection always tries.
+const RETRY_FAILED_AFTER: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct SlotState {
+    conn: Option<Arc<Connection>>,
+    /// The `Authorization` the connection carries.
+    auth: Option<String>,
+    /// [`Backend::instance`] it was opened on.
+    instance: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Pool {
+    pub fn new(session: u64, gw: Weak<Gateway>) -> Arc<Self> {
+        Arc::new(Self {
+            session,
+            gw,
+            auth: Mutex::default(),
+            capabilities: Mutex::default(),
+            slots: Mutex::default(),
+            version: AtomicU64::new(0),
+            cache: Mutex::default(),
+            wakers: Mutex::default(),
+        })
+    }
+
+    /// `waker` is notified whenever one of this session's own catalogs
+    /// changes (a resync worker's wake-up).
+    pub fn on_change(&self, waker: &Arc<Notify>) {
+        let mut w = lock(&self.wakers);
+        w.retain(|w| w.strong_count() > 0);
+        w.push(Arc::downgrade(waker));
+    }
+
+    /// Records what the client sent with a request: its `Authorization`
+    /// header (the latest wins: a client may refresh its token) and its
+    /// capabilities (mirrored on new backend connections).
+    pub fn observe(&self, auth: Option<String>, capabilities: Option<ClientCapabilities>) {
+        *lock(&self.auth) = auth;
+        if capabilities.is_some() {
+            *lock(&self.capabilities) = capabilities;
+        }
+    }
+
+    fn slot(&self, b: &Backend) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        if let Some(s) = slots.get(&b.name).filter(|s| s.uid == b.uid) {
+            return s.clone();
+        }
+        let s = Arc::new(Slot {
+            uid: b.uid,
+            state: Default::default(),
+            catalog: Mutex::default(),
+            listings: AtomicU64::new(0),
+            last_used: Mutex::new(Instant::now()),
+            failed: Mutex::default(),
+        });
+        slots.insert(b.name.clone(), s.clone());
+        s
+    }
+
+    /// This session's connection to `b`, opened (and for a `forward_auth`
+    /// backend, listed) if there is none fit for use. Concurrent callers
+    /// wait for one handshake.
+    pub async fn connection(&self, b: &Arc<Backend>) -> Result<Arc<Connection>, BackendError> {
+        let slot = self.slot(b);
+        *lock(&slot.last_used) = Instant::now();
+        let auth = b
+            .forwards_auth()
+            .then(|| lock(&self.auth).clone())
+            .flatten();
+        let mut st = slot.state.lock().await;
+        if let Some(c) = st
+            .conn
+            .as_ref()
+            .filter(|c| !c.is_closed() && st.instance == b.instance() && st.auth == auth)
+        {
+            return Ok(c.clone());
+        }
+        st.conn = None;
+        let instance = b.instance();
+        let caps = lock(&self.capabilities).clone();
+        let opened = b
+            .open_session_connection(self.session, caps, auth.as_deref())
+            .await;
+        *lock(&slot.failed) = opened
+            .is_err()
+            .then(|| (auth.clone(), instance, Instant::now()));
+        let conn = Arc::new(opened?);
+        tracing::debug!(backend = %b.name, session = self.session, "session connection opened");
+        if b.forwards_auth() {
+            let listed = conn.list_catalog().await;
+            self.record_listing(b, &slot, listed);
+        }
+        st.conn = Some(conn.clone());
+        st.auth = auth;
+        st.instance = instance;
+        Ok(conn)
+    }
+
+    /// Stores a listing of `b`; a change wakes the session's resync worker.
+    /// A failed listing forgets the entry: what this client may see of the
+    /// backend is unknown (its token may have been refused).
+    fn record_listing(
+        &self,
+        b: &Backend,
+        slot: &Slot,
+        listed: Result<BackendCatalog, BackendError>,
+    ) {
+        let had = lock(&slot.catalog).is_some();
+        let next = match listed {
+            Ok(c) => Some(c),
+            Err(e) if had => {
+                tracing::warn!(backend = %b.name, session = self.session, error = %e, "listing through the session's own connection failed; the session no longer sees the backend's tools");
+                None
+            }
+            Err(e) => {
+                tracing::debug!(backend = %b.name, session = self.session, error = %e, "listing through the session's own connection failed");
+                None
+            }
+        };
+        slot.listings.fetch_add(1, Ordering::AcqRel);
+        let mut cur = lock(&slot.catalog);
+        if cur.as_deref() != next.as_ref() {
+            tracing::debug!(backend = %b.name, session = self.session, "session's own catalog changed");
+            *cur = next.map(Arc::new);
+            drop(cur);
+            self.version.fetch_add(1, Ordering::AcqRel);
+            for w in lock(&self.wakers).iter().filter_map(Weak::upgrade) {
+                w.notify_one();
+            }
+        }
+    }
+
+    /// Re-lists `b` through this session's live connection, if it has one
+    /// (`false` otherwise: never through anything else). Single-flight: a
+    /// listing that completed while this one waited is taken instead.
+    pub async fn relist(&self, b: &Arc<Backend>) -> bool {
+        let Some(slot) = lock(&self.slots).get(&b.name).cloned() else {
+            return false;
+        };
+        let seen = slot.listings.load(Ordering::Acquire);
+        let st = slot.state.lock().await;
+        if slot.listings.load(Ordering::Acquire) != seen {
+            return true;
+        }
+        let Some(conn) = st.conn.clone().filter(|c| !c.is_closed()) else {
+            return false;
+        };
+        let listed = conn.list_catalog().await;
+        self.record_listing(b, &slot, listed);
+        true
+    }
+
+    /// Whether this session has a live connection to `b` (what the poller
+    /// lists through).
+    pub fn has_live(&self, b: &Backend) -> bool {
+        let Some(slot) = lock(&self.slots).get(&b.name).cloned() else {
+            return false;
+        };
+        slot.uid == b.uid
+            && slot
+                .state
+                .try_lock()
+                .map(|st| st.conn.as_ref().is_some_and(|c| !c.is_closed()))
+                .unwrap_or(true) // being opened or listed right now
+    }
+
+    /// Opens (and lists) this session's connection to every `forward_auth`
+    /// backend the shared catalog shows, where it has none fit for use.
+    pub async fn ensure(&self, gw: &Gateway, shared: &Catalog) {
+        let auth = lock(&self.auth).clone();
+        let due: Vec<Arc<Backend>> = gw
+            .backends()
+            .forwarded()
+            .filter(|b| shared.shows(&b.name) && advertisable(b.state()))
+            .filter(|b| {
+                let slot = self.slot(b);
+                let failed = lock(&slot.failed);
+                !failed.as_ref().is_some_and(|(a, instance, at)| {
+                    *a == auth && *instance == b.instance() && at.elapsed() < RETRY_FAILED_AFTER
+                })
+            })
+            .cloned()
+            .collect();
+        let opens = due.iter().map(|b| async move {
+            if let Err(e) = self.connection(b).await {
+                tracing::debug!(backend = %b.name, session = self.session, error = %e, "could not open the session's connection");
+                self.record_listing(b, &self.slot(b), Err(e));
+            }
+        });
+        futures::future::join_all(opens).await;
+    }
+
+    /// What this session sees now: `shared` with its own `forward_auth`
+    /// entries in place (the shared snapshot itself when it has none).
+    pub fn current(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
+        match self.gw.upgrade() {
+            Some(gw) => self.view(&gw, shared),
+            None => shared,
+        }
+    }
+
+    /// [`Pool::current`] after opening and listing what is due
+    /// ([`Pool::ensure`]): a `forward_auth` backend that came back, or
+    /// that this session has not listed yet.
+    pub async fn derive(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
+        let Some(gw) = self.gw.upgrade() else {
+            return shared;
+        };
+        self.ensure(&gw, &shared).await;
+        self.view(&gw, shared)
+    }
+
+    fn view(&self, gw: &Gateway, shared: Arc<Catalog>) -> Arc<Catalog> {
+        let version = self.version.load(Ordering::Acquire);
+        let own: HashMap<Arc<str>, Arc<BackendCatalog>> = {
+            let slots = lock(&self.slots);
+            if slots.is_empty() {
+                return shared;
+            }
+            if let Some((s, v, view)) = &*lock(&self.cache)
+                && Arc::ptr_eq(s, &shared)
+                && *v == version
+            {
+                return view.clone();
+            }
+            let set = gw.backends();
+            slots
+                .iter()
+                .filter(|(name, slot)| {
+                    set.get(name)
+                        .is_some_and(|b| b.uid == slot.uid && b.forwards_auth())
+                })
+                .filter_map(|(name, slot)| lock(&slot.catalog).clone().map(|c| (name.clone(), c)))
+                .collect()
+        };
+        if own.is_empty() {
+            return shared;
+        }
+        let view = Arc::new(shared.with_own(&gw.config.naming, |n| own.get(n).cloned()));
+        *lock(&self.cache) = Some((shared, version, view.clone()));
+        view
+    }
+
+    /// Every open connection (to tell backends of the client's roots).
+    pub async fn connections(&self) -> Vec<Arc<Connection>> {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).values().cloned().collect();
+        let mut out = Vec::new();
+        for s in slots {
+            if let Some(c) = s.state.lock().await.conn.clone() {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// Forgets the connection to `b` (it was lost); the next use reopens.
+    pub async fn drop_connection(&self, b: &str) {
+        let slot = lock(&self.slots).get(b).cloned();
+        if let Some(slot) = slot {
+            slot.state.lock().await.conn = None;
+        }
+    }
+
+    /// Closes `forward_auth` connections unused for their backend's
+    /// `session_idle` and not busy now. Their catalogs stay.
+    pub fn reap_idle(&self, gw: &Gateway, now: Instant) {
+        let set = gw.backends();
+        for (name, slot) in lock(&self.slots).iter() {
+            let Some(b) = set.get(name).filter(|b| b.forwards_auth()) else {
+                continue;
+            };
+            if now.duration_since(*lock(&slot.last_used)) < b.config.session_idle {
+                continue;
+            }
+            if let Ok(mut st) = slot.state.try_lock()
+                && let Some(conn) = st.conn.take()
+            {
+                tracing::debug!(backend = %name, session = self.session, "closing an idle session connection");
+                // A request still holding it keeps it open until it ends.
+                if let Ok(conn) = Arc::try_unwrap(conn) {
+                    tokio::spawn(conn.close());
+                }
+            }
+        }
+    }
+}
+
+/// One session's own catalog of a `forward_auth` backend, for the poller.
+pub struct SessionListing {
+    pub pool: Arc<Pool>,
+    pub backend: Arc<Backend>,
+}
+
+impl Listing for SessionListing {
+    fn backend(&self) -> &str {
+        &self.backend.name
+    }
+    fn connected(&self) -> bool {
+        self.pool.has_live(&self.backend)
+    }
+    fn relist(&self, timeout: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            tokio::time::timeout(timeout, self.pool.relist(&self.backend))
+                .await
+                .unwrap_or(false)
+        })
+    }
+}
+
+/// Closes idle `forward_auth` connections of every session until
+/// `shutdown`, looking a few times per shortest `session_idle`.
+pub async fn reap_idle(gw: Weak<Gateway>, shutdown: tokio_util::sync::CancellationToken) {
+    loop {
+        let pause = match gw.upgrade() {
+            None => return,
+            Some(gw) => {
+                let shortest = gw
+                    .backends()
+                    .forwarded()
+                    .map(|b| b.config.session_idle)
+                    .min();
+                if shortest.is_some() {
+                    let now = Instant::now();
+                    for pool in gw.sessions().pools() {
+                        pool.reap_idle(&gw, now);
+                    }
+                }
+                shortest.map_or(Duration::from_secs(30), |d| {
+                    (d / 4).clamp(Duration::from_millis(50), Duration::from_secs(30))
+                })
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}

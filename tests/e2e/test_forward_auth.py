@@ -1,0 +1,159 @@
+"""Credential-forwarding backends (`forward_auth = true`).
+
+Each client session reaches such a backend over its own connection carrying
+that client's `Authorization` header, and sees its own catalog of it. The
+backend here (`backends/per_user_server.py`, Python SDK) serves each token
+its own tools, refuses requests without credentials with 401, and logs whose
+token every `tools/list` came with, so the tests can tell that Vigil never
+listed it without a client's credentials or with another session's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+
+from harness import Gateways, Procs, demo_stdio_args, http_backend, start_python_backend, stdio_backend
+from support import (
+    DEMO_TOOLS,
+    ControlApi,
+    Inbox,
+    call_error,
+    call_text,
+    http_session,
+    is_tools_list_changed,
+    poll,
+    prefixed,
+    tool_names,
+)
+
+pytestmark = pytest.mark.anyio
+
+ALICE = {"Authorization": "Bearer alice"}
+BOB = {"Authorization": "Bearer bob"}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def write_tools(state: Path, table: dict[str, list[str]]) -> None:
+    """Rewrite the per-token tool table (the backend reads it on every listing)."""
+    tmp = state / "tools.json.tmp"
+    tmp.write_text(json.dumps(table), encoding="utf-8")
+    tmp.replace(state / "tools.json")
+
+
+def listings(state: Path) -> list[str]:
+    """The `Authorization` of every `tools/list` the backend answered, in order."""
+    log = state / "listings.log"
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+
+
+def changes(inbox: Inbox) -> int:
+    return len(inbox.matching(is_tools_list_changed))
+
+
+async def test_sessions_with_different_tokens_see_and_refresh_their_own_tools(
+    vigil: Gateways, procs: Procs, demo_bin: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "per-user"
+    state.mkdir()
+    write_tools(state, {"Bearer alice": ["alpha"], "Bearer bob": ["beta"]})
+    per_user = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
+    backend = http_backend("per", per_user.url)
+    backend["forward_auth"] = True
+    gw = vigil(
+        [stdio_backend("shared", demo_bin, demo_stdio_args("shared")), backend],
+        api={},
+        health={"interval": "1s", "timeout": "1s"},
+        env={"VIGIL_POLL_INTERVAL": "1s"},
+    )
+    api = ControlApi(gw.api_base)
+    # Vigil holds no credentials for the backend: its probe counts the 401
+    # for a request without them as "the server is there".
+    await poll(lambda: api.instance("per"), lambda i: i["state"] == "running", "per running")
+
+    alice_inbox, bob_inbox = Inbox(), Inbox()
+    async with (
+        http_session(gw.url, headers=ALICE, message_handler=alice_inbox) as alice,
+        http_session(gw.url, headers=BOB, message_handler=bob_inbox) as bob,
+    ):
+        shared = prefixed("shared", DEMO_TOOLS)
+        assert await tool_names(alice) == shared | {"per__alpha"}
+        assert await tool_names(bob) == shared | {"per__beta"}
+        assert await call_text(alice, "per__alpha", {}) == "alpha for Bearer alice"
+        assert await call_text(bob, "per__beta", {}) == "beta for Bearer bob"
+        # Bob's catalog has no alpha: nothing routes his call to it.
+        err = await call_error(bob, "per__alpha", {})
+        assert "unknown tool 'per__alpha'" in str(err), err
+
+        # Alice gets a new tool on the backend, which says nothing. The
+        # poller re-lists through each session's own connection: Alice
+        # hears of it; Bob's re-listing finds nothing new for him.
+        alice_seen, bob_seen = changes(alice_inbox), changes(bob_inbox)
+        mark = len(listings(state))
+        write_tools(state, {"Bearer alice": ["alpha", "gamma"], "Bearer bob": ["beta"]})
+        await alice_inbox.wait_for(
+            is_tools_list_changed, "tools/list_changed for Alice's new tool", count=alice_seen + 1
+        )
+        assert await tool_names(alice) == shared | {"per__alpha", "per__gamma"}
+        assert await call_text(alice, "per__gamma", {}) == "gamma for Bearer alice"
+        await poll(
+            lambda: anyio.to_thread.run_sync(lambda: listings(state)[mark:]),
+            lambda since: "Bearer bob" in since,
+            "a re-listing through Bob's connection",
+        )
+        await anyio.sleep(0.5)  # let a (wrong) notification for Bob arrive
+        assert changes(bob_inbox) == bob_seen, bob_inbox.items
+        assert await tool_names(bob) == shared | {"per__beta"}
+
+    # Every listing carried one of the two clients' own tokens: never none,
+    # never Vigil's own.
+    seen = set(listings(state))
+    assert seen == {"Bearer alice", "Bearer bob"}, seen
+
+
+async def test_a_session_without_credentials_sees_none_of_the_backends_tools(
+    vigil: Gateways, procs: Procs, tmp_path: Path
+) -> None:
+    state = tmp_path / "per-user"
+    state.mkdir()
+    write_tools(state, {"Bearer alice": ["alpha"]})
+    per_user = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
+    backend = http_backend("per", per_user.url)
+    backend["forward_auth"] = True
+    gw = vigil([backend], startup_timeout="5s")
+    async with http_session(gw.url) as anonymous, http_session(gw.url, headers=ALICE) as alice:
+        assert await tool_names(alice) == {"per__alpha"}
+        # The backend refuses a session without credentials; Vigil has none
+        # of its own to offer instead.
+        assert await tool_names(anonymous) == set()
+        err = await call_error(anonymous, "per__alpha", {})
+        assert "per__alpha" in str(err), err
+    assert "" not in listings(state)
+
+
+async def test_an_idle_session_connection_is_closed_and_reopened_on_use(
+    vigil: Gateways, procs: Procs, tmp_path: Path
+) -> None:
+    state = tmp_path / "per-user"
+    state.mkdir()
+    write_tools(state, {"Bearer alice": ["alpha"]})
+    per_user = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
+    backend = http_backend("per", per_user.url)
+    backend.update(forward_auth=True, session_idle="300ms")
+    gw = vigil([backend], log_level="vigil=debug", poller={"interval": "0s"})
+    async with http_session(gw.url, headers=ALICE) as alice:
+        assert await call_text(alice, "per__alpha", {}) == "alpha for Bearer alice"
+        opened = len(listings(state))
+
+        def closed_idle() -> bool:
+            return "closing an idle session connection" in ANSI.sub("", gw.proc.stderr())
+
+        await poll(lambda: anyio.to_thread.run_sync(closed_idle), bool, "the idle connection closed")
+        # The next call opens a new connection (listing again) and works.
+        assert await call_text(alice, "per__alpha", {}) == "alpha for Bearer alice"
+        assert len(listings(state)) > opened, listings(state)
+        assert await tool_names(alice) == {"per__alpha"}
