@@ -157,3 +157,36 @@ async def test_an_idle_session_connection_is_closed_and_reopened_on_use(
         assert await call_text(alice, "per__alpha", {}) == "alpha for Bearer alice"
         assert len(listings(state)) > opened, listings(state)
         assert await tool_names(alice) == {"per__alpha"}
+
+
+async def test_sessions_lose_and_regain_the_backends_tools_with_its_health(
+    vigil: Gateways, procs: Procs, tmp_path: Path
+) -> None:
+    """The backend's shared entry is empty; its health still reaches every session's own view."""
+    state = tmp_path / "per-user"
+    state.mkdir()
+    write_tools(state, {"Bearer alice": ["alpha"]})
+    per_user = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
+    backend = http_backend("per", per_user.url)
+    backend["forward_auth"] = True
+    gw = vigil(
+        [backend],
+        health={"interval": "300ms", "timeout": "300ms"},
+        restart={"base": "100ms", "max": "300ms", "jitter": 0.0},
+    )
+    inbox = Inbox()
+    async with http_session(gw.url, headers=ALICE, message_handler=inbox) as alice:
+        assert await tool_names(alice) == {"per__alpha"}
+        seen = changes(inbox)
+
+        per_user.proc.kill()
+        await inbox.wait_for(is_tools_list_changed, "tools/list_changed for the loss", count=seen + 1)
+        assert await tool_names(alice) == set()
+        err = await call_error(alice, "per__alpha", {})
+        assert "unavailable" in str(err), err
+
+        seen = changes(inbox)
+        start_python_backend(procs, "per-user-again", "per_user_server.py", [str(state)], port=per_user.port)
+        await inbox.wait_for(is_tools_list_changed, "tools/list_changed for the recovery", count=seen + 1)
+        assert await tool_names(alice) == {"per__alpha"}
+        assert await call_text(alice, "per__alpha", {}) == "alpha for Bearer alice"

@@ -23,7 +23,7 @@ pub enum BackendError {
     },
     /// Nothing accepted the connection (e.g. a container whose server has
     /// not bound its port yet).
-    #[error("backend '{backend}': MCP handshake failed: connection refused: {reason}")]
+    #[error("backend '{backend}': connection refused: {reason}")]
     Refused { backend: Arc<str>, reason: String },
     #[error("backend '{backend}': connection failed: {reason}{}", stderr_suffix(.stderr))]
     Transport {

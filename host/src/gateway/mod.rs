@@ -463,8 +463,13 @@ impl Gateway {
             tracing::error!(kind = c.kind, name = %c.name, kept = %c.kept, hidden = %c.hidden, "duplicate name under naming = \"none\"; serving the first backend's");
         }
         let changes = next.diff(&previous);
-        if changes.any() {
-            tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, "catalog changed");
+        // A forward_auth backend's shared entry is empty: its coming and
+        // going changes no shared list, only what each session sees.
+        let forwarded_moved = set
+            .forwarded()
+            .any(|b| next.shows(&b.name) != previous.shows(&b.name));
+        if changes.any() || forwarded_moved {
+            tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, forwarded_moved, "catalog changed");
             debouncer.changed();
         }
     }
