@@ -284,6 +284,11 @@ impl Pool {
         let Some(gw) = self.gw.upgrade() else {
             return shared;
         };
+        // The common case, on every session of every fan-out: no
+        // forward_auth backend, nothing to derive.
+        if gw.backends().forwarded().next().is_none() {
+            return shared;
+        }
         self.ensure(&gw, &shared).await;
         self.view(&gw, shared)
     }

@@ -57,6 +57,10 @@ struct Entry {
 pub struct Sessions {
     inner: Mutex<HashMap<u64, Entry>>,
     catalog: Arc<Current>,
+    /// The last diff computed by a worker, (older, newer, changes): in a
+    /// fan-out most sessions compare the same two snapshots, and a deep
+    /// compare of a large catalog is the costly part of a resync.
+    last_diff: Mutex<Option<(Arc<Catalog>, Arc<Catalog>, Changes)>>,
 }
 
 impl Sessions {
@@ -64,6 +68,7 @@ impl Sessions {
         Arc::new(Self {
             inner: Mutex::default(),
             catalog,
+            last_diff: Mutex::default(),
         })
     }
 
@@ -134,6 +139,24 @@ impl Sessions {
         for e in self.lock().values() {
             e.resync.notify_one();
         }
+    }
+
+    /// `newer.diff(older)`, computed once for every session comparing the
+    /// same two snapshots.
+    fn diff(&self, older: &Arc<Catalog>, newer: &Arc<Catalog>) -> Changes {
+        if Arc::ptr_eq(older, newer) {
+            return Changes::default();
+        }
+        let mut last = self.last_diff.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((o, n, c)) = &*last
+            && Arc::ptr_eq(o, older)
+            && Arc::ptr_eq(n, newer)
+        {
+            return *c;
+        }
+        let c = newer.diff(older);
+        *last = Some((older.clone(), newer.clone(), c));
+        c
     }
 
     pub fn subscribe(&self, id: u64, uri: &str, on: bool) {
@@ -233,12 +256,12 @@ impl Resync {
                 return;
             };
             let shared = registry.catalog.get();
-            drop(registry);
             let now = match &self.pool {
                 Some(p) => p.derive(shared).await,
                 None => shared,
             };
-            let changes = now.diff(&self.seen);
+            let changes = registry.diff(&self.seen, &now);
+            drop(registry);
             self.seen = now;
             if !changes.any() {
                 continue;
