@@ -6,7 +6,7 @@
 //! `forward_auth` backend goes further: the connection carries the client's
 //! own `Authorization` header, what it lists is *this session's* catalog of
 //! that backend, and the session sees the shared catalog with that entry
-//! replaced ([`Pool::view`]). Nothing here is shared between sessions, so
+//! replaced ([`Pool::current`]). Nothing here is shared between sessions, so
 //! no request travels with another session's credentials and one session's
 //! refresh never changes another's catalog.
 //!
