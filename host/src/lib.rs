@@ -40,6 +40,7 @@ pub mod freshness;
 pub mod gateway;
 pub mod health;
 pub mod limits;
+pub mod plugins;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

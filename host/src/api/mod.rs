@@ -81,6 +81,10 @@ pub enum ControlError {
 /// What the API may read and do. `principal` is the acting token's name.
 pub trait Control: Send + Sync + 'static {
     fn instances(&self) -> Vec<InstanceReport>;
+    /// The plugin directory (`None`: plugins are off) and its plugins.
+    fn plugins(&self) -> (Option<String>, Vec<crate::plugins::PluginInfo>) {
+        (None, Vec::new())
+    }
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>>;
     /// Restarts now (resets the failure count; leaves no quarantine behind).
     fn restart(

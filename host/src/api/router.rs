@@ -83,6 +83,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/health/instances/{id}/quarantine", post(quarantine))
         .route("/api/v1/health/instances/{id}/release", post(release))
         .route("/api/v1/audit", get(audit))
+        .route("/api/v1/plugins", get(plugins))
         .fallback(not_found)
         // After the routes: it only reaches routes that exist when called.
         .method_not_allowed_fallback(method_not_allowed)
@@ -155,6 +156,19 @@ async fn list(State(s): St) -> Json<Instances> {
     Json(Instances {
         instances: s.control.instances(),
     })
+}
+
+#[derive(Serialize)]
+struct Plugins {
+    /// Where plugins are loaded from; `null` when plugins are off.
+    dir: Option<String>,
+    plugins: Vec<crate::plugins::PluginInfo>,
+}
+
+/// `GET /api/v1/plugins`: every plugin file, loaded or refused.
+async fn plugins(State(s): St) -> Json<Plugins> {
+    let (dir, plugins) = s.control.plugins();
+    Json(Plugins { dir, plugins })
 }
 
 async fn detail(State(s): St, BackendId(id): BackendId) -> Result<Json<InstanceDetail>, ApiError> {

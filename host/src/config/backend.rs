@@ -86,6 +86,9 @@ pub struct BackendConfig {
     /// `session_idle` (with `forward_auth`): a session's connection unused
     /// this long is closed (reopened on its next use). Default `10m`.
     pub session_idle: Duration,
+    /// `probes`: probe plugins run against this backend, each on its own
+    /// schedule, feeding its health like the built-in probe.
+    pub probes: Vec<super::PluginProbe>,
 }
 
 impl Problems {
@@ -127,6 +130,7 @@ impl Problems {
             );
         }
         let forward_auth = b.forward_auth.unwrap_or(false);
+        let probes = self.probes(at, b.probes.clone());
         let runtime_name = b.runtime.clone();
         let (transport, runtime) = match b.transport.as_deref() {
             Some("stdio") => {
@@ -277,6 +281,7 @@ impl Problems {
             restart,
             forward_auth,
             session_idle,
+            probes,
         })
     }
 

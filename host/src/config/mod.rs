@@ -11,6 +11,7 @@ mod backend;
 mod error;
 mod freshness;
 mod health;
+mod plugins;
 pub mod raw;
 
 use std::collections::HashSet;
@@ -22,6 +23,7 @@ pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
+pub use plugins::{PluginProbe, PluginsConfig};
 use raw::RawConfig;
 
 /// How the gateway names what backends export.
@@ -85,6 +87,8 @@ pub struct Config {
     pub freshness: FreshnessConfig,
     /// `[poller]`: periodic re-listing of every backend.
     pub poller: PollerConfig,
+    /// `[plugins]`: the WebAssembly plugin directory.
+    pub plugins: PluginsConfig,
     /// Enabled backends, in file order.
     pub backends: Vec<BackendConfig>,
 }
@@ -227,6 +231,7 @@ impl Config {
         let api = p.api(raw.api, env);
         let freshness = p.freshness(raw.freshness, health.interval);
         let poller = p.poller(raw.poller, env);
+        let plugins = p.plugins(raw.plugins, path, &data_dir);
 
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
@@ -243,6 +248,12 @@ impl Config {
                         ),
                     );
                 } else if enabled {
+                    if plugins.dir.is_none() && !backend.probes.is_empty() {
+                        p.add(
+                            format!("{at}.probes"),
+                            "names probe plugins, but [plugins] dir is not set: add [plugins] dir = \"plugins\"",
+                        );
+                    }
                     backends.push(backend);
                 }
             }
@@ -267,6 +278,7 @@ impl Config {
             api,
             freshness,
             poller,
+            plugins,
             backends,
         })
     }

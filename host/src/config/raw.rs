@@ -28,6 +28,7 @@ pub struct RawConfig {
     pub api: Option<RawApi>,
     pub freshness: Option<super::freshness::RawFreshness>,
     pub poller: Option<super::freshness::RawPoller>,
+    pub plugins: Option<super::plugins::RawPlugins>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
 }
@@ -116,4 +117,6 @@ pub struct RawBackend {
     pub network: Option<String>,
     pub health: Option<RawHealth>,
     pub restart: Option<RawRestart>,
+    #[serde(default)]
+    pub probes: Vec<toml::Table>,
 }

@@ -49,6 +49,13 @@ impl Gateway {
 }
 
 impl Control for Gateway {
+    fn plugins(&self) -> (Option<String>, Vec<crate::plugins::PluginInfo>) {
+        match Gateway::plugins(self) {
+            Some(p) => (Some(p.dir().display().to_string()), p.list()),
+            None => (None, Vec::new()),
+        }
+    }
+
     fn instances(&self) -> Vec<InstanceReport> {
         self.backends()
             .iter()

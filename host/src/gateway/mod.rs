@@ -96,6 +96,8 @@ pub struct Gateway {
     streams: std::sync::OnceLock<Arc<streams::StreamSessions>>,
     /// Every health transition, for whoever listens (API stream, notifiers).
     pub events: broadcast::Sender<Transition>,
+    /// The plugin registry, when `[plugins] dir` is set (set at launch).
+    plugins: OnceLock<Option<Arc<crate::plugins::Plugins>>>,
     /// Durable health state and audit log, when configured.
     pub store: Option<Arc<dyn Store>>,
 }
@@ -221,6 +223,7 @@ impl Gateway {
             next_session: AtomicU64::new(1),
             streams: std::sync::OnceLock::new(),
             events: events.clone(),
+            plugins: OnceLock::new(),
             store: store.clone(),
         });
         let restored = match &store {
@@ -248,10 +251,13 @@ impl Gateway {
             .collect();
         gw.install(BackendSet::new(backends));
         let (updates_tx, updates_rx) = mpsc::unbounded_channel();
+        let plugins = gw.start_plugins(tracker, &shutdown);
+        let _ = gw.plugins.set(plugins.clone());
         let outlets = Outlets {
             updates: updates_tx,
             events,
             store: store.map(StoreWriter::spawn),
+            plugins,
         };
         let _ = gw.spawner.set(Spawner {
             outlets: outlets.clone(),
@@ -497,6 +503,32 @@ impl Gateway {
             }
         }
         targets
+    }
+
+    /// Opens the plugin registry of `[plugins] dir` and keeps it in step
+    /// with the directory until shutdown. A registry that cannot start is
+    /// logged; backends' probe plugins then report "cannot tell".
+    fn start_plugins(
+        &self,
+        tracker: &TaskTracker,
+        shutdown: &CancellationToken,
+    ) -> Option<Arc<crate::plugins::Plugins>> {
+        let dir = self.config.plugins.dir.clone()?;
+        match crate::plugins::Plugins::new(dir, Some(self.config.plugins.cache.clone())) {
+            Ok(p) => {
+                tracker.spawn(crate::plugins::watch::run(p.clone(), shutdown.clone()));
+                Some(p)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "plugins are not running");
+                None
+            }
+        }
+    }
+
+    /// The plugin registry, if plugins run.
+    pub fn plugins(&self) -> Option<Arc<crate::plugins::Plugins>> {
+        self.plugins.get().cloned().flatten()
     }
 
     /// The current catalog snapshot.

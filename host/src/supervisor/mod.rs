@@ -8,6 +8,7 @@
 //! Shape: `Supervisor::new(..)` then `run(shutdown)` returns a future; the
 //! gateway spawns it into its task tracker.
 
+mod plugin_probes;
 mod probe;
 
 use std::sync::Arc;
@@ -45,6 +46,8 @@ pub struct Outlets {
     pub updates: mpsc::UnboundedSender<BackendUpdate>,
     pub events: broadcast::Sender<Transition>,
     pub store: Option<StoreWriter>,
+    /// Runs probe plugins (none without `[plugins] dir`).
+    pub plugins: Option<Arc<crate::plugins::Plugins>>,
 }
 
 pub struct Supervisor {
@@ -60,6 +63,9 @@ pub struct Supervisor {
     persisted: Option<(HealthState, u64, u32, Option<String>)>,
     /// What the backend listed last (compared with each re-listing).
     listed: Option<BackendCatalog>,
+    plugin_probes: plugin_probes::PluginProbes,
+    /// The last built-in probe's degraded reason, folded with plugin results.
+    builtin_degraded: Option<String>,
 }
 
 /// Least time between two probes triggered by a broken event stream.
@@ -107,6 +113,8 @@ impl Supervisor {
                 r.quarantine_reason.clone(),
             );
         }
+        let plugin_probes =
+            plugin_probes::PluginProbes::new(cfg.probes.clone(), cfg.health.interval);
         let s = Self {
             backend,
             runtime,
@@ -118,6 +126,8 @@ impl Supervisor {
             last_exit: None,
             persisted: None,
             listed: None,
+            plugin_probes,
+            builtin_degraded: None,
         };
         s.publish_status();
         s
@@ -332,6 +342,8 @@ impl Supervisor {
         shutdown: &CancellationToken,
     ) -> Option<Phase> {
         let up_since = Instant::now();
+        self.plugin_probes.restart();
+        self.builtin_degraded = None;
         let interval = self.backend.config.health.interval;
         let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -418,7 +430,19 @@ impl Supervisor {
                 _ = tick.tick() => {
                     self.apply(Input::Uptime(up_since.elapsed()));
                     last_probe = Instant::now();
-                    self.probe(conn.as_deref()).await
+                    let input = self.probe(conn.as_deref()).await;
+                    self.builtin_degraded = match &input {
+                        Input::ProbeOk { degraded } => degraded.clone(),
+                        _ => None,
+                    };
+                    self.plugin_probes.fold(input)
+                }
+                _ = tokio::time::sleep_until(self.plugin_probes.next_due().unwrap_or_else(Instant::now)), if self.plugin_probes.next_due().is_some() => {
+                    let degraded = self.builtin_degraded.clone();
+                    match self.run_plugin_probe(conn.as_ref(), degraded).await {
+                        Some(input) => input,
+                        None => continue,
+                    }
                 }
                 // The backend forgot our session and it was re-initialized:
                 // it may have been redeployed with other capabilities.
@@ -437,7 +461,8 @@ impl Supervisor {
                 _ = tokio::time::sleep_until(probe_soon.unwrap_or_else(Instant::now)), if probe_soon.is_some() => {
                     probe_soon = None;
                     last_probe = Instant::now();
-                    self.probe(conn.as_deref()).await
+                    let input = self.probe(conn.as_deref()).await;
+                    self.plugin_probes.fold(input)
                 }
             };
             let step = self.apply(input);

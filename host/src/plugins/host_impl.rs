@@ -1,0 +1,164 @@
+//! The host side of `vigil:plugin/host` and `vigil:plugin/target`: what a
+//! plugin can ask of Vigil. A probe reaches its own target backend only
+//! (the store carries that one connection, nothing else).
+
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest,
+    PaginatedRequestParams, ServerResult,
+};
+
+use super::bindings::probe::vigil::plugin::{host, target};
+use super::sandbox::{State, bounded};
+use crate::backend::BackendError;
+
+/// Longest log line a plugin may write.
+const MAX_LOG: usize = 4096;
+/// Most pages of `tools/list` followed.
+const MAX_PAGES: usize = 100;
+
+impl host::Host for State {
+    async fn log(&mut self, level: host::Level, message: String) {
+        let message = bounded(message, MAX_LOG);
+        let plugin = self.label.as_str();
+        match level {
+            host::Level::Debug => tracing::debug!(plugin, "{message}"),
+            host::Level::Info => tracing::info!(plugin, "{message}"),
+            host::Level::Warn => tracing::warn!(plugin, "{message}"),
+            host::Level::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+
+    async fn config(&mut self) -> Vec<(String, String)> {
+        self.config.clone()
+    }
+}
+
+impl State {
+    /// `ms` bounded by what is left of the call's deadline.
+    fn budget(&self, ms: u32) -> Duration {
+        let left = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        Duration::from_millis(u64::from(ms)).min(left)
+    }
+
+    fn connection(&self) -> Result<std::sync::Arc<crate::backend::Connection>, target::McpError> {
+        let t = self
+            .target
+            .as_ref()
+            .ok_or_else(|| target::McpError::Unavailable("this plugin has no target".into()))?;
+        t.conn.clone().ok_or_else(|| {
+            target::McpError::Unavailable(format!(
+                "backend '{}' has no live MCP connection now",
+                t.name
+            ))
+        })
+    }
+}
+
+fn mcp_error(e: BackendError) -> target::McpError {
+    match e {
+        BackendError::Timeout { .. } => target::McpError::Timeout,
+        BackendError::Mcp(e) => target::McpError::Rpc(target::RpcError {
+            code: i64::from(e.code.0),
+            message: e.message.to_string(),
+        }),
+        other => target::McpError::Transport(other.to_string()),
+    }
+}
+
+impl target::Host for State {
+    async fn name(&mut self) -> String {
+        self.target
+            .as_ref()
+            .map(|t| t.name.to_string())
+            .unwrap_or_default()
+    }
+
+    async fn ping(&mut self, timeout_ms: u32) -> Result<(), target::McpError> {
+        let conn = self.connection()?;
+        conn.ping(self.budget(timeout_ms)).await.map_err(mcp_error)
+    }
+
+    async fn list_tools(&mut self, timeout_ms: u32) -> Result<Vec<target::Tool>, target::McpError> {
+        let conn = self.connection()?;
+        let budget = self.budget(timeout_ms);
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut req = ListToolsRequest::default();
+            if let Some(c) = cursor.take() {
+                req.params = Some(PaginatedRequestParams::default().with_cursor(Some(c)));
+            }
+            let page = match conn
+                .probe_request(ClientRequest::ListToolsRequest(req), budget)
+                .await
+                .map_err(mcp_error)?
+            {
+                ServerResult::ListToolsResult(r) => r,
+                _ => {
+                    return Err(target::McpError::Transport(
+                        "tools/list: unexpected answer".into(),
+                    ));
+                }
+            };
+            for t in page.tools {
+                tools.push(target::Tool {
+                    name: t.name.to_string(),
+                    description: t.description.map(|d| d.to_string()),
+                    input_schema: serde_json::Value::Object((*t.input_schema).clone()).to_string(),
+                });
+            }
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(tools),
+            }
+        }
+        Ok(tools)
+    }
+
+    async fn call_tool(
+        &mut self,
+        name: String,
+        arguments: String,
+        timeout_ms: u32,
+    ) -> Result<target::ToolResult, target::McpError> {
+        let args = match serde_json::from_str::<serde_json::Value>(&arguments) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => {
+                return Err(target::McpError::Rpc(target::RpcError {
+                    code: -32602,
+                    message: "arguments must be a JSON object, like {}".into(),
+                }));
+            }
+        };
+        let conn = self.connection()?;
+        let mut params = CallToolRequestParams::new(name);
+        params.arguments = Some(args);
+        let answer = conn
+            .probe_request(
+                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                self.budget(timeout_ms),
+            )
+            .await
+            .map_err(mcp_error)?;
+        let ServerResult::CallToolResult(r) = answer else {
+            return Err(target::McpError::Transport(
+                "tools/call: unexpected answer".into(),
+            ));
+        };
+        let text: Vec<String> = r
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect();
+        Ok(target::ToolResult {
+            is_error: r.is_error == Some(true),
+            text: text.join("\n"),
+            content: serde_json::to_string(&r.content).unwrap_or_else(|_| "[]".into()),
+            structured: r.structured_content.map(|v| v.to_string()),
+        })
+    }
+}

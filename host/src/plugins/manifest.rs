@@ -1,0 +1,469 @@
+//! A plugin's manifest, `NAME.toml` beside `NAME.wasm`: its kind (when the
+//! component alone cannot tell), sandbox limits, allowed HTTP hosts, config
+//! values and, for notifiers, which events it wants.
+//!
+//! Every key is optional; a plugin without a manifest gets the defaults
+//! (16 MiB of memory, a 1 s deadline per call, no HTTP at all).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::Kind;
+use crate::health::HealthState;
+
+/// Largest memory a manifest may grant (the engine reserves this much
+/// address space per instance slot).
+pub const MAX_MEMORY: u64 = 256 << 20;
+/// Longest deadline a manifest may set for one call.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// `kind`: `"probe"` or `"notifier"`; checked against the component.
+    pub kind: Option<Kind>,
+    pub limits: Limits,
+    /// `[http] allowed_hosts`: `host`, `host:port` or `host:*`. Empty: no
+    /// outbound HTTP.
+    pub allowed_hosts: Vec<String>,
+    /// `[config]`: values the plugin reads through `host.config`.
+    pub config: BTreeMap<String, String>,
+    pub filter: Filter,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// `memory`, e.g. `"16MiB"` (default 16 MiB, at most 256 MiB).
+    pub memory: u64,
+    /// `deadline`: CPU and wall time of one call (default `1s`, at most
+    /// `60s`).
+    pub deadline: Duration,
+    /// `failures`: consecutive failed calls (trap, deadline, memory) after
+    /// which the plugin is disabled (default 5).
+    pub failures: u32,
+    /// `http_timeout`: one outbound request (default `5s`).
+    pub http_timeout: Duration,
+    /// `http_max_body`: largest response body read (default 1 MiB).
+    pub http_max_body: u64,
+    /// `max_string`: largest string a plugin may return (default 64 KiB);
+    /// longer ones are cut.
+    pub max_string: usize,
+}
+
+/// `[filter]` of a notifier: which health events it is offered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    /// `backends`: names; empty means all.
+    pub backends: Vec<String>,
+    /// `states`: to-states; empty means all.
+    pub states: Vec<HealthState>,
+    /// `min_severity` (default `info`: everything).
+    pub min_severity: Severity,
+    /// `rate`: most events delivered per minute (default 60).
+    pub per_minute: u32,
+}
+
+/// How much a health event matters (as in the WIT `severity`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    #[default]
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    /// The severity of a move into `to`.
+    pub fn of(to: HealthState) -> Severity {
+        match to {
+            HealthState::Running | HealthState::Starting => Severity::Info,
+            HealthState::Degraded
+            | HealthState::Restarting
+            | HealthState::Updating
+            | HealthState::Unknown => Severity::Warning,
+            HealthState::Offline | HealthState::Quarantined => Severity::Critical,
+        }
+    }
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Self {
+            kind: None,
+            limits: Limits {
+                memory: 16 << 20,
+                deadline: Duration::from_secs(1),
+                failures: 5,
+                http_timeout: Duration::from_secs(5),
+                http_max_body: 1 << 20,
+                max_string: 64 << 10,
+            },
+            allowed_hosts: Vec::new(),
+            config: BTreeMap::new(),
+            filter: Filter {
+                per_minute: 60,
+                ..Filter::default()
+            },
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    kind: Option<String>,
+    limits: Option<RawLimits>,
+    http: Option<RawHttp>,
+    #[serde(default)]
+    config: BTreeMap<String, toml::Value>,
+    filter: Option<RawFilter>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory: Option<String>,
+    deadline: Option<String>,
+    failures: Option<u32>,
+    http_timeout: Option<String>,
+    http_max_body: Option<String>,
+    max_string: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFilter {
+    #[serde(default)]
+    backends: Vec<String>,
+    #[serde(default)]
+    states: Vec<String>,
+    min_severity: Option<String>,
+    rate: Option<u32>,
+}
+
+/// Why a manifest was refused: every problem, each with its key.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {}", .problems.join("; "))]
+pub struct ManifestError {
+    pub file: String,
+    pub problems: Vec<String>,
+}
+
+impl Manifest {
+    /// Reads `path`; a missing file is the defaults.
+    pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Manifest::parse(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
+            Err(e) => Err(ManifestError {
+                file: path.display().to_string(),
+                problems: vec![format!("cannot read it: {e}")],
+            }),
+        }
+    }
+
+    pub fn parse(text: &str, file: &str) -> Result<Manifest, ManifestError> {
+        let refuse = |problems: Vec<String>| ManifestError {
+            file: file.to_owned(),
+            problems,
+        };
+        let raw: Raw = toml::from_str(text).map_err(|e| refuse(vec![e.to_string()]))?;
+        let mut m = Manifest::default();
+        let mut problems = Vec::new();
+        m.kind = match raw.kind.as_deref() {
+            None => None,
+            Some("probe") => Some(Kind::Probe),
+            Some("notifier") => Some(Kind::Notifier),
+            Some(other) => {
+                problems.push(format!(
+                    "kind: unknown value `{other}`: use \"probe\" or \"notifier\""
+                ));
+                None
+            }
+        };
+        let l = raw.limits.unwrap_or_default();
+        let duration =
+            |key: &str, v: Option<String>, default: Duration, problems: &mut Vec<String>| {
+                let Some(v) = v else { return default };
+                match humantime::parse_duration(&v) {
+                    Ok(d) if d.is_zero() => {
+                        problems.push(format!("limits.{key}: must be longer than zero"));
+                        default
+                    }
+                    Ok(d) if d > MAX_DEADLINE => {
+                        problems.push(format!(
+                            "limits.{key}: `{v}` is longer than the most allowed, 60s"
+                        ));
+                        default
+                    }
+                    Ok(d) => d,
+                    Err(e) => {
+                        problems.push(format!(
+                            "limits.{key}: `{v}` is not a duration ({e}), like \"2s\""
+                        ));
+                        default
+                    }
+                }
+            };
+        let size =
+            |key: &str, v: Option<String>, default: u64, max: u64, problems: &mut Vec<String>| {
+                let Some(v) = v else { return default };
+                match parse_size(&v) {
+                    Some(0) => {
+                        problems.push(format!("limits.{key}: must be more than zero"));
+                        default
+                    }
+                    Some(n) if n > max => {
+                        problems.push(format!(
+                            "limits.{key}: `{v}` is more than the most allowed, {}",
+                            show_size(max)
+                        ));
+                        default
+                    }
+                    Some(n) => n,
+                    None => {
+                        problems.push(format!(
+                            "limits.{key}: `{v}` is not a size, like \"16MiB\" or \"512KiB\""
+                        ));
+                        default
+                    }
+                }
+            };
+        m.limits.memory = size(
+            "memory",
+            l.memory,
+            m.limits.memory,
+            MAX_MEMORY,
+            &mut problems,
+        );
+        m.limits.deadline = duration("deadline", l.deadline, m.limits.deadline, &mut problems);
+        m.limits.http_timeout = duration(
+            "http_timeout",
+            l.http_timeout,
+            m.limits.http_timeout,
+            &mut problems,
+        );
+        m.limits.http_max_body = size(
+            "http_max_body",
+            l.http_max_body,
+            m.limits.http_max_body,
+            64 << 20,
+            &mut problems,
+        );
+        m.limits.max_string = size(
+            "max_string",
+            l.max_string,
+            m.limits.max_string as u64,
+            16 << 20,
+            &mut problems,
+        ) as usize;
+        if let Some(f) = l.failures {
+            if f == 0 {
+                problems.push("limits.failures: must be at least 1".into());
+            } else {
+                m.limits.failures = f;
+            }
+        }
+        m.allowed_hosts = raw.http.unwrap_or_default().allowed_hosts;
+        for h in &m.allowed_hosts {
+            if h.is_empty() || h.contains('/') || h.contains("://") {
+                problems.push(format!(
+                    "http.allowed_hosts: `{h}` is not a host: write `example.com`, `example.com:8443` or `127.0.0.1:*`"
+                ));
+            }
+        }
+        for (k, v) in raw.config {
+            let text = match v {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    problems.push(format!(
+                        "config.{k}: `{other}` is not a string, number or boolean"
+                    ));
+                    continue;
+                }
+            };
+            m.config.insert(k, text);
+        }
+        if let Some(f) = raw.filter {
+            m.filter.backends = f.backends;
+            for s in f.states {
+                match s.parse::<HealthState>() {
+                    Ok(st) => m.filter.states.push(st),
+                    Err(_) => problems.push(format!("filter.states: unknown state `{s}`")),
+                }
+            }
+            m.filter.min_severity = match f.min_severity.as_deref() {
+                None | Some("info") => Severity::Info,
+                Some("warning") => Severity::Warning,
+                Some("critical") => Severity::Critical,
+                Some(other) => {
+                    problems.push(format!(
+                        "filter.min_severity: unknown value `{other}`: use \"info\", \"warning\" or \"critical\""
+                    ));
+                    Severity::Info
+                }
+            };
+            if let Some(r) = f.rate {
+                if r == 0 {
+                    problems.push("filter.rate: must be at least 1 (events per minute)".into());
+                } else {
+                    m.filter.per_minute = r;
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(m)
+        } else {
+            Err(refuse(problems))
+        }
+    }
+
+    /// Whether the manifest lets the plugin reach `host` on `port`.
+    pub fn allows(&self, host: &str, port: u16) -> bool {
+        allows(&self.allowed_hosts, host, port)
+    }
+}
+
+/// Whether `allowed` (manifest entries) lets a request reach `host:port`.
+pub fn allows(allowed: &[String], host: &str, port: u16) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    allowed.iter().any(|entry| {
+        let (h, p) = match entry.rsplit_once(':') {
+            // An IPv6 literal without a port has colons too.
+            Some((h, p)) if !h.is_empty() && (p == "*" || p.parse::<u16>().is_ok()) => (h, Some(p)),
+            _ => (entry.as_str(), None),
+        };
+        let h = h.trim_start_matches('[').trim_end_matches(']');
+        h.eq_ignore_ascii_case(host)
+            && match p {
+                None => port == 80 || port == 443,
+                Some("*") => true,
+                Some(p) => p.parse::<u16>() == Ok(port),
+            }
+    })
+}
+
+/// "16MiB", "512KiB", "1GiB", "4096" (bytes); also "MB"/"KB" as powers of two.
+fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "kb" | "k" => 1 << 10,
+        "mib" | "mb" | "m" => 1 << 20,
+        "gib" | "gb" | "g" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+fn show_size(n: u64) -> String {
+    if n % (1 << 20) == 0 {
+        format!("{}MiB", n >> 20)
+    } else if n % (1 << 10) == 0 {
+        format!("{}KiB", n >> 10)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_manifest_parses() {
+        let m = Manifest::parse(
+            r#"
+            kind = "notifier"
+            [limits]
+            memory = "8MiB"
+            deadline = "2s"
+            failures = 3
+            [http]
+            allowed_hosts = ["discord.com", "127.0.0.1:*", "hooks.example:8443"]
+            [config]
+            url = "https://discord.com/api/webhooks/1"
+            retries = 3
+            [filter]
+            backends = ["db"]
+            states = ["offline", "running"]
+            min_severity = "warning"
+            rate = 10
+            "#,
+            "d.toml",
+        )
+        .unwrap();
+        assert_eq!(m.kind, Some(Kind::Notifier));
+        assert_eq!(m.limits.memory, 8 << 20);
+        assert_eq!(m.limits.deadline, Duration::from_secs(2));
+        assert_eq!(m.limits.failures, 3);
+        assert_eq!(m.config["retries"], "3");
+        assert_eq!(
+            m.filter.states,
+            [HealthState::Offline, HealthState::Running]
+        );
+        assert_eq!(m.filter.min_severity, Severity::Warning);
+        assert_eq!(m.filter.per_minute, 10);
+        assert!(m.allows("discord.com", 443));
+        assert!(!m.allows("discord.com", 8080));
+        assert!(m.allows("127.0.0.1", 41234));
+        assert!(m.allows("hooks.example", 8443));
+        assert!(!m.allows("evil.example", 443));
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_their_keys() {
+        let e = Manifest::parse(
+            r#"
+            kind = "prob"
+            [limits]
+            memory = "1TiB"
+            deadline = "forever"
+            [http]
+            allowed_hosts = ["https://x.example/"]
+            [filter]
+            states = ["asleep"]
+            "#,
+            "bad.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "bad.toml",
+            "kind: unknown value `prob`",
+            "limits.memory",
+            "limits.deadline",
+            "http.allowed_hosts",
+            "filter.states: unknown state `asleep`",
+        ] {
+            assert!(e.contains(needle), "{needle} missing from: {e}");
+        }
+        let e = Manifest::parse("colour = 1", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn no_manifest_means_the_defaults() {
+        let m = Manifest::load(Path::new("/nonexistent/x.toml")).unwrap();
+        assert_eq!(m, Manifest::default());
+        assert!(!m.allows("localhost", 80), "no HTTP by default");
+    }
+}

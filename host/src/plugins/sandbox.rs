@@ -1,0 +1,188 @@
+//! What one plugin call runs in: a fresh [`Store`] whose data is [`State`]
+//! — WASI with no files, no sockets, no environment; `wasi:http` through
+//! [`Hooks`], which lets requests reach only the manifest's allowed hosts,
+//! with a timeout and a cap on the response body; a memory cap; an epoch
+//! deadline — and the host side of the `vigil:plugin` interfaces.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+
+use super::bindings;
+use super::engine::PluginEngine;
+use super::manifest::{Manifest, allows};
+use crate::backend::Connection;
+
+/// The target of a probe call: its backend and live connection, if any.
+pub struct Target {
+    pub name: Arc<str>,
+    pub conn: Option<Arc<Connection>>,
+}
+
+/// A store's data.
+pub struct State {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    table: ResourceTable,
+    hooks: Hooks,
+    pub(super) limits: StoreLimits,
+    /// The plugin's name (and for probes, the backend) for log lines.
+    pub(super) label: String,
+    pub(super) config: Vec<(String, String)>,
+    pub(super) target: Option<Target>,
+    /// The call's deadline: bounds the timeouts plugins ask for.
+    pub(super) deadline: tokio::time::Instant,
+}
+
+/// `wasi:http` policy of one call.
+struct Hooks {
+    allowed: Vec<String>,
+    timeout: Duration,
+    max_body: u64,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for State {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            hooks: &mut self.hooks,
+            table: &mut self.table,
+            ctx: &mut self.http,
+        }
+    }
+}
+
+impl WasiHttpHooks for Hooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<wasmtime_wasi_http::WasiBody>,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = wasmtime_wasi_http::Result<(
+                    http::Response<wasmtime_wasi_http::WasiBody>,
+                    Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                )>,
+            > + Send,
+    > {
+        drop(fut);
+        let uri = request.uri();
+        let host = uri.host().unwrap_or("").to_owned();
+        let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        });
+        if !allows(&self.allowed, &host, port) {
+            tracing::warn!(%host, port, "plugin HTTP request to a host its manifest does not allow; refused");
+            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+        }
+        let (timeout, max_body) = (self.timeout, self.max_body);
+        let mut options = options.unwrap_or_default();
+        let cap = |d: Option<Duration>| Some(d.map_or(timeout, |d| d.min(timeout)));
+        options.connect_timeout = cap(options.connect_timeout);
+        options.first_byte_timeout = cap(options.first_byte_timeout);
+        options.between_bytes_timeout = cap(options.between_bytes_timeout);
+        Box::new(async move {
+            let sent = wasmtime_wasi_http::default_send_request(request, Some(options));
+            let (resp, io) = tokio::time::timeout(timeout, sent)
+                .await
+                .map_err(|_| wasmtime_wasi_http::Error::ConnectionTimeout)??;
+            // A body past the cap ends with an error instead of filling
+            // the host's memory.
+            let resp = resp.map(move |body| {
+                http_body_util::Limited::new(body, max_body as usize)
+                    .map_err(move |_| {
+                        wasmtime_wasi_http::Error::HttpResponseBodySize(Some(max_body))
+                    })
+                    .boxed_unsync()
+            });
+            Ok((
+                resp,
+                Box::new(io)
+                    as Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+            ))
+        })
+    }
+}
+
+/// Links everything a plugin may import: WASI p2 (denying files and
+/// sockets through the context), `wasi:http`, and Vigil's interfaces.
+pub fn linker(engine: &PluginEngine) -> Result<Linker<State>, String> {
+    let mut l = Linker::new(engine.engine());
+    let e = |e: wasmtime::Error| format!("cannot link the plugin host: {e:#}");
+    wasmtime_wasi::p2::add_to_linker_async(&mut l).map_err(e)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut l).map_err(e)?;
+    bindings::probe::vigil::plugin::host::add_to_linker::<State, HasSelf<State>>(&mut l, |s| s)
+        .map_err(e)?;
+    bindings::probe::vigil::plugin::target::add_to_linker::<State, HasSelf<State>>(&mut l, |s| s)
+        .map_err(e)?;
+    Ok(l)
+}
+
+/// A store for one call of a plugin with `manifest`.
+pub fn store(
+    engine: &PluginEngine,
+    manifest: &Manifest,
+    label: String,
+    config: Vec<(String, String)>,
+    target: Option<Target>,
+) -> Store<State> {
+    // No preopened directories, no environment, no arguments, no network
+    // (sockets stay denied: wasmtime-wasi's default).
+    let wasi = WasiCtxBuilder::new().build();
+    let limits = StoreLimitsBuilder::new()
+        .memory_size(manifest.limits.memory as usize)
+        .instances(64)
+        .tables(64)
+        .memories(4)
+        .trap_on_grow_failure(true)
+        .build();
+    let state = State {
+        wasi,
+        http: WasiHttpCtx::new(),
+        table: ResourceTable::new(),
+        hooks: Hooks {
+            allowed: manifest.allowed_hosts.clone(),
+            timeout: manifest.limits.http_timeout,
+            max_body: manifest.limits.http_max_body,
+        },
+        limits,
+        label,
+        config,
+        target,
+        deadline: tokio::time::Instant::now() + manifest.limits.deadline,
+    };
+    let mut store = Store::new(engine.engine(), state);
+    store.limiter(|s| &mut s.limits);
+    store.set_epoch_deadline(PluginEngine::ticks(manifest.limits.deadline));
+    store.epoch_deadline_trap();
+    store
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), marked.
+pub fn bounded(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = text.len();
+        text.truncate(end);
+        text.push_str(&format!("… (cut: {total} bytes)"));
+    }
+    text
+}
