@@ -4,9 +4,12 @@
 #   bash scripts/test.sh
 #
 # 1. `cargo build --workspace` (binaries for the end-to-end tests)
-# 2. `cargo test --workspace`
+# 2. `cargo test --workspace`, then the unit tests of the guest SDK and the
+#    first-party plugins (workspaces of their own)
 # 3. the end-to-end tests in tests/e2e (pytest + the official MCP Python SDK,
-#    in a venv under ~/.cache/vigil/venv, created or refreshed as needed)
+#    in a venv under ~/.cache/vigil/venv, created or refreshed as needed);
+#    they build the WebAssembly plugins from source (scripts/build-plugins.sh,
+#    scripts/build-test-plugins.sh; `rustup target add wasm32-wasip2` as needed)
 # 4. tests/conformance/compare.sh, when it exists
 #
 # Works from a fresh Debian machine with Rust and cargo; idempotent.
@@ -99,6 +102,15 @@ e2e() {
   "$venv/bin/python" -m pytest tests/e2e -q ${PYTEST_ARGS:-}
 }
 
+# The guest SDK and the first-party plugins are workspaces of their own
+# (WebAssembly guests); their pure logic is unit-tested on the host, in the
+# guests' own target directory.
+guest_tests() {
+  local dir="${VIGIL_PLUGINS_TARGET_DIR:-$HOME/.cache/vigil-plugins-target}"
+  CARGO_TARGET_DIR="$dir" cargo test --manifest-path sdk/Cargo.toml --locked &&
+    CARGO_TARGET_DIR="$dir" cargo test --manifest-path plugins/Cargo.toml --locked
+}
+
 # A Docker-API container engine (Podman's service here) and the demo image,
 # for the container runtime's tests.
 container_env() {
@@ -113,6 +125,7 @@ step build cargo build --workspace
 if [ "${results[-1]}" = PASS ]; then
   step container-engine container_env
   step cargo-test cargo test --workspace
+  step guest-tests guest_tests
   step python-env python_env
   if [ "${results[-1]}" = PASS ]; then
     step e2e e2e
@@ -126,7 +139,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance ABSENT
   fi
 else
-  for name in container-engine cargo-test python-env e2e conformance; do record "$name" SKIPPED; done
+  for name in container-engine cargo-test guest-tests python-env e2e conformance; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

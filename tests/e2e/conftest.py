@@ -8,12 +8,16 @@
   control API) answers; `vigil.serve_again(gw)` restarts it on the same
   config;
 - `vigil_bin`, `demo_bin`: the binaries under test;
-- `anyio_backend`: async tests (`@pytest.mark.anyio`) run on asyncio.
+- `anyio_backend`: async tests (`@pytest.mark.anyio`) run on asyncio;
+- `built_plugins`: the WebAssembly plugins (first-party and test fixtures),
+  built from source once per test session.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,29 @@ def demo_bin() -> Path:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def built_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every plugin of plugins/ and tests/plugins, built for wasm32-wasip2 into one directory.
+
+    Built from source in the test run (warm caches make it take seconds).
+    Each script keeps its own cargo target directory, not the host's.
+    """
+    out = tmp_path_factory.mktemp("built-plugins")
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "CARGO_TARGET_DIR"}
+    for script in ("build-plugins.sh", "build-test-plugins.sh"):
+        done = subprocess.run(
+            ["bash", str(repo / "scripts" / script), str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if done.returncode != 0:
+            pytest.fail(f"scripts/{script} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
+    return out
 
 
 @pytest.fixture

@@ -517,6 +517,11 @@ impl Gateway {
         match crate::plugins::Plugins::new(dir, Some(self.config.plugins.cache.clone())) {
             Ok(p) => {
                 tracker.spawn(crate::plugins::watch::run(p.clone(), shutdown.clone()));
+                tracker.spawn(crate::plugins::notify::run(
+                    p.clone(),
+                    self.events.subscribe(),
+                    shutdown.clone(),
+                ));
                 Some(p)
             }
             Err(e) => {

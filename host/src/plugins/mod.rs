@@ -22,6 +22,7 @@ pub mod engine;
 mod host_impl;
 pub mod inspect;
 pub mod manifest;
+pub mod notify;
 mod sandbox;
 pub mod watch;
 
@@ -452,6 +453,90 @@ impl Plugins {
             Err(why) => {
                 self.record(&p, Err(why.clone()), took);
                 unknown(format!("probe plugin '{name}' failed: {why}"))
+            }
+        }
+    }
+
+    /// The active notifiers and their filters.
+    pub fn notifiers(&self) -> Vec<(String, manifest::Filter)> {
+        read(&self.loaded)
+            .values()
+            .filter(|p| p.inspection.kind == Kind::Notifier && lock(&p.stats).disabled.is_none())
+            .map(|p| (p.name.clone(), p.manifest.filter.clone()))
+            .collect()
+    }
+
+    /// Delivers `event` through notifier `name` once (the caller retries).
+    pub async fn notify(&self, name: &str, event: &notify::HealthEvent) -> Result<(), String> {
+        let p = read(&self.loaded)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("no notifier plugin '{name}'"))?;
+        if let Some(why) = &lock(&p.stats).disabled {
+            return Err(format!("notifier '{name}' is disabled: {why}"));
+        }
+        use bindings::probe::vigil::plugin::types;
+        let t = &event.transition;
+        let wit = types::Event {
+            backend: t.backend.clone(),
+            from_state: t.from.as_str().into(),
+            to_state: t.to.as_str().into(),
+            reason: t.reason.clone(),
+            at_ms: crate::health::unix_ms::to_ms(t.at).max(0) as u64,
+            generation: event.generation,
+            severity: match event.severity {
+                manifest::Severity::Info => types::Severity::Info,
+                manifest::Severity::Warning => types::Severity::Warning,
+                manifest::Severity::Critical => types::Severity::Critical,
+            },
+        };
+        let mut store = sandbox::store(
+            &self.engine,
+            &p.manifest,
+            name.to_owned(),
+            p.manifest.config.clone().into_iter().collect(),
+            None,
+        );
+        let deadline = p.manifest.limits.deadline;
+        let t0 = tokio::time::Instant::now();
+        let pre = bindings::notifier::NotifierPre::new(p.pre.clone());
+        let call = async {
+            let pre = pre.map_err(|e| format!("{e:#}"))?;
+            let instance = pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            instance
+                .vigil_plugin_notify_sink()
+                .call_notify(&mut store, &wit)
+                .await
+                .map_err(|e| describe_trap(&e, deadline))
+        };
+        let outcome = match tokio::time::timeout(deadline + engine::TICK * 2, call).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "did not finish within its deadline of {}",
+                humantime::format_duration(deadline)
+            )),
+        };
+        let took = t0.elapsed();
+        match outcome {
+            // A trap, deadline or memory exhaustion: the plugin's fault.
+            Err(why) => {
+                self.record(&p, Err(why.clone()), took);
+                Err(why)
+            }
+            // The plugin ran and says delivery failed (receiver down, say):
+            // not a plugin failure, but the caller retries.
+            Ok(Err(why)) => {
+                self.record(&p, Ok(()), took);
+                let why = sandbox::bounded(why, p.manifest.limits.max_string);
+                lock(&p.stats).last_error = Some(why.clone());
+                Err(why)
+            }
+            Ok(Ok(())) => {
+                self.record(&p, Ok(()), took);
+                Ok(())
             }
         }
     }
