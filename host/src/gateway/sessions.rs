@@ -60,8 +60,11 @@ pub struct Sessions {
     /// The last diff computed by a worker, (older, newer, changes): in a
     /// fan-out most sessions compare the same two snapshots, and a deep
     /// compare of a large catalog is the costly part of a resync.
-    last_diff: Mutex<Option<(Arc<Catalog>, Arc<Catalog>, Changes)>>,
+    last_diff: Mutex<Option<Diffed>>,
 }
+
+/// Two snapshots and what differs between them: (older, newer, changes).
+type Diffed = (Arc<Catalog>, Arc<Catalog>, Changes);
 
 impl Sessions {
     pub fn new(catalog: Arc<Current>) -> Arc<Self> {

@@ -117,10 +117,10 @@ impl PluginEngine {
         }
         let component =
             Component::new(&self.engine, bytes).map_err(|e| describe_compile_error(bytes, &e))?;
-        if let Some(path) = cached {
-            if let Err(e) = write_cache(&path, &component) {
-                tracing::warn!(path = %path.display(), error = %e, "could not cache the compiled plugin");
-            }
+        if let Some(path) = cached
+            && let Err(e) = write_cache(&path, &component)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "could not cache the compiled plugin");
         }
         Ok((component, false))
     }

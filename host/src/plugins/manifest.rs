@@ -373,9 +373,9 @@ fn parse_size(text: &str) -> Option<u64> {
 }
 
 fn show_size(n: u64) -> String {
-    if n % (1 << 20) == 0 {
+    if n.is_multiple_of(1 << 20) {
         format!("{}MiB", n >> 20)
-    } else if n % (1 << 10) == 0 {
+    } else if n.is_multiple_of(1 << 10) {
         format!("{}KiB", n >> 10)
     } else {
         format!("{n} bytes")

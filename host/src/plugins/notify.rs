@@ -42,7 +42,7 @@ pub struct HealthEvent {
 impl Filter {
     /// Whether a notifier with this filter is offered `e`.
     pub fn admits(&self, e: &HealthEvent) -> bool {
-        (self.backends.is_empty() || self.backends.iter().any(|b| *b == e.transition.backend))
+        (self.backends.is_empty() || self.backends.contains(&e.transition.backend))
             && (self.states.is_empty() || self.states.contains(&e.transition.to))
             && e.severity >= self.min_severity
     }
