@@ -47,8 +47,63 @@ enum Command {
     /// Validate a config file and print what it defines, without starting
     /// anything. Exits 2 with every problem listed if the file is bad.
     Check(ConfigArg),
+    /// Work with WebAssembly plugins (see docs/plugins.md).
+    #[command(subcommand)]
+    Plugin(PluginCommand),
     #[command(flatten)]
     Operator(vigil::cli::Command),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Validate a plugin as the plugin directory would, without running it:
+    /// prints its world, `vigil:plugin` version, imports and exports, and
+    /// its manifest's limits. Exits 2 with the reason if it would be refused.
+    Check {
+        /// The component, `NAME.wasm`.
+        file: PathBuf,
+        /// Its manifest (default: `NAME.toml` beside the file, if any).
+        #[arg(long, value_name = "FILE.toml")]
+        manifest: Option<PathBuf>,
+    },
+}
+
+fn plugin_command(cmd: PluginCommand) -> ExitCode {
+    match cmd {
+        PluginCommand::Check { file, manifest } => {
+            match vigil::plugins::check_file(&file, manifest.as_deref()) {
+                Ok(c) => {
+                    let i = &c.inspection;
+                    let m = &c.manifest;
+                    println!("{}: ok", file.display());
+                    println!("  world:    {} (vigil:plugin@{})", i.kind, i.version);
+                    println!("  sha256:   {}", c.sha256);
+                    println!("  exports:  {}", i.exports.join(", "));
+                    println!("  imports:");
+                    for name in &i.imports {
+                        println!("    {name}");
+                    }
+                    println!(
+                        "  limits:   memory {} MiB, deadline {}, disabled after {} failures",
+                        m.limits.memory >> 20,
+                        humantime::format_duration(m.limits.deadline),
+                        m.limits.failures
+                    );
+                    let hosts = if m.allowed_hosts.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        m.allowed_hosts.join(", ")
+                    };
+                    println!("  http:     {hosts}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {}: {e}", file.display());
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -61,6 +116,7 @@ struct ConfigArg {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let arg = match cli.command {
+        Command::Plugin(cmd) => return plugin_command(cmd),
         Command::Operator(cmd) => {
             return match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt.block_on(vigil::cli::run(cmd)),

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from harness import Gateways, demo_pids, demo_stdio_args, free_port, stdio_backend
+from harness import Gateways, demo_pids, demo_stdio_args, free_port, run_vigil, stdio_backend
 from support import ControlApi, call_text, http_session, poll
 
 pytestmark = pytest.mark.anyio
@@ -355,3 +355,24 @@ async def test_notifiers_deliver_discord_and_slack_payloads_for_a_killed_backend
         )
     finally:
         rx.close()
+
+
+def test_plugin_check_prints_the_world_or_the_reason(vigil_bin: Path, built_plugins: Path, tmp_path: Path) -> None:
+    ok = run_vigil(vigil_bin, ["plugin", "check", str(built_plugins / "good-probe.wasm")], tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "world:    probe (vigil:plugin@0.1.0)" in ok.stdout, ok.stdout
+    assert "exports:  vigil:plugin/prober@0.1.0" in ok.stdout, ok.stdout
+    assert "vigil:plugin/target@0.1.0" in ok.stdout, ok.stdout
+
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('kind = "notifier"\n')
+    wrong_kind = run_vigil(
+        vigil_bin, ["plugin", "check", str(built_plugins / "good-probe.wasm"), "--manifest", str(manifest)], tmp_path
+    )
+    assert wrong_kind.returncode == 2 and 'kind = "notifier"' in wrong_kind.stderr, wrong_kind.stderr
+
+    future = run_vigil(vigil_bin, ["plugin", "check", str(built_plugins / "future-version.wasm")], tmp_path)
+    assert future.returncode == 2
+    assert "vigil:plugin@0.2.0" in future.stderr and "vigil:plugin@0.1.0" in future.stderr, future.stderr
+    other = run_vigil(vigil_bin, ["plugin", "check", str(built_plugins / "wrong-world.wasm")], tmp_path)
+    assert other.returncode == 2 and "not a Vigil plugin" in other.stderr, other.stderr

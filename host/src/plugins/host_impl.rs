@@ -36,12 +36,15 @@ impl host::Host for State {
 }
 
 impl State {
-    /// `ms` bounded by what is left of the call's deadline.
+    /// `ms` bounded by what is left of the call's deadline, less a margin
+    /// so the plugin can still report what it saw (a timeout, say) before
+    /// the deadline stops it.
     fn budget(&self, ms: u32) -> Duration {
+        const MARGIN: Duration = Duration::from_millis(50);
         let left = self
             .deadline
             .saturating_duration_since(tokio::time::Instant::now());
-        Duration::from_millis(u64::from(ms)).min(left)
+        Duration::from_millis(u64::from(ms)).min(left.saturating_sub(MARGIN))
     }
 
     fn connection(&self) -> Result<std::sync::Arc<crate::backend::Connection>, target::McpError> {

@@ -564,6 +564,44 @@ impl Plugins {
     }
 }
 
+/// What `vigil plugin check` reports of a valid plugin.
+#[derive(Debug)]
+pub struct Checked {
+    pub inspection: Inspection,
+    pub manifest: Manifest,
+    pub sha256: String,
+}
+
+/// Validates a plugin file (and its manifest) as the plugin directory
+/// would, without running any of it: `vigil plugin check`.
+pub fn check_file(file: &Path, manifest: Option<&Path>) -> Result<Checked, String> {
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let manifest_file = manifest
+        .map(Path::to_owned)
+        .unwrap_or_else(|| file.with_extension("toml"));
+    let manifest = Manifest::load(&manifest_file).map_err(|e| e.to_string())?;
+    let engine = PluginEngine::new(None)?;
+    let linker = sandbox::linker(&engine)?;
+    let (component, _) = engine.compile(&bytes)?;
+    let inspection = inspect::inspect(engine.engine(), &component)?;
+    if let Some(k) = manifest.kind
+        && k != inspection.kind
+    {
+        return Err(format!(
+            "its manifest says kind = \"{k}\" but the component is a {}",
+            inspection.kind
+        ));
+    }
+    linker
+        .instantiate_pre(&component)
+        .map_err(|e| format!("cannot be linked: {e:#}"))?;
+    Ok(Checked {
+        inspection,
+        manifest,
+        sha256: hex::encode(Sha256::digest(&bytes)),
+    })
+}
+
 /// What a failed call says: the deadline, the memory cap, or the trap.
 fn describe_trap(e: &wasmtime::Error, deadline: Duration) -> String {
     if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
