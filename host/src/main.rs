@@ -1,7 +1,7 @@
 //! The `vigil` binary: command line, logging, signals. Everything else lives
 //! in the library.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -66,10 +66,53 @@ enum PluginCommand {
         #[arg(long, value_name = "FILE.toml")]
         manifest: Option<PathBuf>,
     },
+    /// Create a Rust plugin crate `NAME/` (in the current directory) that
+    /// builds as is with `cargo build --release --target wasm32-wasip2`.
+    New {
+        name: String,
+        #[arg(long, value_enum)]
+        kind: KindArg,
+        /// The vigil-sdk crate (default: the `sdk` directory of the source
+        /// tree this vigil was built from).
+        #[arg(long, value_name = "PATH")]
+        sdk: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum KindArg {
+    Probe,
+    Notifier,
 }
 
 fn plugin_command(cmd: PluginCommand) -> ExitCode {
     match cmd {
+        PluginCommand::New { name, kind, sdk } => {
+            let kind = match kind {
+                KindArg::Probe => vigil::plugins::Kind::Probe,
+                KindArg::Notifier => vigil::plugins::Kind::Notifier,
+            };
+            let Some(sdk) = sdk.or_else(vigil::plugins::scaffold::default_sdk) else {
+                eprintln!(
+                    "error: this vigil was not built from a source tree that still has its sdk/: pass --sdk PATH"
+                );
+                return ExitCode::from(2);
+            };
+            match vigil::plugins::scaffold::new_plugin(Path::new("."), &name, kind, &sdk) {
+                Ok(dir) => {
+                    println!("created {} ({kind} plugin)", dir.display());
+                    println!(
+                        "  cd {} && cargo build --release --target wasm32-wasip2",
+                        dir.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         PluginCommand::Check { file, manifest } => {
             match vigil::plugins::check_file(&file, manifest.as_deref()) {
                 Ok(c) => {

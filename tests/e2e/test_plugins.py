@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -376,3 +377,29 @@ def test_plugin_check_prints_the_world_or_the_reason(vigil_bin: Path, built_plug
     assert "vigil:plugin@0.2.0" in future.stderr and "vigil:plugin@0.1.0" in future.stderr, future.stderr
     other = run_vigil(vigil_bin, ["plugin", "check", str(built_plugins / "wrong-world.wasm")], tmp_path)
     assert other.returncode == 2 and "not a Vigil plugin" in other.stderr, other.stderr
+
+
+def test_plugin_new_scaffolds_crates_that_build_and_pass_check(vigil_bin: Path, tmp_path: Path) -> None:
+    """`vigil plugin new` crates build as they are and validate as plugins of their kind."""
+    target = Path(os.environ.get("HOME", "/root")) / ".cache" / "vigil-plugins-target"
+    env = {k: v for k, v in os.environ.items() if k != "CARGO_TARGET_DIR"} | {"CARGO_TARGET_DIR": str(target)}
+    for kind in ("probe", "notifier"):
+        name = f"my-{kind}"
+        made = run_vigil(vigil_bin, ["plugin", "new", name, "--kind", kind], tmp_path)
+        assert made.returncode == 0, made.stderr
+        built = subprocess.run(
+            ["cargo", "build", "--release", "--target", "wasm32-wasip2"],
+            cwd=tmp_path / name,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert built.returncode == 0, built.stderr[-3000:]
+        wasm = target / "wasm32-wasip2" / "release" / f"{name.replace('-', '_')}.wasm"
+        manifest = tmp_path / name / f"{name}.toml"
+        checked = run_vigil(vigil_bin, ["plugin", "check", str(wasm), "--manifest", str(manifest)], tmp_path)
+        assert checked.returncode == 0, checked.stderr
+        assert f"world:    {kind} (vigil:plugin@0.1.0)" in checked.stdout, checked.stdout
+    again = run_vigil(vigil_bin, ["plugin", "new", "my-probe", "--kind", "probe"], tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stderr, again.stderr

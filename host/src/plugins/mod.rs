@@ -24,6 +24,7 @@ pub mod inspect;
 pub mod manifest;
 pub mod notify;
 mod sandbox;
+pub mod scaffold;
 pub mod watch;
 
 use std::collections::BTreeMap;
