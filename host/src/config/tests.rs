@@ -275,3 +275,55 @@ fn forward_auth_mistakes_are_refused_with_the_key() {
         "#);
     assert!(e.contains("longer than zero"), "{e}");
 }
+
+#[test]
+fn probe_plugins_parse_with_their_arguments() {
+    let c = parse(
+        r#"
+        [plugins]
+        dir = "plugins"
+        [[backends]]
+        name = "api"
+        transport = "http"
+        url = "http://127.0.0.1:3902/mcp"
+        probes = [{ plugin = "http-readiness", url = "http://127.0.0.1:9/healthz", every = "10s", degraded_ms = 200, strict = true }]
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.plugins.dir.as_deref(), Some(Path::new("plugins")));
+    assert_eq!(c.plugins.cache, c.data_dir.join("plugin-cache"));
+    let p = &c.backends[0].probes[0];
+    assert_eq!(p.plugin, "http-readiness");
+    assert_eq!(p.every, Some(Duration::from_secs(10)));
+    assert_eq!(p.args["url"], "http://127.0.0.1:9/healthz");
+    assert_eq!(p.args["degraded_ms"], "200");
+    assert_eq!(p.args["strict"], "true");
+    assert!(!p.args.contains_key("plugin") && !p.args.contains_key("every"));
+}
+
+#[test]
+fn probe_plugin_mistakes_are_refused_with_their_keys() {
+    let e = err(r#"
+        [[backends]]
+        name = "a"
+        transport = "stdio"
+        command = "x"
+        probes = [{ plugin = "p" }]
+        "#);
+    assert!(
+        e.contains("backends[0].probes") && e.contains("[plugins] dir"),
+        "{e}"
+    );
+    let e = err(r#"
+        [plugins]
+        dir = "plugins"
+        [[backends]]
+        name = "a"
+        transport = "stdio"
+        command = "x"
+        probes = [{ every = "1s" }, { plugin = "p", every = "soon" }, { plugin = "q", nested = { a = 1 } }]
+        "#);
+    assert!(e.contains("backends[0].probes[0].plugin: missing"), "{e}");
+    assert!(e.contains("backends[0].probes[1].every"), "{e}");
+    assert!(e.contains("backends[0].probes[2].nested"), "{e}");
+}
