@@ -138,5 +138,6 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     );
     check("freshness", running.freshness != next.freshness);
     check("poller", running.poller != next.poller);
+    check("plugins", running.plugins != next.plugins);
     keys
 }
