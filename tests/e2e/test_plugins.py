@@ -132,7 +132,22 @@ async def test_a_bad_new_version_leaves_the_old_one_running_and_removal_unloads(
         lambda p: p.get("swap", {}).get("calls", 0) > 0,
         "swap loaded and called",
     )
-    sha = first["swap"]["sha256"]
+    assert first["swap"]["kind"] == "probe"
+
+    # Replace it with another valid probe: swapped in, no restart of Vigil.
+    (d / "swap.toml").write_text('[http]\nallowed_hosts = ["127.0.0.1:*"]\n')
+    tmp = d / "swap.wasm.tmp"
+    shutil.copy(built_plugins / "http-readiness.wasm", tmp)
+    tmp.replace(d / "swap.wasm")
+    swapped = await poll(
+        lambda: plugins_by_name(api),
+        lambda p: p["swap"]["sha256"] != first["swap"]["sha256"],
+        "the new version swapped in",
+    )
+    assert swapped["swap"]["state"] == "active", swapped["swap"]
+    assert swapped["swap"]["loaded_at"] > first["swap"]["loaded_at"], swapped["swap"]
+    assert gw.proc.alive(), "vigil was not restarted"
+    sha = swapped["swap"]["sha256"]
 
     # Replace it with a file that does not validate: refused, old one runs.
     (d / "swap.wasm").write_bytes(b"not wasm at all")
