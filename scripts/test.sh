@@ -24,6 +24,9 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/vigil-target}"
+# Incremental artifacts only help edit-compile loops; in a kept target dir
+# they grow by gigabytes per run.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 venv="${VIGIL_VENV:-$HOME/.cache/vigil/venv}"
 requirements="tests/e2e/requirements.txt"
 

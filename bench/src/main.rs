@@ -25,6 +25,7 @@
 mod fanout;
 mod load;
 mod machine;
+mod plugins;
 mod probes;
 mod procs;
 mod report;
@@ -71,6 +72,10 @@ enum Command {
     /// on Vigil hear of it; time from the recorded recovery to each
     /// session's notification.
     Fanout(fanout::FanoutArgs),
+    /// The plugin host in process: load time from a cold and a warm
+    /// compiled-code cache, instantiate + call time of a trivial probe,
+    /// calls per second on one core, memory per loaded plugin.
+    Plugins(plugins::PluginArgs),
 }
 
 // The options of the tools/call benchmark (no doc comment: clap would take
@@ -143,12 +148,18 @@ fn main() -> std::process::ExitCode {
         Some(Command::Calls(args)) => main_calls(args),
         Some(Command::Probes(args)) => main_probes(args),
         Some(Command::Fanout(args)) => main_fanout(args),
+        Some(Command::Plugins(args)) => main_plugins(args),
     }
 }
 
 fn main_probes(args: probes::ProbeArgs) -> std::process::ExitCode {
     // One worker: the bench only samples, it should take little CPU.
     run_async(Some(1), probes::run(&args))
+}
+
+fn main_plugins(args: plugins::PluginArgs) -> std::process::ExitCode {
+    // One worker: "calls per second on one core".
+    run_async(Some(1), plugins::run(&args))
 }
 
 fn main_fanout(args: fanout::FanoutArgs) -> std::process::ExitCode {
