@@ -67,9 +67,10 @@ pub enum Verdict {
     /// The probe could not tell, or the plugin failed (trap, deadline,
     /// memory, missing): never a reason to restart a backend.
     Unknown(String),
-    /// The plugin is disabled after repeated failures: it says nothing
-    /// about the backend (its disabling was logged and shows in the API).
-    Disabled(String),
+    /// The plugin says nothing about the backend: it is disabled after
+    /// repeated failures (logged, and shown in the API), or the plugin
+    /// directory has not finished its first load yet.
+    Silent(String),
 }
 
 /// One probe call's outcome.
@@ -142,6 +143,9 @@ pub struct Plugins {
     dir: PathBuf,
     loaded: RwLock<BTreeMap<String, Arc<Loaded>>>,
     rejected: RwLock<BTreeMap<String, Rejected>>,
+    /// Set once the first scan of the directory finished: until then a
+    /// plugin not loaded yet is not "missing".
+    scanned: std::sync::atomic::AtomicBool,
 }
 
 /// Why the plugin system could not start.
@@ -171,6 +175,7 @@ impl Plugins {
             dir,
             loaded: RwLock::default(),
             rejected: RwLock::default(),
+            scanned: Default::default(),
         }))
     }
 
@@ -220,6 +225,8 @@ impl Plugins {
             tracing::info!(plugin = %name, "plugin removed (its file is gone)");
         }
         write(&self.rejected).retain(|n, _| seen.contains(n));
+        self.scanned
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Records one file's load outcome.
@@ -280,20 +287,11 @@ impl Plugins {
         sha256: String,
         manifest: Manifest,
     ) -> Result<Loaded, String> {
-        let (component, from_cache) = self.engine.compile(&bytes)?;
-        let inspection = inspect::inspect(self.engine.engine(), &component)?;
-        if let Some(k) = manifest.kind
-            && k != inspection.kind
-        {
-            return Err(format!(
-                "its manifest says kind = \"{k}\" but the component is a {}",
-                inspection.kind
-            ));
-        }
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| format!("cannot be linked: {e:#}"))?;
+        let Validated {
+            inspection,
+            pre,
+            from_cache,
+        } = validate(&self.engine, &self.linker, &bytes, &manifest)?;
         Ok(Loaded {
             name: name.to_owned(),
             file: file.to_owned(),
@@ -378,6 +376,13 @@ impl Plugins {
             detail: None,
         };
         let Some(p) = read(&self.loaded).get(name).cloned() else {
+            if !self.scanned.load(std::sync::atomic::Ordering::Acquire) {
+                return ProbeResult {
+                    verdict: Verdict::Silent("the plugin directory is still loading".into()),
+                    latency: None,
+                    detail: None,
+                };
+            }
             let why = match read(&self.rejected).get(name) {
                 Some(r) => format!("probe plugin '{name}' was refused: {}", r.reason),
                 None => format!("no probe plugin '{name}' in {}", self.dir.display()),
@@ -392,7 +397,7 @@ impl Plugins {
         }
         if let Some(why) = &lock(&p.stats).disabled {
             return ProbeResult {
-                verdict: Verdict::Disabled(why.clone()),
+                verdict: Verdict::Silent(format!("disabled: {why}")),
                 latency: None,
                 detail: None,
             };
@@ -400,38 +405,21 @@ impl Plugins {
         let mut config: BTreeMap<String, String> = p.manifest.config.clone();
         config.extend(args.iter().map(|(k, v)| (k.clone(), v.clone())));
         let label = format!("{name}@{}", target.name);
-        let mut store = sandbox::store(
+        let store = sandbox::store(
             &self.engine,
             &p.manifest,
             label,
             config.into_iter().collect(),
             Some(target),
         );
-        let deadline = p.manifest.limits.deadline;
-        let t0 = tokio::time::Instant::now();
-        let pre = bindings::probe::ProbePre::new(p.pre.clone());
-        let call = async {
-            let pre = pre.map_err(|e| format!("{e:#}"))?;
-            let instance = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| format!("{e:#}"))?;
-            instance
-                .vigil_plugin_prober()
-                .call_check(&mut store)
-                .await
-                .map_err(|e| describe_trap(&e, deadline))
-        };
-        // The epoch deadline stops guest code; this bounds time spent
-        // waiting in host calls (a slow backend, a slow HTTP server).
-        let outcome = match tokio::time::timeout(deadline + engine::TICK * 2, call).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "did not finish within its deadline of {}",
-                humantime::format_duration(deadline)
-            )),
-        };
-        let took = t0.elapsed();
+        let pre = p.pre.clone();
+        let (outcome, took) = run_call(&p, store, async move |store| {
+            let instance = bindings::probe::ProbePre::new(pre)?
+                .instantiate_async(&mut *store)
+                .await?;
+            instance.vigil_plugin_prober().call_check(store).await
+        })
+        .await;
         let max = p.manifest.limits.max_string;
         match outcome {
             Ok(report) => {
@@ -491,36 +479,24 @@ impl Plugins {
                 manifest::Severity::Critical => types::Severity::Critical,
             },
         };
-        let mut store = sandbox::store(
+        let store = sandbox::store(
             &self.engine,
             &p.manifest,
             name.to_owned(),
             p.manifest.config.clone().into_iter().collect(),
             None,
         );
-        let deadline = p.manifest.limits.deadline;
-        let t0 = tokio::time::Instant::now();
-        let pre = bindings::notifier::NotifierPre::new(p.pre.clone());
-        let call = async {
-            let pre = pre.map_err(|e| format!("{e:#}"))?;
-            let instance = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| format!("{e:#}"))?;
+        let pre = p.pre.clone();
+        let (outcome, took) = run_call(&p, store, async move |store| {
+            let instance = bindings::notifier::NotifierPre::new(pre)?
+                .instantiate_async(&mut *store)
+                .await?;
             instance
                 .vigil_plugin_notify_sink()
-                .call_notify(&mut store, &wit)
+                .call_notify(store, &wit)
                 .await
-                .map_err(|e| describe_trap(&e, deadline))
-        };
-        let outcome = match tokio::time::timeout(deadline + engine::TICK * 2, call).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "did not finish within its deadline of {}",
-                humantime::format_duration(deadline)
-            )),
-        };
-        let took = t0.elapsed();
+        })
+        .await;
         match outcome {
             // A trap, deadline or memory exhaustion: the plugin's fault.
             Err(why) => {
@@ -557,12 +533,48 @@ impl Plugins {
                 s.last_error = Some(why.clone());
                 if s.consecutive >= p.manifest.limits.failures && s.disabled.is_none() {
                     let reason = format!("{} consecutive failures, the last: {why}", s.consecutive);
-                    tracing::error!(plugin = %p.name, %reason, "plugin disabled (replace its file to load it again)");
+                    tracing::error!(plugin = %p.name, %reason, "plugin disabled (replace its file or edit its manifest to load it again)");
                     s.disabled = Some(reason);
                 }
             }
         }
     }
+}
+
+/// A component that passed every check, ready to instantiate.
+struct Validated {
+    inspection: Inspection,
+    pre: InstancePre<sandbox::State>,
+    from_cache: bool,
+}
+
+/// Compiles (or loads from the cache), inspects, checks against the
+/// manifest's kind and links `bytes`: what the directory and `vigil plugin
+/// check` both require.
+fn validate(
+    engine: &PluginEngine,
+    linker: &Linker<sandbox::State>,
+    bytes: &[u8],
+    manifest: &Manifest,
+) -> Result<Validated, String> {
+    let (component, from_cache) = engine.compile(bytes)?;
+    let inspection = inspect::inspect(engine.engine(), &component)?;
+    if let Some(k) = manifest.kind
+        && k != inspection.kind
+    {
+        return Err(format!(
+            "its manifest says kind = \"{k}\" but the component is a {}",
+            inspection.kind
+        ));
+    }
+    let pre = linker
+        .instantiate_pre(&component)
+        .map_err(|e| format!("cannot be linked: {e:#}"))?;
+    Ok(Validated {
+        inspection,
+        pre,
+        from_cache,
+    })
 }
 
 /// What `vigil plugin check` reports of a valid plugin.
@@ -583,24 +595,33 @@ pub fn check_file(file: &Path, manifest: Option<&Path>) -> Result<Checked, Strin
     let manifest = Manifest::load(&manifest_file).map_err(|e| e.to_string())?;
     let engine = PluginEngine::new(None)?;
     let linker = sandbox::linker(&engine)?;
-    let (component, _) = engine.compile(&bytes)?;
-    let inspection = inspect::inspect(engine.engine(), &component)?;
-    if let Some(k) = manifest.kind
-        && k != inspection.kind
-    {
-        return Err(format!(
-            "its manifest says kind = \"{k}\" but the component is a {}",
-            inspection.kind
-        ));
-    }
-    linker
-        .instantiate_pre(&component)
-        .map_err(|e| format!("cannot be linked: {e:#}"))?;
+    let Validated { inspection, .. } = validate(&engine, &linker, &bytes, &manifest)?;
     Ok(Checked {
         inspection,
         manifest,
         sha256: hex::encode(Sha256::digest(&bytes)),
     })
+}
+
+/// Runs one call of `p` in `store`: instantiation and the export, both
+/// under the manifest's limits (a memory cap or deadline can be hit while
+/// instantiating, too). The epoch deadline stops guest code; the timeout
+/// bounds time spent waiting in host calls (a slow backend or HTTP server).
+async fn run_call<T>(
+    p: &Loaded,
+    mut store: wasmtime::Store<sandbox::State>,
+    call: impl AsyncFnOnce(&mut wasmtime::Store<sandbox::State>) -> wasmtime::Result<T>,
+) -> (Result<T, String>, Duration) {
+    let deadline = p.manifest.limits.deadline;
+    let t0 = tokio::time::Instant::now();
+    let outcome = match tokio::time::timeout(deadline + engine::TICK * 2, call(&mut store)).await {
+        Ok(r) => r.map_err(|e| describe_trap(&e, deadline)),
+        Err(_) => Err(format!(
+            "did not finish within its deadline of {}",
+            humantime::format_duration(deadline)
+        )),
+    };
+    (outcome, t0.elapsed())
 }
 
 /// What a failed call says: the deadline, the memory cap, or the trap.

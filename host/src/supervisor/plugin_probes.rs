@@ -110,7 +110,7 @@ impl Supervisor {
         }
         let unknown = match &result.verdict {
             Verdict::Unknown(r) => Some(r.clone()),
-            Verdict::Disabled(_) => {
+            Verdict::Silent(_) => {
                 self.plugin_probes.last[i] = None;
                 return None;
             }
