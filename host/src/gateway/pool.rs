@@ -111,10 +111,21 @@ impl Pool {
     /// Records what the client sent with a request: its `Authorization`
     /// header (the latest wins: a client may refresh its token) and its
     /// capabilities (mirrored on new backend connections).
-    pub fn observe(&self, auth: Option<String>, capabilities: Option<ClientCapabilities>) {
-        *lock(&self.auth) = auth;
-        if capabilities.is_some() {
-            *lock(&self.capabilities) = capabilities;
+    /// Runs on every request: allocates only when the header changed, and
+    /// reads the capabilities (fixed for a session) once.
+    pub fn observe(
+        &self,
+        auth: Option<&str>,
+        capabilities: impl FnOnce() -> Option<ClientCapabilities>,
+    ) {
+        let mut cur = lock(&self.auth);
+        if cur.as_deref() != auth {
+            *cur = auth.map(str::to_owned);
+        }
+        drop(cur);
+        let mut caps = lock(&self.capabilities);
+        if caps.is_none() {
+            *caps = capabilities();
         }
     }
 

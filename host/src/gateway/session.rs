@@ -35,10 +35,13 @@ pub struct FrontSession {
 }
 
 /// The client's `Authorization` header on this request, if it came over HTTP.
-fn authorization(extensions: &rmcp::model::Extensions) -> Option<String> {
+fn authorization(extensions: &rmcp::model::Extensions) -> Option<&str> {
     let parts = extensions.get::<http::request::Parts>()?;
-    let v = parts.headers.get(http::header::AUTHORIZATION)?;
-    v.to_str().ok().map(str::to_owned)
+    parts
+        .headers
+        .get(http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()
 }
 
 impl FrontSession {
@@ -68,15 +71,16 @@ impl FrontSession {
         if !self.registered.load(Ordering::Acquire) {
             return shared;
         }
-        self.observe(ctx);
+        self.observe(&ctx.extensions, &ctx.peer);
         self.pool.derive(shared).await
     }
 
-    fn observe(&self, ctx: &RequestContext<RoleServer>) {
-        self.pool.observe(
-            authorization(&ctx.extensions),
-            ctx.peer.peer_info().map(|i| i.capabilities.clone()),
-        );
+    /// Hands what a request (or the `initialized` notification) carries
+    /// to the pool: the client's `Authorization` and capabilities.
+    fn observe(&self, extensions: &rmcp::model::Extensions, peer: &rmcp::Peer<RoleServer>) {
+        self.pool.observe(authorization(extensions), || {
+            peer.peer_info().map(|i| i.capabilities.clone())
+        });
     }
 
     /// The connection a request from this session to `backend` travels on:
@@ -88,7 +92,7 @@ impl FrontSession {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, McpError> {
         if backend.per_session() && self.registered.load(Ordering::Acquire) {
-            self.observe(ctx);
+            self.observe(&ctx.extensions, &ctx.peer);
             return self
                 .pool
                 .connection(backend)
@@ -350,10 +354,7 @@ impl ServerHandler for FrontSession {
         if !self.registered.swap(true, Ordering::AcqRel) {
             // List forward_auth backends with this client's credentials
             // first: the session starts out seeing them.
-            self.pool.observe(
-                authorization(&ctx.extensions),
-                ctx.peer.peer_info().map(|i| i.capabilities.clone()),
-            );
+            self.observe(&ctx.extensions, &ctx.peer);
             self.pool.derive(self.gw.catalog()).await;
             self.gw.sessions().add(
                 self.id,
