@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import anyio
 import pytest
 
-from harness import Gateways, Procs, demo_stdio_args, http_backend, start_python_backend, stdio_backend
+from harness import DemoHttp, Gateways, Procs, demo_stdio_args, http_backend, start_python_backend, stdio_backend
 from support import (
     DEMO_TOOLS,
     ControlApi,
@@ -51,6 +52,24 @@ def listings(state: Path) -> list[str]:
     return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
 
 
+class PerUser(NamedTuple):
+    """A running per_user_server: its state directory, process, and Vigil backend table."""
+
+    state: Path
+    server: DemoHttp
+    backend: dict[str, Any]
+
+
+def start_per_user(procs: Procs, tmp_path: Path, table: dict[str, list[str]], **extra: Any) -> PerUser:
+    """per_user_server.py serving `table`, and a `forward_auth` backend `per` for it (plus `extra` keys)."""
+    state = tmp_path / "per-user"
+    state.mkdir()
+    write_tools(state, table)
+    server = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
+    backend = http_backend("per", server.url) | {"forward_auth": True, **extra}
+    return PerUser(state, server, backend)
+
+
 def changes(inbox: Inbox) -> int:
     return len(inbox.matching(is_tools_list_changed))
 
@@ -58,12 +77,7 @@ def changes(inbox: Inbox) -> int:
 async def test_sessions_with_different_tokens_see_and_refresh_their_own_tools(
     vigil: Gateways, procs: Procs, demo_bin: Path, tmp_path: Path
 ) -> None:
-    state = tmp_path / "per-user"
-    state.mkdir()
-    write_tools(state, {"Bearer alice": ["alpha"], "Bearer bob": ["beta"]})
-    per_user = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
-    backend = http_backend("per", per_user.url)
-    backend["forward_auth"] = True
+    state, _, backend = start_per_user(procs, tmp_path, {"Bearer alice": ["alpha"], "Bearer bob": ["beta"]})
     gw = vigil(
         [stdio_backend("shared", demo_bin, demo_stdio_args("shared")), backend],
         api={},
@@ -118,12 +132,7 @@ async def test_sessions_with_different_tokens_see_and_refresh_their_own_tools(
 async def test_a_session_without_credentials_sees_none_of_the_backends_tools(
     vigil: Gateways, procs: Procs, tmp_path: Path
 ) -> None:
-    state = tmp_path / "per-user"
-    state.mkdir()
-    write_tools(state, {"Bearer alice": ["alpha"]})
-    per_user = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
-    backend = http_backend("per", per_user.url)
-    backend["forward_auth"] = True
+    state, _, backend = start_per_user(procs, tmp_path, {"Bearer alice": ["alpha"]})
     gw = vigil([backend], startup_timeout="5s")
     async with http_session(gw.url) as anonymous, http_session(gw.url, headers=ALICE) as alice:
         assert await tool_names(alice) == {"per__alpha"}
@@ -138,12 +147,7 @@ async def test_a_session_without_credentials_sees_none_of_the_backends_tools(
 async def test_an_idle_session_connection_is_closed_and_reopened_on_use(
     vigil: Gateways, procs: Procs, tmp_path: Path
 ) -> None:
-    state = tmp_path / "per-user"
-    state.mkdir()
-    write_tools(state, {"Bearer alice": ["alpha"]})
-    per_user = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
-    backend = http_backend("per", per_user.url)
-    backend.update(forward_auth=True, session_idle="300ms")
+    state, _, backend = start_per_user(procs, tmp_path, {"Bearer alice": ["alpha"]}, session_idle="300ms")
     gw = vigil([backend], log_level="vigil=debug", poller={"interval": "0s"})
     async with http_session(gw.url, headers=ALICE) as alice:
         assert await call_text(alice, "per__alpha", {}) == "alpha for Bearer alice"
@@ -163,12 +167,7 @@ async def test_sessions_lose_and_regain_the_backends_tools_with_its_health(
     vigil: Gateways, procs: Procs, tmp_path: Path
 ) -> None:
     """The backend's shared entry is empty; its health still reaches every session's own view."""
-    state = tmp_path / "per-user"
-    state.mkdir()
-    write_tools(state, {"Bearer alice": ["alpha"]})
-    per_user = start_python_backend(procs, "per-user", "per_user_server.py", [str(state)])
-    backend = http_backend("per", per_user.url)
-    backend["forward_auth"] = True
+    state, per_user, backend = start_per_user(procs, tmp_path, {"Bearer alice": ["alpha"]})
     gw = vigil(
         [backend],
         health={"interval": "300ms", "timeout": "300ms"},
