@@ -10,7 +10,9 @@
 - `vigil_bin`, `demo_bin`: the binaries under test;
 - `anyio_backend`: async tests (`@pytest.mark.anyio`) run on asyncio;
 - `built_plugins`: the WebAssembly plugins (first-party and test fixtures),
-  built from source once per test session.
+  built from source once per test session;
+- `built_examples`: the Python and C example probes of `examples/`, built
+  from source once per test session.
 """
 
 from __future__ import annotations
@@ -55,26 +57,45 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session")
-def built_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every plugin of plugins/ and tests/plugins, built for wasm32-wasip2 into one directory.
+def run_build_scripts(out: Path, scripts: list[str]) -> None:
+    """Runs each build script (relative to the repo) with `out` as its output directory.
 
-    Built from source in the test run (warm caches make it take seconds).
-    Each script keeps its own cargo target directory, not the host's.
+    The scripts keep their own cargo target directories, not the host's.
     """
-    out = tmp_path_factory.mktemp("built-plugins")
     repo = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "CARGO_TARGET_DIR"}
-    for script in ("build-plugins.sh", "build-test-plugins.sh"):
+    for script in scripts:
         done = subprocess.run(
-            ["bash", str(repo / "scripts" / script), str(out)],
+            ["bash", str(repo / script), str(out)],
             env=env,
             capture_output=True,
             text=True,
             timeout=900,
         )
         if done.returncode != 0:
-            pytest.fail(f"scripts/{script} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
+            pytest.fail(f"{script} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def built_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every plugin of plugins/ and tests/plugins, built for wasm32-wasip2 into one directory.
+
+    Built from source in the test run (warm caches make it take seconds).
+    """
+    out = tmp_path_factory.mktemp("built-plugins")
+    run_build_scripts(out, ["scripts/build-plugins.sh", "scripts/build-test-plugins.sh"])
+    return out
+
+
+@pytest.fixture(scope="session")
+def built_examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`python-probe.wasm` (componentize-py) and `c-probe.wasm` (clang), built from source.
+
+    Each build script installs its own toolchain on first use (a venv with
+    componentize-py; Debian's clang-19 and wasi-libc) and reuses it after.
+    """
+    out = tmp_path_factory.mktemp("built-examples")
+    run_build_scripts(out, ["examples/python-probe/build.sh", "examples/c-probe/build.sh"])
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
@@ -375,6 +376,21 @@ class ControlApi:
 
     async def wait_state(self, name: str, *states: str) -> dict[str, Any]:
         return await self.wait_for(name, lambda d: d["state"] in states, f"state in {states}")
+
+
+def plugin_dir(tmp_path: Path, built: Path, names: list[str]) -> Path:
+    """`tmp_path/plugins` holding a copy of each `built/NAME.wasm`."""
+    d = tmp_path / "plugins"
+    d.mkdir(exist_ok=True)
+    for n in names:
+        shutil.copy(built / f"{n}.wasm", d / f"{n}.wasm")
+    return d
+
+
+async def plugins_by_name(api: ControlApi) -> dict[str, dict[str, Any]]:
+    """`GET /api/v1/plugins`, keyed by plugin name."""
+    body = await api.get_json("/api/v1/plugins")
+    return {p["name"]: p for p in body["plugins"]}
 
 
 def transition_path(transitions: list[dict[str, Any]]) -> list[str]:

@@ -23,26 +23,13 @@ import anyio
 import pytest
 
 from harness import Gateways, demo_pids, demo_stdio_args, free_port, run_vigil, stdio_backend
-from support import ControlApi, call_text, http_session, poll
+from support import ControlApi, call_text, http_session, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 HOSTILE_PROBES = ["busy-loop", "memory-bomb", "trap", "huge-return"]
-
-
-def plugin_dir(tmp_path: Path, built: Path, names: list[str]) -> Path:
-    d = tmp_path / "plugins"
-    d.mkdir(exist_ok=True)
-    for n in names:
-        shutil.copy(built / f"{n}.wasm", d / f"{n}.wasm")
-    return d
-
-
-async def plugins_by_name(api: ControlApi) -> dict[str, dict[str, Any]]:
-    body = await api.get_json("/api/v1/plugins")
-    return {p["name"]: p for p in body["plugins"]}
 
 
 async def test_hostile_plugins_are_stopped_or_refused_while_mcp_keeps_serving(

@@ -36,15 +36,39 @@ impl host::Host for State {
 }
 
 impl State {
-    /// `ms` bounded by what is left of the call's deadline, less a margin
-    /// so the plugin can still report what it saw (a timeout, say) before
-    /// the deadline stops it.
-    fn budget(&self, ms: u32) -> Duration {
+    /// The timeout for a target request asking for `ms`: at most what is
+    /// left of the call's deadline, less a margin so the plugin can still
+    /// report what it saw before the deadline stops it. The flag says
+    /// whether the deadline cut the plugin's own timeout.
+    fn budget(&self, ms: u32) -> (Duration, bool) {
         const MARGIN: Duration = Duration::from_millis(50);
+        let asked = Duration::from_millis(u64::from(ms));
         let left = self
             .deadline
-            .saturating_duration_since(tokio::time::Instant::now());
-        Duration::from_millis(u64::from(ms)).min(left.saturating_sub(MARGIN))
+            .saturating_duration_since(tokio::time::Instant::now())
+            .saturating_sub(MARGIN);
+        (asked.min(left), left < asked)
+    }
+
+    /// Runs one target request of `what` under the budget for `ms`. A
+    /// timeout the deadline imposed is recorded in `cut_short`: the plugin
+    /// still sees `timeout`, but its verdict no longer counts.
+    async fn within<T>(
+        &mut self,
+        what: &str,
+        ms: u32,
+        request: impl AsyncFnOnce(Duration) -> Result<T, BackendError>,
+    ) -> Result<T, target::McpError> {
+        let (budget, cut) = self.budget(ms);
+        let result = request(budget).await;
+        if cut && matches!(result, Err(BackendError::Timeout { .. })) {
+            self.cut_short = Some(format!(
+                "its {what} asked for {ms} ms but only {} ms of its deadline were left; \
+                 raise `[limits] deadline` in its manifest above the timeouts it uses",
+                budget.as_millis()
+            ));
+        }
+        result.map_err(mcp_error)
     }
 
     fn connection(&self) -> Result<std::sync::Arc<crate::backend::Connection>, target::McpError> {
@@ -82,12 +106,12 @@ impl target::Host for State {
 
     async fn ping(&mut self, timeout_ms: u32) -> Result<(), target::McpError> {
         let conn = self.connection()?;
-        conn.ping(self.budget(timeout_ms)).await.map_err(mcp_error)
+        self.within("ping", timeout_ms, async |t| conn.ping(t).await)
+            .await
     }
 
     async fn list_tools(&mut self, timeout_ms: u32) -> Result<Vec<target::Tool>, target::McpError> {
         let conn = self.connection()?;
-        let budget = self.budget(timeout_ms);
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
@@ -95,10 +119,12 @@ impl target::Host for State {
             if let Some(c) = cursor.take() {
                 req.params = Some(PaginatedRequestParams::default().with_cursor(Some(c)));
             }
-            let page = match conn
-                .probe_request(ClientRequest::ListToolsRequest(req), budget)
-                .await
-                .map_err(mcp_error)?
+            let request = ClientRequest::ListToolsRequest(req);
+            let page = match self
+                .within("tools/list", timeout_ms, async |t| {
+                    conn.probe_request(request, t).await
+                })
+                .await?
             {
                 ServerResult::ListToolsResult(r) => r,
                 _ => {
@@ -140,13 +166,12 @@ impl target::Host for State {
         let conn = self.connection()?;
         let mut params = CallToolRequestParams::new(name);
         params.arguments = Some(args);
-        let answer = conn
-            .probe_request(
-                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
-                self.budget(timeout_ms),
-            )
-            .await
-            .map_err(mcp_error)?;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let answer = self
+            .within("tools/call", timeout_ms, async |t| {
+                conn.probe_request(request, t).await
+            })
+            .await?;
         let ServerResult::CallToolResult(r) = answer else {
             return Err(target::McpError::Transport(
                 "tools/call: unexpected answer".into(),

@@ -363,7 +363,8 @@ impl Plugins {
 
     /// Runs probe plugin `name` against `target` with `args` over its
     /// manifest's config. Never fails: a missing, disabled or failing
-    /// plugin is an `Unknown` verdict saying why.
+    /// plugin is an `Unknown` verdict saying why. Reasons do not repeat the
+    /// plugin's name: the caller prefixes it.
     pub async fn probe(
         &self,
         name: &str,
@@ -384,16 +385,13 @@ impl Plugins {
                 };
             }
             let why = match read(&self.rejected).get(name) {
-                Some(r) => format!("probe plugin '{name}' was refused: {}", r.reason),
-                None => format!("no probe plugin '{name}' in {}", self.dir.display()),
+                Some(r) => format!("refused: {}", r.reason),
+                None => format!("no such plugin in {}", self.dir.display()),
             };
             return unknown(why);
         };
         if p.inspection.kind != Kind::Probe {
-            return unknown(format!(
-                "plugin '{name}' is a {}, not a probe",
-                p.inspection.kind
-            ));
+            return unknown(format!("it is a {}, not a probe", p.inspection.kind));
         }
         if let Some(why) = &lock(&p.stats).disabled {
             return ProbeResult {
@@ -441,7 +439,7 @@ impl Plugins {
             }
             Err(why) => {
                 self.record(&p, Err(why.clone()), took);
-                unknown(format!("probe plugin '{name}' failed: {why}"))
+                unknown(format!("the call failed: {why}"))
             }
         }
     }
@@ -620,6 +618,14 @@ async fn run_call<T>(
             "did not finish within its deadline of {}",
             humantime::format_duration(deadline)
         )),
+    };
+    // A verdict built on a timeout the deadline imposed is the deadline's.
+    let outcome = match store.data_mut().cut_short.take() {
+        Some(why) if outcome.is_ok() => Err(format!(
+            "ran into its deadline of {}: {why}",
+            humantime::format_duration(deadline)
+        )),
+        _ => outcome,
     };
     (outcome, t0.elapsed())
 }

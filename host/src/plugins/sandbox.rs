@@ -37,6 +37,11 @@ pub struct State {
     pub(super) target: Option<Target>,
     /// The call's deadline: bounds the timeouts plugins ask for.
     pub(super) deadline: tokio::time::Instant,
+    /// Set when a target request timed out only because the deadline cut
+    /// the timeout the plugin asked for: the call then ends as a plugin
+    /// failure (a probe's `unknown`), not as whatever the plugin concludes
+    /// from a timeout it never asked for.
+    pub(super) cut_short: Option<String>,
 }
 
 /// `wasi:http` policy of one call.
@@ -165,6 +170,7 @@ pub fn store(
         config,
         target,
         deadline: tokio::time::Instant::now() + manifest.limits.deadline,
+        cut_short: None,
     };
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|s| &mut s.limits);
