@@ -11,5 +11,5 @@ export PATH="$BIN:$PATH"
 vigil-demo-backend --transport http --listen 127.0.0.1:3902 --name remote &
 BACKEND=$!
 trap 'kill $BACKEND 2>/dev/null || true' EXIT
-echo "Vigil demo: connect an MCP client to http://127.0.0.1:8080/mcp (Ctrl-C stops)"
+echo "Vigil demo: connect an MCP client to http://127.0.0.1:8080/mcp; dashboard at http://127.0.0.1:8081/ui (Ctrl-C stops)"
 vigil serve --config examples/demo.toml

@@ -105,6 +105,18 @@ e2e() {
   "$venv/bin/python" -m pytest tests/e2e -q ${PYTEST_ARGS:-}
 }
 
+# Debian's chromium and its chromedriver, for the dashboard's tests.
+browser_env() {
+  command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "installing chromium and chromium-driver with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+  else
+    echo "chromium and chromedriver are required for the dashboard tests (Debian: apt-get install chromium chromium-driver)" >&2
+    return 1
+  fi
+}
+
 # The guest SDK and the first-party plugins are workspaces of their own
 # (WebAssembly guests); their pure logic is unit-tested on the host, in the
 # guests' own target directory.
@@ -129,6 +141,7 @@ if [ "${results[-1]}" = PASS ]; then
   step container-engine container_env
   step cargo-test cargo test --workspace
   step guest-tests guest_tests
+  step browser-env browser_env
   step python-env python_env
   if [ "${results[-1]}" = PASS ]; then
     step e2e e2e
@@ -142,7 +155,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance ABSENT
   fi
 else
-  for name in container-engine cargo-test guest-tests python-env e2e conformance; do record "$name" SKIPPED; done
+  for name in container-engine cargo-test guest-tests browser-env python-env e2e conformance; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

@@ -179,24 +179,32 @@ fn main() -> ExitCode {
         }
     };
     if let Command::Check(_) = cli.command {
-        println!(
+        use std::io::Write;
+        // Written, not println!: a closed pipe (`vigil check | head`) is
+        // not worth a panic.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
             "{}: ok, {} backend(s)",
             config.file.display(),
             config.backends.len()
         );
         for b in &config.backends {
-            println!(
-                "  {} ({})",
-                b.name,
-                match b.transport {
-                    vigil::config::Transport::Stdio { .. } => "stdio",
-                    vigil::config::Transport::Http { .. } => "http",
-                }
-            );
+            let transport = match b.transport {
+                vigil::config::Transport::Stdio { .. } => "stdio",
+                vigil::config::Transport::Http { .. } => "http",
+            };
+            let _ = writeln!(out, "  {} ({transport})", b.name);
         }
         return ExitCode::SUCCESS;
     }
-    init_logging(&config);
+    let exporter = match init_logging(&config) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -205,7 +213,12 @@ fn main() -> ExitCode {
         }
     };
     let stdio = matches!(cli.command, Command::Stdio(_));
-    match runtime.block_on(run(config, stdio)) {
+    let result = runtime.block_on(run(config, stdio));
+    // Outside the runtime: the last export blocks.
+    if let Some(e) = exporter {
+        e.shutdown();
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -306,18 +319,33 @@ async fn on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
-fn init_logging(config: &Config) {
+/// Logs to stderr, human or JSON, filtered by `log_level` (or `RUST_LOG`);
+/// with `[telemetry]`, tool-call spans also go to the OTLP collector.
+fn init_logging(
+    config: &Config,
+) -> Result<Option<vigil::telemetry::Exporter>, vigil::telemetry::TelemetryError> {
+    use std::io::IsTerminal;
+
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::prelude::*;
+
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    if config.log_json {
-        builder.json().init();
+    let fmt = if config.log_json {
+        fmt.json().boxed()
     } else {
-        builder.init();
-    }
+        fmt.boxed()
+    };
+    let (otel, exporter) = match vigil::telemetry::layer(&config.telemetry)? {
+        Some((layer, exporter)) => (Some(layer), Some(exporter)),
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .init();
+    Ok(exporter)
 }

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from browser import browser  # noqa: F401 - fixtures for every module
+from containers import box, engine  # noqa: F401
 from harness import (
     LOG_HEAD_BYTES,
     LOG_TAIL_BYTES,

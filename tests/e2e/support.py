@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
@@ -376,6 +377,39 @@ class ControlApi:
 
     async def wait_state(self, name: str, *states: str) -> dict[str, Any]:
         return await self.wait_for(name, lambda d: d["state"] in states, f"state in {states}")
+
+
+class Receiver:
+    """A local HTTP server that records every POST: (path, JSON body, receipt time)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.posts: list[tuple[str, Any, float]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                outer.posts.append((self.path, json.loads(body or b"null"), time.monotonic()))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def on(self, path: str) -> list[tuple[Any, float]]:
+        return [(body, at) for p, body, at in self.posts if p == path]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def plugin_dir(tmp_path: Path, built: Path, names: list[str]) -> Path:

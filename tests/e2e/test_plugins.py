@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 from harness import Gateways, demo_pids, demo_stdio_args, free_port, run_vigil, stdio_backend
-from support import ControlApi, call_text, http_session, plugin_dir, plugins_by_name, poll
+from support import ControlApi, Receiver, call_text, http_session, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
 
@@ -246,39 +246,6 @@ async def test_a_probe_plugin_fails_a_backend_into_a_restart_and_back_to_running
         assert "offline" in states and "restarting" in states, states
     finally:
         ready.close()
-
-
-class Receiver:
-    """A local HTTP server that records every POST: (path, JSON body, receipt time)."""
-
-    def __init__(self) -> None:
-        import http.server
-        import threading
-
-        self.posts: list[tuple[str, Any, float]] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length)
-                outer.posts.append((self.path, json.loads(body or b"null"), time.monotonic()))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def on(self, path: str) -> list[tuple[Any, float]]:
-        return [(body, at) for p, body, at in self.posts if p == path]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def notifier_manifest(url: str, rate: int = 60) -> str:

@@ -7,11 +7,16 @@
 
 mod auth;
 mod error;
+pub mod events;
+mod metrics;
 mod router;
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
+mod ui;
 
 use std::time::SystemTime;
 
@@ -86,6 +91,19 @@ pub trait Control: Send + Sync + 'static {
         (None, Vec::new())
     }
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>>;
+    /// One backend's report (`None`: no such backend). Cheaper than
+    /// filtering [`instances`](Control::instances) per event.
+    fn report(&self, name: &str) -> Option<InstanceReport> {
+        self.instances().into_iter().find(|r| r.name == name)
+    }
+    /// Every health transition from now on (`None`: no event source).
+    fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<Transition>> {
+        None
+    }
+    /// Live client sessions (`None`: not known).
+    fn sessions(&self) -> Option<usize> {
+        None
+    }
     /// Restarts now (resets the failure count; leaves no quarantine behind).
     fn restart(
         &self,

@@ -8,6 +8,10 @@
 //! | `POST /api/v1/health/instances/{id}/quarantine` | operator | same; optional body `{"reason": "..."}` |
 //! | `POST /api/v1/health/instances/{id}/release` | operator | same |
 //! | `GET /api/v1/audit?limit=N` | operator | `{"entries": [AuditEntry, ...]}`, oldest first (N ≤ 1000, default 100) |
+//! | `GET /api/v1/plugins` | viewer | `{"dir": ..., "plugins": [PluginInfo, ...]}` |
+//! | `GET /api/v1/events` | viewer | server-sent events: a `hello` snapshot, then changes (see [`super::events`]) |
+//! | `GET /metrics` | viewer | Prometheus text format (see [`super::metrics`]) |
+//! | `GET /ui`, `/ui/*` | none | the dashboard's page and assets (no data; the page calls the API with a token) |
 //!
 //! Errors are [`ApiError`]s: 400 bad query or body, 401 no or unknown token
 //! (with `WWW-Authenticate: Bearer`; unknown paths too, so they reveal
@@ -65,18 +69,26 @@ pub struct ApiState {
 struct Shared {
     control: Arc<dyn Control>,
     store: Option<Arc<dyn Store>>,
+    events: Arc<super::events::Hub>,
 }
 
 type St = State<Arc<Shared>>;
 
 /// The control API as a `Router`, every route (and the 404/405 answers)
-/// behind token authentication.
+/// behind token authentication but the dashboard's assets.
 pub fn router(state: ApiState) -> Router {
+    build(state, CancellationToken::new())
+}
+
+/// [`router`], whose event streams end when `closing` fires.
+fn build(state: ApiState, closing: CancellationToken) -> Router {
+    let metrics = Arc::new(super::metrics::registry(state.control.clone()));
     let shared = Arc::new(Shared {
+        events: super::events::Hub::new(state.control.clone(), closing),
         control: state.control,
         store: state.store,
     });
-    Router::new()
+    let authenticated = Router::new()
         .route("/api/v1/health/instances", get(list))
         .route("/api/v1/health/instances/{id}", get(detail))
         .route("/api/v1/health/instances/{id}/restart", post(restart))
@@ -84,6 +96,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/health/instances/{id}/release", post(release))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/plugins", get(plugins))
+        .route("/api/v1/events", get(events))
+        .route("/metrics", get(super::metrics::scrape).with_state(metrics))
         .fallback(not_found)
         // After the routes: it only reaches routes that exist when called.
         .method_not_allowed_fallback(method_not_allowed)
@@ -91,7 +105,10 @@ pub fn router(state: ApiState) -> Router {
             state.tokens,
             auth::authenticate,
         ))
-        .with_state(shared)
+        .with_state(shared);
+    // The dashboard's page and assets hold no data: a browser loads them
+    // without a token, and the page then calls the API with one.
+    super::ui::router().merge(authenticated)
 }
 
 /// Binds `listen` and serves the control API until `shutdown` fires.
@@ -140,7 +157,7 @@ pub async fn serve_on(
     } else {
         tracing::info!(%address, tokens = state.tokens.len(), "serving the control API");
     }
-    axum::serve(listener, router(state))
+    axum::serve(listener, build(state, shutdown.clone()))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }
@@ -173,6 +190,14 @@ async fn plugins(State(s): St) -> Json<Plugins> {
 
 async fn detail(State(s): St, BackendId(id): BackendId) -> Result<Json<InstanceDetail>, ApiError> {
     Ok(Json(s.control.instance(&id).await?))
+}
+
+/// `GET /api/v1/events`: see [`super::events`].
+async fn events(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+) -> impl axum::response::IntoResponse {
+    s.events.stream(&who).await
 }
 
 #[derive(Deserialize)]

@@ -60,6 +60,8 @@ pub type Call = (&'static str, String, String);
 pub struct FakeControl {
     backends: Mutex<Vec<InstanceReport>>,
     pub calls: Mutex<Vec<Call>>,
+    /// Transitions for event streams: tests send, the API subscribes.
+    pub events: tokio::sync::broadcast::Sender<crate::health::Transition>,
 }
 
 // === impl FakeControl ===
@@ -76,7 +78,25 @@ impl FakeControl {
                 gamma,
             ]),
             calls: Mutex::new(Vec::new()),
+            events: tokio::sync::broadcast::channel(16).0,
         }
+    }
+
+    /// Moves `name` to `to` and announces it, as a supervisor would.
+    pub fn transition(&self, name: &str, to: HealthState, reason: &str) {
+        let mut backends = self.backends.lock().unwrap();
+        let b = backends.iter_mut().find(|b| b.name == name).unwrap();
+        let t = crate::health::Transition {
+            backend: name.to_owned(),
+            from: b.state,
+            to,
+            reason: reason.to_owned(),
+            at: std::time::SystemTime::now(),
+        };
+        b.state = to;
+        b.reason = reason.to_owned();
+        drop(backends);
+        let _ = self.events.send(t);
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -112,6 +132,10 @@ impl FakeControl {
 impl Control for FakeControl {
     fn instances(&self) -> Vec<InstanceReport> {
         self.backends.lock().unwrap().clone()
+    }
+
+    fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<crate::health::Transition>> {
+        Some(self.events.subscribe())
     }
 
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>> {

@@ -2,6 +2,7 @@
 //! bearer token, and turns every failure into a [`ClientError`] that knows
 //! its exit code.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode, Url};
@@ -11,6 +12,9 @@ use serde_json::Value;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a whole request may take (an action waits for the monitor).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an event stream may stay silent before it counts as broken:
+/// the API sends a keep-alive comment every 15 s.
+pub const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// Why a call to the control API failed.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +97,8 @@ pub struct ApiClient {
     base: Url,
     token: Option<String>,
     http: reqwest::Client,
+    /// For [`events`](ApiClient::events), built on first use.
+    stream_http: OnceLock<reqwest::Client>,
 }
 
 // === impl ApiClient ===
@@ -124,6 +130,7 @@ impl ApiClient {
             base,
             token: token.filter(|t| !t.is_empty()),
             http,
+            stream_http: OnceLock::new(),
         })
     }
 
@@ -141,6 +148,11 @@ impl ApiClient {
     pub async fn instances(&self) -> Result<Value, ClientError> {
         self.send(Method::GET, self.url(&["health", "instances"]), None)
             .await
+    }
+
+    /// `GET /api/v1/plugins`: the raw answer.
+    pub async fn plugins(&self) -> Result<Value, ClientError> {
+        self.send(Method::GET, self.url(&["plugins"]), None).await
     }
 
     /// `POST /api/v1/health/instances/{name}/{action}`: the raw answer
@@ -183,46 +195,103 @@ impl ApiClient {
             url: url.to_string(),
             reason: chain(&e.without_url()),
         })?;
-        let json = serde_json::from_slice::<Value>(&bytes);
         if status.is_success() {
-            return json.map_err(|e| ClientError::BadAnswer {
+            return serde_json::from_slice::<Value>(&bytes).map_err(|e| ClientError::BadAnswer {
                 url: url.to_string(),
                 reason: format!("not JSON ({e})"),
             });
         }
-        let error = json.ok().and_then(|v| {
-            let e = v.get("error")?;
-            Some((
-                e.get("code")?.as_str()?.to_owned(),
-                e.get("message")?.as_str()?.to_owned(),
-            ))
-        });
-        Err(match error {
-            Some((code, message)) => ClientError::Api {
-                status,
-                code: Some(code),
-                message,
-            },
+        Err(error_answer(status, &bytes))
+    }
+
+    /// `GET /api/v1/events`: the open response, its status and content
+    /// type checked; read its body with [`reqwest::Response::chunk`].
+    ///
+    /// Unlike the other calls it has no overall timeout, only one per
+    /// read ([`STREAM_READ_TIMEOUT`]), which the API's keep-alive comments
+    /// reset.
+    pub async fn events(&self) -> Result<reqwest::Response, ClientError> {
+        let url = self.url(&["events"]);
+        let http = match self.stream_http.get() {
+            Some(http) => http,
             None => {
-                let text = String::from_utf8_lossy(&bytes);
-                let message = if text.trim().is_empty() {
-                    "(empty body)".to_owned()
-                } else {
-                    text.chars().take(200).collect()
-                };
-                ClientError::Api {
-                    status,
-                    code: None,
-                    message,
-                }
+                let built = reqwest::Client::builder()
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .read_timeout(STREAM_READ_TIMEOUT)
+                    .build()
+                    .map_err(|e| ClientError::BadUrl {
+                        url: self.base.to_string(),
+                        reason: chain(&e),
+                    })?;
+                self.stream_http.get_or_init(|| built)
             }
-        })
+        };
+        let mut req = http
+            .get(url.clone())
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
+            url: url.to_string(),
+            reason: chain(&e.without_url()),
+        };
+        let res = req.send().await.map_err(unreachable)?;
+        let status = res.status();
+        if !status.is_success() {
+            let bytes = res.bytes().await.map_err(unreachable)?;
+            return Err(error_answer(status, &bytes));
+        }
+        let kind = res
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !kind.starts_with("text/event-stream") {
+            return Err(ClientError::BadAnswer {
+                url: url.to_string(),
+                reason: format!("not an event stream (content type `{kind}`)"),
+            });
+        }
+        Ok(res)
+    }
+}
+
+/// The error for a failed status: the control API's own JSON error when
+/// the body is one, else the start of whatever the body says.
+fn error_answer(status: StatusCode, bytes: &[u8]) -> ClientError {
+    let error = serde_json::from_slice::<Value>(bytes).ok().and_then(|v| {
+        let e = v.get("error")?;
+        Some((
+            e.get("code")?.as_str()?.to_owned(),
+            e.get("message")?.as_str()?.to_owned(),
+        ))
+    });
+    match error {
+        Some((code, message)) => ClientError::Api {
+            status,
+            code: Some(code),
+            message,
+        },
+        None => {
+            let text = String::from_utf8_lossy(bytes);
+            let message = if text.trim().is_empty() {
+                "(empty body)".to_owned()
+            } else {
+                text.chars().take(200).collect()
+            };
+            ClientError::Api {
+                status,
+                code: None,
+                message,
+            }
+        }
     }
 }
 
 /// An error and its causes on one line: reqwest's own message alone says
 /// only "error sending request".
-fn chain(e: &dyn std::error::Error) -> String {
+pub fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -1,36 +1,42 @@
 //! The operator commands that talk to a running gateway's control API:
-//! `vigil status`, `vigil restart NAME`, `vigil quarantine NAME [--reason R]`
-//! and `vigil release NAME`.
+//! `vigil status`, `vigil restart NAME`, `vigil quarantine NAME [--reason R]`,
+//! `vigil release NAME`, `vigil plugins` and `vigil events [--follow]`.
 //!
 //! Each takes `--api URL` (env `VIGIL_API`, default
 //! `http://127.0.0.1:8081`), `--token T` (env `VIGIL_TOKEN`) and `--json`
-//! (print the API's JSON instead of a table). Results go to stdout, errors
-//! to stderr, and the exit code says what happened ([`Exit`]):
+//! (print the API's JSON instead of a table; for `events`, one JSON line
+//! per event). Results go to stdout, errors to stderr, and the exit code
+//! says what happened ([`Exit`]):
 //!
-//! | code | `status` | `restart` / `quarantine` / `release` |
-//! |---|---|---|
-//! | 0 | every backend is serving (running, degraded or unknown) | done |
-//! | 2 | API unreachable or not answering like Vigil (also clap's code for a usage error) | same |
-//! | 3 | some backend is not serving | — |
-//! | 4 | token missing or refused (401), or role too weak (403) | same |
-//! | 5 | — | refused by the API: no such backend (404), the action does not apply now (409), bad input (400) |
+//! | code | `status` | `plugins` | `events` | `restart` / `quarantine` / `release` |
+//! |---|---|---|---|---|
+//! | 0 | every backend is serving (running, degraded or unknown) | every plugin active, or none | printed; with `--follow`: stopped by Ctrl-C | done |
+//! | 2 | API unreachable or not answering like Vigil (also clap's code for a usage error) | same | same, on the first connection (later ones are retried) | same |
+//! | 3 | some backend is not serving | some plugin disabled or rejected | — | — |
+//! | 4 | token missing or refused (401), or role too weak (403) | same | same, on any connection | same |
+//! | 5 | — | — | — | refused by the API: no such backend (404), the action does not apply now (409), bad input (400) |
 //!
 //! `main.rs` embeds [`Command`] with `#[command(flatten)]` and hands it to
 //! [`run`] (inside a runtime) or [`run_blocking`].
 
 mod client;
+mod events;
+mod sse;
 mod table;
 #[cfg(test)]
 mod tests;
 
 pub use client::{ApiClient, ClientError, Failure};
-pub use table::Row;
+pub use events::{Collect, Sink, StdStreams};
+pub use sse::{SseEvent, SseParser};
+pub use table::{PluginRow, Row};
 
 use std::process::ExitCode;
 use std::time::SystemTime;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 const STATUS_EXIT_CODES: &str = "\
 Exit codes:
@@ -38,6 +44,20 @@ Exit codes:
   2  the API cannot be reached or did not answer like Vigil (also: usage error)
   3  some backend is not serving (starting, offline, restarting, updating, quarantined)
   4  the token is missing or refused (401/403)";
+
+const PLUGINS_EXIT_CODES: &str = "\
+Exit codes:
+  0  every plugin is active, or there are none (or plugins are off)
+  2  the API cannot be reached or did not answer like Vigil (also: usage error)
+  3  some plugin is disabled (too many failures) or rejected (did not validate)
+  4  the token is missing or refused (401/403)";
+
+const EVENTS_EXIT_CODES: &str = "\
+Exit codes:
+  0  printed; with --follow: stopped by Ctrl-C (or stdout closed)
+  2  the first connection failed: the API cannot be reached or did not answer
+     like Vigil (also: usage error); later ones are retried
+  4  the token is missing or refused (401/403), on any connection";
 
 const ACTION_EXIT_CODES: &str = "\
 Exit codes:
@@ -74,6 +94,28 @@ pub struct ApiArgs {
 /// `vigil status`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StatusArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+/// `vigil plugins`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PluginsArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+/// `vigil events [--follow] [--backend NAME]...`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EventsArgs {
+    /// Keep printing transitions as they happen, until Ctrl-C. Reconnects
+    /// (with a note on stderr) when the stream ends, as when the gateway
+    /// restarts.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Show only this backend's transitions (repeat for several).
+    #[arg(long = "backend", value_name = "NAME")]
+    pub backends: Vec<String>,
     #[command(flatten)]
     pub api: ApiArgs,
 }
@@ -118,6 +160,15 @@ pub enum Command {
     /// failure count. Needs an operator token.
     #[command(after_help = ACTION_EXIT_CODES)]
     Release(ActionArgs),
+    /// Show the gateway's WebAssembly plugins: kind, version, state, calls,
+    /// failures, and why one is disabled or rejected.
+    #[command(after_help = PLUGINS_EXIT_CODES)]
+    Plugins(PluginsArgs),
+    /// Show recent health transitions (time, backend, from → to, reason);
+    /// with --follow, keep showing them as they happen. --json prints every
+    /// event of the stream as one JSON line instead.
+    #[command(after_help = EVENTS_EXIT_CODES)]
+    Events(EventsArgs),
 }
 
 /// How a command ended; each is one process exit code.
@@ -127,7 +178,8 @@ pub enum Exit {
     Ok,
     /// 2: unreachable, or an answer that is not the control API's.
     ApiError,
-    /// 3: `status` found a backend that is not serving.
+    /// 3: `status` found a backend that is not serving, or `plugins` a
+    /// plugin that is not active.
     NotServing,
     /// 4: 401 or 403.
     Refused,
@@ -193,11 +245,26 @@ impl Output {
     }
 }
 
-/// Runs `cmd`, prints its output and returns its exit code.
+/// Runs `cmd`, prints its output and returns its exit code. `events
+/// --follow` prints as events arrive and ends on Ctrl-C.
 pub async fn run(cmd: Command) -> ExitCode {
+    if let Command::Events(a) = &cmd {
+        let stop = CancellationToken::new();
+        if a.follow {
+            let on_signal = stop.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    on_signal.cancel();
+                }
+            });
+        }
+        return events::run(a, &mut StdStreams, &stop).await.into();
+    }
     let out = execute(&cmd, SystemTime::now()).await;
-    print!("{}", out.stdout);
-    eprint!("{}", out.stderr);
+    // A closed stdout (`| head`) is not worth a panic.
+    let mut sink = StdStreams;
+    let _ = sink.out(&out.stdout);
+    sink.err(&out.stderr);
     out.exit.into()
 }
 
@@ -216,9 +283,22 @@ pub fn run_blocking(cmd: Command) -> ExitCode {
 }
 
 /// Runs `cmd` without printing; times in the table are relative to `now`.
+///
+/// `events --follow` returns only when the stream fails for good (a
+/// refused token): [`run`] stops it on Ctrl-C.
 pub async fn execute(cmd: &Command, now: SystemTime) -> Output {
     match cmd {
         Command::Status(a) => status(&a.api, now).await,
+        Command::Plugins(a) => plugins(&a.api).await,
+        Command::Events(a) => {
+            let mut out = Collect::default();
+            let exit = events::run(a, &mut out, &CancellationToken::new()).await;
+            Output {
+                exit,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            }
+        }
         Command::Restart(a) => act(&a.api, "restart", &a.name, None, now).await,
         Command::Quarantine(a) => {
             act(
@@ -272,6 +352,57 @@ async fn status(args: &ApiArgs, now: SystemTime) -> Output {
             ));
         }
         t
+    };
+    Output::ok(exit, stdout)
+}
+
+async fn plugins(args: &ApiArgs) -> Output {
+    let answer = match ApiClient::new(&args.api, args.token.clone()) {
+        Ok(client) => client.plugins().await,
+        Err(e) => Err(e),
+    };
+    let value = match answer {
+        Ok(v) => v,
+        Err(e) => return Output::failed(&e, false),
+    };
+    let dir = match value.get("dir") {
+        Some(Value::Null) => None,
+        Some(Value::String(d)) => Some(d.as_str()),
+        _ => return Output::failed(&bad_answer(&args.api, "no `dir`"), false),
+    };
+    let rows = match value.get("plugins").map(Vec::<PluginRow>::deserialize) {
+        Some(Ok(rows)) => rows,
+        _ => return Output::failed(&bad_answer(&args.api, "no `plugins` list"), false),
+    };
+    let down: Vec<String> = rows
+        .iter()
+        .filter(|p| !p.active())
+        .map(|p| format!("{} ({})", p.name, p.state))
+        .collect();
+    let exit = if down.is_empty() {
+        Exit::Ok
+    } else {
+        Exit::NotServing
+    };
+    let stdout = if args.json {
+        pretty(&value)
+    } else if let Some(dir) = dir {
+        if rows.is_empty() {
+            format!("no plugins in {dir}\n")
+        } else {
+            let mut t = table::render_plugins(&rows);
+            if !down.is_empty() {
+                t.push_str(&format!(
+                    "\nnot active: {} of {}: {}\n",
+                    down.len(),
+                    rows.len(),
+                    down.join(", ")
+                ));
+            }
+            t
+        }
+    } else {
+        "plugins are off (no [plugins] dir)\n".to_owned()
     };
     Output::ok(exit, stdout)
 }

@@ -1,5 +1,6 @@
-//! The `vigil status` table: one row per backend, columns aligned, times
-//! relative to now ("in 4s"), reasons clipped to 80 characters.
+//! The `vigil status` and `vigil plugins` tables: one row per backend or
+//! plugin, columns aligned, times relative to now ("in 4s"), reasons
+//! clipped to 80 characters.
 
 use std::time::{Duration, SystemTime};
 
@@ -56,8 +57,14 @@ const HEADERS: [&str; 8] = [
 /// The table, header first, one line per row, each ending in `\n`.
 pub fn render(rows: &[Row], now: SystemTime) -> String {
     let cells: Vec<[String; 8]> = rows.iter().map(|r| cells(r, now)).collect();
-    let mut widths = HEADERS.map(|h| h.chars().count());
-    for row in &cells {
+    grid(&HEADERS, &cells)
+}
+
+/// `headers` and `rows` with every column but the last padded to its
+/// widest cell, two spaces apart.
+fn grid<const N: usize>(headers: &[&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = headers.map(|h| h.chars().count());
+    for row in rows {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
         }
@@ -75,8 +82,8 @@ pub fn render(rows: &[Row], now: SystemTime) -> String {
         out.push_str(l.trim_end());
         out.push('\n');
     };
-    line(&HEADERS);
-    for row in &cells {
+    line(headers);
+    for row in rows {
         line(&row.each_ref().map(String::as_str));
     }
     out
@@ -105,6 +112,85 @@ fn cells(r: &Row, now: SystemTime) -> [String; 8] {
             "-".to_owned()
         } else {
             clip(&one_line(reason))
+        },
+    ]
+}
+
+/// The fields of a `PluginInfo` the `vigil plugins` table shows, read
+/// leniently like [`Row`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PluginRow {
+    pub name: String,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    pub state: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub calls: u64,
+    #[serde(default)]
+    pub failures: u64,
+    #[serde(default)]
+    pub consecutive_failures: u64,
+    #[serde(default)]
+    pub last_error: Option<String>,
+}
+
+// === impl PluginRow ===
+
+impl PluginRow {
+    /// Whether the plugin runs: `disabled`, `rejected` and any state this
+    /// CLI does not know are not active.
+    pub fn active(&self) -> bool {
+        self.state == "active"
+    }
+}
+
+const PLUGIN_HEADERS: [&str; 7] = [
+    "NAME",
+    "KIND",
+    "VERSION",
+    "STATE",
+    "CALLS",
+    "FAILURES",
+    "LAST-ERROR/REASON",
+];
+
+/// The plugin table, header first, one line per plugin. The last column
+/// is why a plugin is not active, or else the last error of an active one.
+pub fn render_plugins(rows: &[PluginRow]) -> String {
+    let cells: Vec<[String; 7]> = rows.iter().map(plugin_cells).collect();
+    grid(&PLUGIN_HEADERS, &cells)
+}
+
+fn plugin_cells(p: &PluginRow) -> [String; 7] {
+    let or_dash = |s: &Option<String>| match s.as_deref() {
+        Some(s) if !s.is_empty() => one_line(s),
+        _ => "-".to_owned(),
+    };
+    let detail = match (&p.reason, &p.last_error) {
+        (Some(r), _) if !p.active() && !r.is_empty() => r.as_str(),
+        (_, Some(e)) if !e.is_empty() => e.as_str(),
+        _ => "",
+    };
+    let failures = if p.consecutive_failures > 0 {
+        format!("{} ({} in a row)", p.failures, p.consecutive_failures)
+    } else {
+        p.failures.to_string()
+    };
+    [
+        one_line(&p.name),
+        or_dash(&p.kind),
+        or_dash(&p.version),
+        one_line(&p.state),
+        p.calls.to_string(),
+        failures,
+        if detail.is_empty() {
+            "-".to_owned()
+        } else {
+            clip(&one_line(detail))
         },
     ]
 }
@@ -161,7 +247,7 @@ fn short(d: Duration) -> String {
 /// The widest REASON shown; `--json` has it whole.
 const MAX_REASON: usize = 80;
 
-fn clip(s: &str) -> String {
+pub fn clip(s: &str) -> String {
     if s.chars().count() <= MAX_REASON {
         return s.to_owned();
     }
@@ -171,7 +257,7 @@ fn clip(s: &str) -> String {
 }
 
 /// Control characters (a newline in a reason) would break the table.
-fn one_line(s: &str) -> String {
+pub fn one_line(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()

@@ -13,6 +13,7 @@ mod freshness;
 mod health;
 mod plugins;
 pub mod raw;
+mod telemetry;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
 pub use plugins::{PluginProbe, PluginsConfig};
 use raw::RawConfig;
+pub use telemetry::TelemetryConfig;
 
 /// How the gateway names what backends export.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +91,8 @@ pub struct Config {
     pub poller: PollerConfig,
     /// `[plugins]`: the WebAssembly plugin directory.
     pub plugins: PluginsConfig,
+    /// `[telemetry]`: optional OpenTelemetry export of tool-call spans.
+    pub telemetry: TelemetryConfig,
     /// Enabled backends, in file order.
     pub backends: Vec<BackendConfig>,
 }
@@ -232,6 +236,7 @@ impl Config {
         let freshness = p.freshness(raw.freshness, health.interval);
         let poller = p.poller(raw.poller, env);
         let plugins = p.plugins(raw.plugins, path, &data_dir);
+        let telemetry = p.telemetry(raw.telemetry);
 
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
@@ -279,6 +284,7 @@ impl Config {
             freshness,
             poller,
             plugins,
+            telemetry,
             backends,
         })
     }

@@ -29,6 +29,7 @@ pub struct RawConfig {
     pub freshness: Option<super::freshness::RawFreshness>,
     pub poller: Option<super::freshness::RawPoller>,
     pub plugins: Option<super::plugins::RawPlugins>,
+    pub telemetry: Option<super::telemetry::RawTelemetry>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
 }

@@ -327,3 +327,22 @@ fn probe_plugin_mistakes_are_refused_with_their_keys() {
     assert!(e.contains("backends[0].probes[1].every"), "{e}");
     assert!(e.contains("backends[0].probes[2].nested"), "{e}");
 }
+
+#[test]
+fn telemetry_is_off_by_default_and_checks_its_endpoint() {
+    let c = parse("").unwrap();
+    assert_eq!(c.telemetry.otlp_endpoint, None);
+    let c = parse("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318/\"\n").unwrap();
+    assert_eq!(
+        c.telemetry.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318")
+    );
+    assert_eq!(c.telemetry.service_name, "vigil");
+    let e = err("[telemetry]\notlp_endpoint = \"127.0.0.1:4318\"\n");
+    assert!(
+        e.contains("telemetry.otlp_endpoint") && e.contains("http://127.0.0.1:4318"),
+        "{e}"
+    );
+    let e = err("[telemetry]\nendpoint = \"http://x\"\n");
+    assert!(e.contains("endpoint"), "{e}");
+}

@@ -88,7 +88,13 @@ pub async fn run(
                 return;
             };
             tokio::spawn(async move {
+                let m = crate::metrics::get();
+                let label = crate::metrics::BackendLabel {
+                    backend: backend.backend().to_owned(),
+                };
+                m.poller_listings.get_or_create(&label).inc();
                 if !backend.relist(listing_timeout).await {
+                    m.poller_timeouts.get_or_create(&label).inc();
                     tracing::debug!(
                         backend = backend.backend(),
                         "poll: no listing completed in time"

@@ -56,6 +56,18 @@ impl Control for Gateway {
         }
     }
 
+    fn report(&self, name: &str) -> Option<InstanceReport> {
+        self.backend(name).map(|b| Self::report(&b, &b.status()))
+    }
+
+    fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<crate::health::Transition>> {
+        Some(self.events.subscribe())
+    }
+
+    fn sessions(&self) -> Option<usize> {
+        Some(self.sessions.len())
+    }
+
     fn instances(&self) -> Vec<InstanceReport> {
         self.backends()
             .iter()

@@ -476,6 +476,7 @@ impl Gateway {
             .any(|b| next.shows(&b.name) != previous.shows(&b.name));
         if changes.any() || forwarded_moved {
             tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, forwarded_moved, "catalog changed");
+            crate::metrics::get().catalog_changes.inc();
             debouncer.changed();
         }
     }

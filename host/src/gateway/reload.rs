@@ -139,5 +139,6 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     check("freshness", running.freshness != next.freshness);
     check("poller", running.poller != next.poller);
     check("plugins", running.plugins != next.plugins);
+    check("telemetry", running.telemetry != next.telemetry);
     keys
 }

@@ -427,19 +427,40 @@ impl ServerHandler for FrontSession {
         };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
+        // Exported when `[telemetry]` is on (see `crate::telemetry`).
+        let span = tracing::info_span!(
+            target: crate::telemetry::TOOL_CALL,
+            "tools/call",
+            otel.kind = "client",
+            backend = %route.backend,
+            tool = %p.name,
+            otel.status_code = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
         let t0 = tokio::time::Instant::now();
-        let result = self
-            .forward(
+        let result = tracing::Instrument::instrument(
+            self.forward(
                 &route.backend,
                 ClientRequest::CallToolRequest(CallToolRequest::new(p)),
                 &ctx,
-            )
-            .await;
+            ),
+            span.clone(),
+        )
+        .await;
+        // Application signal: real traffic's outcome and latency.
+        let ok = matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true));
+        let took = t0.elapsed();
+        match &result {
+            Ok(_) if ok => span.record("otel.status_code", "OK"),
+            Ok(_) => span.record("error", "the tool answered isError"),
+            Err(e) => span.record("error", e.message.as_ref()),
+        };
+        if !ok {
+            span.record("otel.status_code", "ERROR");
+        }
         if let Some(b) = self.gw.backend(&route.backend) {
-            // Application signal: real traffic's outcome and latency.
-            let ok =
-                matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true));
-            b.stats.record(ok, t0.elapsed());
+            b.stats.record(ok, took);
+            crate::metrics::get().tool_call(&route.backend, ok, took);
         }
         match result? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),

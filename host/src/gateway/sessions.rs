@@ -302,14 +302,18 @@ async fn send_session_changes(
     peer: &Peer<RoleServer>,
     c: Changes,
 ) -> Result<(), rmcp::service::ServiceError> {
+    let sent = &crate::metrics::get().list_changed_sent;
     if c.tools {
         peer.notify_tool_list_changed().await?;
+        sent.inc();
     }
     if c.resources {
         peer.notify_resource_list_changed().await?;
+        sent.inc();
     }
     if c.prompts {
         peer.notify_prompt_list_changed().await?;
+        sent.inc();
     }
     Ok(())
 }

@@ -519,6 +519,7 @@ impl Plugins {
     /// Counts a call; disables the plugin after its manifest's number of
     /// consecutive failures.
     fn record(&self, p: &Loaded, outcome: Result<(), String>, took: Duration) {
+        crate::metrics::get().plugin_call(&p.name, outcome.is_ok(), took);
         let mut s = lock(&p.stats);
         s.calls += 1;
         s.last_duration = Some(took);

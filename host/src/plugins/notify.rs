@@ -133,6 +133,12 @@ async fn worker(
         for attempt in 1..=ATTEMPTS {
             match plugins.notify(&name, &event).await {
                 Ok(()) => {
+                    crate::metrics::get()
+                        .notifications_sent
+                        .get_or_create(&crate::metrics::PluginLabel {
+                            plugin: name.to_string(),
+                        })
+                        .inc();
                     last = Some((event.clone(), Instant::now()));
                     break;
                 }

@@ -543,6 +543,7 @@ impl Supervisor {
         self.publish_status();
         for t in &step.transitions {
             tracing::info!(backend = %t.backend, from = %t.from, to = %t.to, reason = %t.reason, "health transition");
+            crate::metrics::get().transition(&t.backend, t.to.as_str());
             let _ = self.outlets.events.send(t.clone());
             if let Some(store) = &self.outlets.store {
                 store.transition(t.clone());

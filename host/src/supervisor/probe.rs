@@ -60,6 +60,7 @@ impl Supervisor {
             },
         };
         let latency = t0.elapsed();
+        crate::metrics::get().probe(&self.backend.name, answer.is_ok().then_some(latency));
         match answer {
             Ok(_) => {
                 self.latency = Some(latency);

@@ -1,0 +1,236 @@
+//! The process's instrumented metrics: counters and histograms that the
+//! code paths doing the work update as they go (tool calls, probes, plugin
+//! calls, fan-outs, the poller). One process-wide set, like a logger: the
+//! paths that count are many and deep, and threading a handle through each
+//! would couple them all to the API that exports them.
+//!
+//! What can be read off current state at scrape time (each backend's state
+//! and restart count, live sessions, plugin totals) is not here: the
+//! control API's `/metrics` reads it from its owners then (see
+//! `api/metrics.rs`), so there is no second copy to drift.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// A backend's label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabel {
+    pub backend: String,
+}
+
+/// A plugin's label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    pub plugin: String,
+}
+
+/// A health transition's labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabel {
+    pub backend: String,
+    pub to: String,
+}
+
+type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Buckets from 0.5 ms to ~16 s: gateway hops are sub-millisecond, slow
+/// backends take seconds.
+fn latency_buckets() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.0005, 2.0, 16,
+    ))
+}
+
+/// Every instrumented metric. Cloning a family clones a handle.
+pub struct Metrics {
+    pub tool_calls: Family<BackendLabel, Counter>,
+    pub tool_call_errors: Family<BackendLabel, Counter>,
+    pub tool_call_duration: Hist<BackendLabel>,
+    pub probe_duration: Hist<BackendLabel>,
+    pub probe_failures: Family<BackendLabel, Counter>,
+    pub transitions: Family<TransitionLabel, Counter>,
+    pub quarantines: Family<BackendLabel, Counter>,
+    pub list_changed_sent: Counter,
+    pub catalog_changes: Counter,
+    pub poller_listings: Family<BackendLabel, Counter>,
+    pub poller_timeouts: Family<BackendLabel, Counter>,
+    pub plugin_calls: Family<PluginLabel, Counter>,
+    pub plugin_failures: Family<PluginLabel, Counter>,
+    pub plugin_call_duration: Hist<PluginLabel>,
+    pub notifications_sent: Family<PluginLabel, Counter>,
+}
+
+/// The process's metrics.
+pub fn get() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(|| Metrics {
+        tool_calls: Family::default(),
+        tool_call_errors: Family::default(),
+        tool_call_duration: Family::new_with_constructor(latency_buckets),
+        probe_duration: Family::new_with_constructor(latency_buckets),
+        probe_failures: Family::default(),
+        transitions: Family::default(),
+        quarantines: Family::default(),
+        list_changed_sent: Counter::default(),
+        catalog_changes: Counter::default(),
+        poller_listings: Family::default(),
+        poller_timeouts: Family::default(),
+        plugin_calls: Family::default(),
+        plugin_failures: Family::default(),
+        plugin_call_duration: Family::new_with_constructor(latency_buckets),
+        notifications_sent: Family::default(),
+    })
+}
+
+impl Metrics {
+    /// A `tools/call` routed to `backend` ended (`ok`: an answer that is
+    /// not an error) after `took`.
+    pub fn tool_call(&self, backend: &str, ok: bool, took: Duration) {
+        let l = backend_label(backend);
+        self.tool_calls.get_or_create(&l).inc();
+        if !ok {
+            self.tool_call_errors.get_or_create(&l).inc();
+        }
+        self.tool_call_duration
+            .get_or_create(&l)
+            .observe(took.as_secs_f64());
+    }
+
+    /// A readiness probe of `backend` answered (`Some(latency)`) or failed.
+    pub fn probe(&self, backend: &str, latency: Option<Duration>) {
+        let l = backend_label(backend);
+        match latency {
+            Some(t) => self
+                .probe_duration
+                .get_or_create(&l)
+                .observe(t.as_secs_f64()),
+            None => {
+                self.probe_failures.get_or_create(&l).inc();
+            }
+        }
+    }
+
+    /// A health transition of `backend` into state `to`.
+    pub fn transition(&self, backend: &str, to: &str) {
+        self.transitions
+            .get_or_create(&TransitionLabel {
+                backend: backend.to_owned(),
+                to: to.to_owned(),
+            })
+            .inc();
+        if to == "quarantined" {
+            self.quarantines
+                .get_or_create(&backend_label(backend))
+                .inc();
+        }
+    }
+
+    /// A plugin call ended after `took`.
+    pub fn plugin_call(&self, plugin: &str, ok: bool, took: Duration) {
+        let l = PluginLabel {
+            plugin: plugin.to_owned(),
+        };
+        self.plugin_calls.get_or_create(&l).inc();
+        if !ok {
+            self.plugin_failures.get_or_create(&l).inc();
+        }
+        self.plugin_call_duration
+            .get_or_create(&l)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Registers every instrumented metric in `registry` under `vigil_`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("vigil");
+        r.register(
+            "tool_calls",
+            "tools/call requests routed to a backend",
+            self.tool_calls.clone(),
+        );
+        r.register(
+            "tool_call_errors",
+            "tools/call requests that failed or answered isError",
+            self.tool_call_errors.clone(),
+        );
+        r.register_with_unit(
+            "tool_call_duration",
+            "Time from routing a tools/call to its answer",
+            Unit::Seconds,
+            self.tool_call_duration.clone(),
+        );
+        r.register_with_unit(
+            "probe_duration",
+            "Round trip of successful built-in readiness probes",
+            Unit::Seconds,
+            self.probe_duration.clone(),
+        );
+        r.register(
+            "probe_failures",
+            "Built-in readiness probes that failed",
+            self.probe_failures.clone(),
+        );
+        r.register(
+            "health_transitions",
+            "Health state changes, by the state entered",
+            self.transitions.clone(),
+        );
+        r.register(
+            "quarantines",
+            "Times a backend entered quarantine",
+            self.quarantines.clone(),
+        );
+        r.register(
+            "list_changed_sent",
+            "list_changed notifications written to client sessions",
+            self.list_changed_sent.clone(),
+        );
+        r.register(
+            "catalog_changes",
+            "Rebuilds of the merged catalog that changed what clients see (from any source: health, backend list_changed, the poller)",
+            self.catalog_changes.clone(),
+        );
+        r.register(
+            "poller_listings",
+            "Re-listings started by the capability poller",
+            self.poller_listings.clone(),
+        );
+        r.register(
+            "poller_timeouts",
+            "Poller re-listings that did not complete in time",
+            self.poller_timeouts.clone(),
+        );
+        r.register(
+            "plugin_calls",
+            "Calls into a WebAssembly plugin",
+            self.plugin_calls.clone(),
+        );
+        r.register(
+            "plugin_failures",
+            "Plugin calls that trapped, hit a limit or returned an error",
+            self.plugin_failures.clone(),
+        );
+        r.register_with_unit(
+            "plugin_call_duration",
+            "Duration of plugin calls, instantiation included",
+            Unit::Seconds,
+            self.plugin_call_duration.clone(),
+        );
+        r.register(
+            "notifications_sent",
+            "Health events a notifier plugin delivered",
+            self.notifications_sent.clone(),
+        );
+    }
+}
+
+fn backend_label(backend: &str) -> BackendLabel {
+    BackendLabel {
+        backend: backend.to_owned(),
+    }
+}
