@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -18,7 +20,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Gateways, demo_pids, demo_stdio_args, run_vigil, stdio_backend
+from harness import Gateways, Procs, demo_pids, demo_stdio_args, run_vigil, stdio_backend
 from support import DEADLINE, ControlApi, call_text, http_session, poll
 
 pytestmark = pytest.mark.anyio
@@ -206,3 +208,47 @@ async def test_tool_calls_are_exported_as_spans_when_telemetry_is_on(vigil: Gate
         assert {s["name"] for s in collector.spans()} == {"tools/call"}
     finally:
         collector.close()
+
+
+async def test_vigil_events_follow_prints_a_kill_and_recovery_as_they_happen(
+    vigil: Gateways, demo_bin: Path, vigil_bin: Path, procs: Procs
+) -> None:
+    gw = vigil(
+        [stdio_backend("demo", demo_bin, demo_stdio_args("demo"))],
+        api={"tokens": [VIEWER, OPERATOR]},
+        restart={"base": "300ms", "jitter": 0.0},
+    )
+    api = ControlApi(gw.api_base, VIEWER["token"])
+    await api.wait_state("demo", "running")
+    follow = procs.start(
+        "events", [vigil_bin, "events", "--follow", "--api", gw.api_base], env={"VIGIL_TOKEN": VIEWER["token"]}
+    )
+
+    def printed(pattern: str) -> Callable[[], Awaitable[bool]]:
+        async def seen() -> bool:
+            return re.search(pattern, follow.stdout()) is not None
+
+        return seen
+
+    # The recent history first (from the stream's snapshot).
+    await poll(printed(r"demo\s+starting\s+→\s+running"), bool, "the history")
+    [pid] = await anyio.to_thread.run_sync(demo_pids, gw.proc.pid, "demo", demo_bin)
+    os.kill(pid, signal.SIGKILL)
+    await poll(printed(r"demo\s+running\s+→\s+offline\s+.*(SIGKILL|signal 9)"), bool, "the kill, live")
+    await poll(
+        printed(r"(?s)offline\s+→\s+restarting.*restarting\s+→\s+starting.*starting\s+→\s+running"),
+        bool,
+        "the recovery",
+    )
+    assert follow.alive(), follow.stderr()
+    os.kill(follow.pid, signal.SIGINT)
+    code = await anyio.to_thread.run_sync(lambda: follow.popen.wait(timeout=DEADLINE))
+    assert code == 0, f"Ctrl-C ends a follow cleanly: exit {code}\n{follow.stderr()}"
+
+    # `vigil plugins` without a plugin directory says so, and exits 0.
+    done = await anyio.to_thread.run_sync(
+        lambda: run_vigil(
+            vigil_bin, ["plugins", "--api", gw.api_base, "--token", VIEWER["token"]], gw.config_path.parent
+        )
+    )
+    assert done.returncode == 0 and "plugins are off" in done.stdout, (done.returncode, done.stdout, done.stderr)
