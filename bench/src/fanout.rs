@@ -287,7 +287,7 @@ struct Bins {
 }
 
 /// Raises this process's soft open-files limit to the hard one; returns both.
-fn raise_fd_limit() -> (libc::rlim_t, libc::rlim_t) {
+pub(crate) fn raise_fd_limit() -> (libc::rlim_t, libc::rlim_t) {
     // SAFETY: getrlimit/setrlimit on a properly sized, initialized struct.
     unsafe {
         let mut l = libc::rlimit {

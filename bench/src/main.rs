@@ -13,15 +13,20 @@
 //! `vigil-bench probes` measures health-probe fan-out instead: one Vigil
 //! probing many HTTP backends (see `probes.rs`). `vigil-bench fanout`
 //! measures how fast a backend's recovery reaches many live client sessions
-//! as `tools/list_changed` (see `fanout.rs`).
+//! as `tools/list_changed` (see `fanout.rs`). `vigil-bench events`
+//! measures the control API's event stream (the dashboard's feed) with many
+//! backends and many open streams: delivery latency and Vigil's CPU (see
+//! `events.rs`).
 //!
 //! ```text
 //! cargo build --release -p vigil -p vigil-demo-backend -p vigil-bench
 //! target/release/vigil-bench --sessions 1,8,32
 //! target/release/vigil-bench probes --backends 100,1000
 //! target/release/vigil-bench fanout --sessions 100,1000
+//! target/release/vigil-bench events --backends 1000 --streams 100
 //! ```
 
+mod events;
 mod fanout;
 mod load;
 mod machine;
@@ -48,7 +53,8 @@ pub const GOAL_P50_OVERHEAD_US: f64 = 150.0;
 
 /// Benchmarks of Vigil: tools/call against the demo backend, directly and
 /// through Vigil (the default, or `calls`), health-probe fan-out
-/// (`probes`) and list_changed fan-out to client sessions (`fanout`).
+/// (`probes`), list_changed fan-out to client sessions (`fanout`), the plugin
+/// host (`plugins`) and the control API's event stream (`events`).
 #[derive(Debug, Parser)]
 #[command(name = "vigil-bench", version, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -76,6 +82,11 @@ enum Command {
     /// compiled-code cache, instantiate + call time of a trivial probe,
     /// calls per second on one core, memory per loaded plugin.
     Plugins(plugins::PluginArgs),
+    /// The control API's event stream (`GET /api/v1/events`, the
+    /// dashboard's feed): one Vigil with many backends, many open streams;
+    /// time to `hello`, transition delivery latency, Vigil's CPU with 0 and
+    /// N idle streams and during bursts.
+    Events(events::EventArgs),
 }
 
 // The options of the tools/call benchmark (no doc comment: clap would take
@@ -149,6 +160,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Probes(args)) => main_probes(args),
         Some(Command::Fanout(args)) => main_fanout(args),
         Some(Command::Plugins(args)) => main_plugins(args),
+        Some(Command::Events(args)) => main_events(args),
     }
 }
 
@@ -160,6 +172,12 @@ fn main_probes(args: probes::ProbeArgs) -> std::process::ExitCode {
 fn main_plugins(args: plugins::PluginArgs) -> std::process::ExitCode {
     // One worker: "calls per second on one core".
     run_async(Some(1), plugins::run(&args))
+}
+
+fn main_events(args: events::EventArgs) -> std::process::ExitCode {
+    // One worker: the stream readers compete with Vigil for the CPUs, so
+    // they get one thread between them.
+    run_async(Some(1), events::run(&args))
 }
 
 fn main_fanout(args: fanout::FanoutArgs) -> std::process::ExitCode {

@@ -531,7 +531,7 @@ fn vigil_config(
 }
 
 /// The control API, for the instances' states and probe latencies.
-struct Api {
+pub(crate) struct Api {
     client: reqwest::Client,
     url: String,
 }
@@ -544,7 +544,7 @@ struct Reading {
 }
 
 impl Api {
-    fn new(port: u16) -> anyhow::Result<Self> {
+    pub(crate) fn new(port: u16) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(5))
@@ -581,7 +581,7 @@ impl Api {
 
 /// Polls the API until all `n` instances are `running`, either process
 /// exits, or `within` passes (then it says which states are left).
-async fn wait_all_running(
+pub(crate) async fn wait_all_running(
     api: &Api,
     vigil: &mut Server,
     backend: &mut Server,
@@ -723,14 +723,14 @@ async fn measure(
     }
 }
 
-struct ProcStatus {
-    rss_mib: f64,
-    peak_rss_mib: f64,
-    threads: u64,
+pub(crate) struct ProcStatus {
+    pub(crate) rss_mib: f64,
+    pub(crate) peak_rss_mib: f64,
+    pub(crate) threads: u64,
 }
 
 /// Resident memory and threads from `/proc/PID/status`.
-fn proc_status(pid: u32) -> ProcStatus {
+pub(crate) fn proc_status(pid: u32) -> ProcStatus {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| -> u64 {
         text.lines()
@@ -747,14 +747,14 @@ fn proc_status(pid: u32) -> ProcStatus {
 }
 
 /// Open file descriptors of a process.
-fn count_fds(pid: u32) -> u64 {
+pub(crate) fn count_fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
 }
 
 /// Counts WARN and ERROR lines of a Vigil log, and returns the first three,
 /// leaving out the warning this setup causes on purpose (an API without
 /// tokens on loopback).
-fn log_problems(log: &Path) -> (u64, Vec<String>) {
+pub(crate) fn log_problems(log: &Path) -> (u64, Vec<String>) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut count = 0;
     let mut examples: Vec<String> = Vec::new();
