@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `hello` | `{"principal", "role", "instances": [InstanceReport], "transitions": {backend: [Transition, newest last]}, "plugins": {"dir", "plugins": [PluginInfo]}}` |
 //! | `transition` | `{"transition": Transition, "instance": InstanceReport}`: the backend's report as the event is sent (it may already be past `to`: a crash's `offline` and `restarting` share a millisecond) |
-//! | `instances` | `{"instances": [InstanceReport]}`: reports whose figures (latency, error rate, ...) moved, every 2 s at most |
+//! | `instances` | `{"instances": [InstanceReport]}`: reports that moved visibly (any field, or latency by a quarter and 1 ms, calls by a quarter, error rate by a point), every 2 s at most |
 //! | `plugins` | `{"dir", "plugins": [PluginInfo]}`: the whole list, when anything in it changed, every 2 s at most |
 //!
 //! Events after `hello` carry increasing `id`s. A client that falls behind
@@ -39,8 +39,10 @@ use crate::health::Transition;
 pub const RECENT: usize = 20;
 /// How often moved figures are sent.
 const FIGURES_EVERY: Duration = Duration::from_secs(2);
-/// Frames buffered per stream before it counts as behind.
-const BUFFER: usize = 1024;
+/// Frames kept for the slowest stream before it counts as behind: one
+/// ring shared by every stream, so room for a mass restart of a thousand
+/// backends (three transitions each) costs little.
+const BUFFER: usize = 8 * 1024;
 /// Comment lines sent on a quiet stream, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
@@ -64,6 +66,9 @@ pub struct Hub {
     /// Ends every stream: the server's graceful shutdown waits for open
     /// responses, and these never end by themselves.
     closing: tokio_util::sync::CancellationToken,
+    /// The id of the last frame sent, and the snapshot built after it.
+    last_frame: std::sync::atomic::AtomicU64,
+    snapshot: Mutex<Option<(u64, std::time::Instant, Arc<str>)>>,
 }
 
 impl Hub {
@@ -73,6 +78,8 @@ impl Hub {
     ) -> Arc<Self> {
         Arc::new(Hub {
             closing,
+            last_frame: std::sync::atomic::AtomicU64::new(0),
+            snapshot: Mutex::new(None),
             control,
             frames: broadcast::channel(BUFFER).0,
             recent: Mutex::new(HashMap::new()),
@@ -108,36 +115,65 @@ impl Hub {
     async fn start(self: &Arc<Self>) {
         // Subscribed first, so nothing falls between history and feed.
         let transitions = self.control.subscribe();
-        for r in self.control.instances() {
-            if let Ok(detail) = self.control.instance(&r.name).await {
-                let skip = detail.transitions.len().saturating_sub(RECENT);
-                for t in &detail.transitions[skip..] {
-                    self.remember(t);
-                }
-            }
-        }
+        self.load_history().await;
         tokio::spawn(pump(self.clone(), transitions));
     }
 
+    /// Each backend's recent transitions, from the store.
+    async fn load_history(&self) {
+        for r in self.control.instances() {
+            if let Ok(detail) = self.control.instance(&r.name).await {
+                let skip = detail.transitions.len().saturating_sub(RECENT);
+                let mut recent = lock(&self.recent);
+                let list = recent.entry(r.name.clone()).or_default();
+                list.clear();
+                list.extend(detail.transitions[skip..].iter().cloned());
+            }
+        }
+    }
+
     fn hello(&self, who: &Principal) -> Event {
-        let instances = self.control.instances();
-        let (dir, plugins) = self.control.plugins();
-        let recent = lock(&self.recent);
-        let transitions: HashMap<&str, &VecDeque<Transition>> = instances
-            .iter()
-            .filter_map(|r| recent.get(&r.name).map(|t| (r.name.as_str(), t)))
-            .collect();
-        let data = json!({
-            "principal": who.name,
-            "role": who.role,
-            "instances": instances,
-            "transitions": transitions,
-            "plugins": {"dir": dir, "plugins": plugins},
-        });
+        let snapshot = self.snapshot();
+        let who = json!({"principal": who.name, "role": who.role}).to_string();
+        // Both are JSON objects: one object of the caller's fields followed
+        // by the shared snapshot's.
+        let data = format!("{},{}", &who[..who.len() - 1], &snapshot[1..]);
         Event::default()
             .event("hello")
             .retry(Duration::from_secs(2))
-            .data(data.to_string())
+            .data(data)
+    }
+
+    /// The snapshot part of `hello`, shared by every stream that opens
+    /// before the next frame (or within [`FIGURES_EVERY`]): a hundred
+    /// dashboards reconnecting at once cost one snapshot, not a hundred.
+    fn snapshot(&self) -> Arc<str> {
+        let frame = self.last_frame.load(std::sync::atomic::Ordering::Acquire);
+        let mut cached = lock(&self.snapshot);
+        if let Some((at_frame, made, text)) = &*cached
+            && *at_frame == frame
+            && made.elapsed() < FIGURES_EVERY
+        {
+            return text.clone();
+        }
+        let instances = self.control.instances();
+        let (dir, plugins) = self.control.plugins();
+        let text: Arc<str> = {
+            let recent = lock(&self.recent);
+            let transitions: HashMap<&str, &VecDeque<Transition>> = instances
+                .iter()
+                .filter_map(|r| recent.get(&r.name).map(|t| (r.name.as_str(), t)))
+                .collect();
+            json!({
+                "instances": instances,
+                "transitions": transitions,
+                "plugins": {"dir": dir, "plugins": plugins},
+            })
+            .to_string()
+            .into()
+        };
+        *cached = Some((frame, std::time::Instant::now(), text.clone()));
+        text
     }
 
     fn remember(&self, t: &Transition) {
@@ -193,6 +229,8 @@ async fn pump(hub: Arc<Hub>, mut transitions: Option<broadcast::Receiver<Transit
     let mut id = 0u64;
     let mut send = |event: &'static str, data: String| {
         id += 1;
+        hub.last_frame
+            .store(id, std::sync::atomic::Ordering::Release);
         // No receiver is fine: nobody is listening right now.
         let _ = hub.frames.send(Frame {
             id,
@@ -221,6 +259,9 @@ async fn pump(hub: Arc<Hub>, mut transitions: Option<broadcast::Receiver<Transit
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "the event stream fell behind the health events; streams get a new snapshot");
+                    // What was missed is in the store: reload it so the
+                    // snapshots carry it.
+                    hub.load_history().await;
                     send("resync", String::new());
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -272,7 +313,11 @@ impl Figures {
         }
         let moved: Vec<InstanceReport> = now
             .into_iter()
-            .filter(|r| self.reports.get(&r.name) != Some(r))
+            .filter(|r| {
+                self.reports
+                    .get(&r.name)
+                    .is_none_or(|was| moved_visibly(was, r))
+            })
             .collect();
         for r in &moved {
             self.seen(r);
@@ -284,6 +329,38 @@ impl Figures {
         self.plugins = Some(text);
         (moved, plugins, set_changed)
     }
+}
+
+/// Whether `now` differs from `was` enough to show: any change but in the
+/// figures that move with every probe and call, and those when they move by
+/// more than a quarter (latency, also by over 1 ms; calls) or a percentage
+/// point (error rate).
+/// Without this every probed backend's report would be resent every tick.
+pub(super) fn moved_visibly(was: &InstanceReport, now: &InstanceReport) -> bool {
+    fn relative(a: f64, b: f64) -> bool {
+        (a - b).abs() > 0.25 * a.abs().max(b.abs())
+    }
+    let figures = |r: &InstanceReport| (r.latency_ms, r.error_rate, r.calls_in_window);
+    let same_but_figures = InstanceReport {
+        latency_ms: was.latency_ms,
+        error_rate: was.error_rate,
+        calls_in_window: was.calls_in_window,
+        ..now.clone()
+    };
+    if &same_but_figures != was {
+        return true;
+    }
+    let ((l0, e0, c0), (l1, e1, c1)) = (figures(was), figures(now));
+    let latency = match (l0, l1) {
+        // Loopback round trips wander by fractions of a millisecond.
+        (Some(a), Some(b)) => relative(a, b) && (a - b).abs() > 1.0,
+        (a, b) => a.is_some() != b.is_some(),
+    };
+    let errors = match (e0, e1) {
+        (Some(a), Some(b)) => (a - b).abs() > 0.01,
+        (a, b) => a.is_some() != b.is_some(),
+    };
+    latency || errors || relative(c0 as f64, c1 as f64)
 }
 
 #[derive(Serialize)]

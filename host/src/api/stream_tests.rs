@@ -192,3 +192,34 @@ async fn the_dashboard_loads_without_a_token_under_a_strict_policy() {
     let res = app.clone().oneshot(get("/ui/secret", None)).await.unwrap();
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
 }
+
+#[test]
+fn only_visible_moves_of_a_report_are_resent() {
+    use super::events::moved_visibly;
+    let mut was = testutil::report("alpha", "process", HealthState::Running);
+    was.latency_ms = Some(4.0);
+    was.error_rate = Some(0.10);
+    was.calls_in_window = 100;
+    let with = |f: &dyn Fn(&mut super::InstanceReport)| {
+        let mut r = was.clone();
+        f(&mut r);
+        r
+    };
+    assert!(!moved_visibly(&was, &was));
+    assert!(!moved_visibly(&was, &with(&|r| r.latency_ms = Some(4.8))));
+    assert!(moved_visibly(&was, &with(&|r| r.latency_ms = Some(6.0))));
+    // Under a millisecond is noise, however large the ratio.
+    let mut fast = was.clone();
+    fast.latency_ms = Some(0.4);
+    assert!(!moved_visibly(&fast, &with(&|r| r.latency_ms = Some(1.2))));
+    assert!(moved_visibly(&was, &with(&|r| r.latency_ms = None)));
+    assert!(!moved_visibly(&was, &with(&|r| r.error_rate = Some(0.105))));
+    assert!(moved_visibly(&was, &with(&|r| r.error_rate = Some(0.12))));
+    assert!(!moved_visibly(&was, &with(&|r| r.calls_in_window = 110)));
+    assert!(moved_visibly(&was, &with(&|r| r.calls_in_window = 200)));
+    assert!(moved_visibly(&was, &with(&|r| r.restart_count = 1)));
+    assert!(moved_visibly(
+        &was,
+        &with(&|r| r.state = HealthState::Degraded)
+    ));
+}

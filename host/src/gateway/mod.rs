@@ -211,7 +211,9 @@ impl Gateway {
             sessions: sessions.clone(),
             refresh: refresh_tx,
         });
-        let (events, _) = broadcast::channel(1024);
+        // Room for a mass restart of a thousand backends (three transitions
+        // each) before a listener counts as behind.
+        let (events, _) = broadcast::channel(16 * 1024);
         let gw = Arc::new(Gateway {
             config,
             backends: RwLock::default(),
