@@ -113,7 +113,10 @@ else
   rm -f "$sock"
   mkdir -p "$(dirname "$sock")" "$(dirname "$log")"
   say "starting podman system service on unix://$sock (log: $log)"
-  setsid podman system service --time=0 "unix://$sock" </dev/null >>"$log" 2>&1 &
+  # From /: the service outlives this script, and its containers' monitors
+  # (conmon) start in its working directory, which must outlive it too
+  # (a deleted checkout makes every start fail "write child: broken pipe").
+  (cd / && exec setsid podman system service --time=0 "unix://$sock" </dev/null >>"$log" 2>&1) &
   echo $! >"$pidfile"
 fi
 
