@@ -27,6 +27,14 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/vigil-target}"
 # Incremental artifacts only help edit-compile loops; in a kept target dir
 # they grow by gigabytes per run.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
+# The kept target directory collects a linked test binary (hundreds of MB with
+# debug info) for every version of every test crate ever built. Those not
+# rebuilt for two days are dropped; cargo relinks any that are still current.
+# Only final executables: libraries in deps/ are inputs to later builds.
+if [ -d "$CARGO_TARGET_DIR/debug/deps" ]; then
+  find "$CARGO_TARGET_DIR/debug/deps" -maxdepth 1 -type f ! -name '*.*' -perm -u+x -mtime +2 -delete 2>/dev/null || true
+fi
 venv="${VIGIL_VENV:-$HOME/.cache/vigil/venv}"
 requirements="tests/e2e/requirements.txt"
 
