@@ -314,12 +314,27 @@ pub async fn execute(cmd: &Command, now: SystemTime) -> Output {
     }
 }
 
+/// Runs `call` with a client for `args`.
+async fn with_client<T>(
+    args: &ApiArgs,
+    call: impl AsyncFnOnce(ApiClient) -> Result<T, ClientError>,
+) -> Result<T, ClientError> {
+    call(ApiClient::new(&args.api, args.token.clone())?).await
+}
+
+/// The exit code for a list in which `down` of `total` are not as they
+/// should be, and the table's closing line naming them (`what`: "not
+/// serving", "not active"), empty when none is.
+fn tally(what: &str, down: &[String], total: usize) -> (Exit, String) {
+    if down.is_empty() {
+        return (Exit::Ok, String::new());
+    }
+    let line = format!("\n{what}: {} of {total}: {}\n", down.len(), down.join(", "));
+    (Exit::NotServing, line)
+}
+
 async fn status(args: &ApiArgs, now: SystemTime) -> Output {
-    let answer = match ApiClient::new(&args.api, args.token.clone()) {
-        Ok(client) => client.instances().await,
-        Err(e) => Err(e),
-    };
-    let value = match answer {
+    let value = match with_client(args, async |c| c.instances().await).await {
         Ok(v) => v,
         Err(e) => return Output::failed(&e, false),
     };
@@ -327,41 +342,24 @@ async fn status(args: &ApiArgs, now: SystemTime) -> Output {
         Some(Ok(rows)) => rows,
         _ => return Output::failed(&bad_answer(&args.api, "no `instances` list"), false),
     };
-    let down: Vec<&str> = rows
+    let down: Vec<String> = rows
         .iter()
         .filter(|r| !r.serving())
-        .map(|r| r.name.as_str())
+        .map(|r| r.name.clone())
         .collect();
-    let exit = if down.is_empty() {
-        Exit::Ok
-    } else {
-        Exit::NotServing
-    };
+    let (exit, closing) = tally("not serving", &down, rows.len());
     let stdout = if args.json {
         pretty(&value)
     } else if rows.is_empty() {
         "no backends configured\n".to_owned()
     } else {
-        let mut t = table::render(&rows, now);
-        if !down.is_empty() {
-            t.push_str(&format!(
-                "\nnot serving: {} of {}: {}\n",
-                down.len(),
-                rows.len(),
-                down.join(", ")
-            ));
-        }
-        t
+        table::render(&rows, now) + &closing
     };
     Output::ok(exit, stdout)
 }
 
 async fn plugins(args: &ApiArgs) -> Output {
-    let answer = match ApiClient::new(&args.api, args.token.clone()) {
-        Ok(client) => client.plugins().await,
-        Err(e) => Err(e),
-    };
-    let value = match answer {
+    let value = match with_client(args, async |c| c.plugins().await).await {
         Ok(v) => v,
         Err(e) => return Output::failed(&e, false),
     };
@@ -379,27 +377,14 @@ async fn plugins(args: &ApiArgs) -> Output {
         .filter(|p| !p.active())
         .map(|p| format!("{} ({})", p.name, p.state))
         .collect();
-    let exit = if down.is_empty() {
-        Exit::Ok
-    } else {
-        Exit::NotServing
-    };
+    let (exit, closing) = tally("not active", &down, rows.len());
     let stdout = if args.json {
         pretty(&value)
     } else if let Some(dir) = dir {
         if rows.is_empty() {
             format!("no plugins in {dir}\n")
         } else {
-            let mut t = table::render_plugins(&rows);
-            if !down.is_empty() {
-                t.push_str(&format!(
-                    "\nnot active: {} of {}: {}\n",
-                    down.len(),
-                    rows.len(),
-                    down.join(", ")
-                ));
-            }
-            t
+            table::render_plugins(&rows) + &closing
         }
     } else {
         "plugins are off (no [plugins] dir)\n".to_owned()
@@ -414,11 +399,7 @@ async fn act(
     body: Option<Value>,
     now: SystemTime,
 ) -> Output {
-    let answer = match ApiClient::new(&args.api, args.token.clone()) {
-        Ok(client) => client.act(action, name, body).await,
-        Err(e) => Err(e),
-    };
-    let value = match answer {
+    let value = match with_client(args, async |c| c.act(action, name, body).await).await {
         Ok(v) => v,
         Err(e) => return Output::failed(&e, true),
     };
