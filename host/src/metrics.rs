@@ -88,18 +88,36 @@ pub fn get() -> &'static Metrics {
     })
 }
 
-impl Metrics {
-    /// A `tools/call` routed to `backend` ended (`ok`: an answer that is
-    /// not an error) after `took`.
-    pub fn tool_call(&self, backend: &str, ok: bool, took: Duration) {
-        let l = backend_label(backend);
-        self.tool_calls.get_or_create(&l).inc();
+/// One backend's `tools/call` series, looked up once when the backend is
+/// created: the call path then touches no map and allocates nothing.
+#[derive(Clone, Debug)]
+pub struct CallMetrics {
+    calls: Counter,
+    errors: Counter,
+    duration: Histogram,
+}
+
+impl CallMetrics {
+    /// A `tools/call` ended (`ok`: an answer that is not an error) after
+    /// `took`.
+    pub fn record(&self, ok: bool, took: Duration) {
+        self.calls.inc();
         if !ok {
-            self.tool_call_errors.get_or_create(&l).inc();
+            self.errors.inc();
         }
-        self.tool_call_duration
-            .get_or_create(&l)
-            .observe(took.as_secs_f64());
+        self.duration.observe(took.as_secs_f64());
+    }
+}
+
+impl Metrics {
+    /// The `tools/call` series of `backend`.
+    pub fn calls_of(&self, backend: &str) -> CallMetrics {
+        let l = backend_label(backend);
+        CallMetrics {
+            calls: self.tool_calls.get_or_create(&l).clone(),
+            errors: self.tool_call_errors.get_or_create(&l).clone(),
+            duration: self.tool_call_duration.get_or_create(&l).clone(),
+        }
     }
 
     /// A readiness probe of `backend` answered (`Some(latency)`) or failed.

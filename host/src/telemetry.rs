@@ -13,7 +13,8 @@ use tracing_subscriber::filter::Targets;
 
 use crate::config::TelemetryConfig;
 
-/// The `tracing` target of tool-call spans.
+/// The `tracing` target of tool-call spans (trace level: only this layer
+/// asks for them unless logs are at trace).
 pub const TOOL_CALL: &str = "vigil::tool_call";
 
 /// Why the exporter could not be set up.
@@ -73,6 +74,6 @@ where
     let tracer = provider.tracer("vigil");
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
-        .with_filter(Targets::new().with_target(TOOL_CALL, tracing::Level::INFO));
+        .with_filter(Targets::new().with_target(TOOL_CALL, tracing::Level::TRACE));
     Ok(Some((layer, Exporter { provider })))
 }

@@ -138,7 +138,9 @@ async fn metrics_show_current_state_in_prometheus_text() {
     let (state, _, _) = testutil::state(testutil::tokens());
     let app = router(state);
     // Instrumented figures are process-wide: other tests may add to them.
-    crate::metrics::get().tool_call("metrics-test", false, Duration::from_millis(3));
+    crate::metrics::get()
+        .calls_of("metrics-test")
+        .record(false, Duration::from_millis(3));
     let res = app
         .oneshot(get("/metrics", Some(VIEWER_SECRET)))
         .await

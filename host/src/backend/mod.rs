@@ -120,6 +120,8 @@ pub struct Backend {
     instances: std::sync::atomic::AtomicU64,
     /// Outcomes of real `tools/call` traffic (application signal).
     pub stats: CallStats,
+    /// The same outcomes as Prometheus series.
+    pub call_metrics: crate::metrics::CallMetrics,
     commands: mpsc::UnboundedSender<(Command, CommandReply)>,
     command_rx: Mutex<Option<mpsc::UnboundedReceiver<(Command, CommandReply)>>>,
 }
@@ -136,6 +138,7 @@ impl Backend {
             name: config.name.as_str().into(),
             uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             stats: CallStats::new(config.health.window),
+            call_metrics: crate::metrics::get().calls_of(&config.name),
             config,
             timeouts,
             downstream,

@@ -427,8 +427,10 @@ impl ServerHandler for FrontSession {
         };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
-        // Exported when `[telemetry]` is on (see `crate::telemetry`).
-        let span = tracing::info_span!(
+        // Exported when `[telemetry]` is on (see `crate::telemetry`). At
+        // trace level, so that otherwise (logs at info) it is disabled at
+        // its call site and costs the call path nothing.
+        let span = tracing::trace_span!(
             target: crate::telemetry::TOOL_CALL,
             "tools/call",
             otel.kind = "client",
@@ -460,7 +462,7 @@ impl ServerHandler for FrontSession {
         }
         if let Some(b) = self.gw.backend(&route.backend) {
             b.stats.record(ok, took);
-            crate::metrics::get().tool_call(&route.backend, ok, took);
+            b.call_metrics.record(ok, took);
         }
         match result? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
