@@ -959,18 +959,7 @@ pub async fn run(args: &EventArgs) -> anyhow::Result<()> {
     .with_context(|| format!("cannot write {}", config.display()))?;
     let vigil_log = dir.join("vigil.log");
     let launched = Instant::now();
-    let mut vigil = Server::spawn(
-        "vigil",
-        &bins.vigil,
-        &[
-            "serve".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
-        &[],
-        None,
-        vigil_log.clone(),
-    )?;
+    let mut vigil = Server::vigil(&bins.vigil, &config, None, vigil_log.clone())?;
     let api = Api::new(api_port)?;
     let ready = Duration::from_secs_f64(args.ready_timeout);
     probes::wait_all_running(&api, &mut vigil, &mut backend, n, ready)
@@ -1282,13 +1271,7 @@ pub async fn run(args: &EventArgs) -> anyhow::Result<()> {
 
     if let Some(path) = &args.json {
         let doc = json!({
-            "machine": {
-                "cpus": machine.cpus,
-                "cpu_model": machine.cpu_model,
-                "memory_gib": machine.memory_gib,
-                "kernel": machine.kernel,
-                "virtualized": machine.virtualized,
-            },
+            "machine": machine,
             "plan": {
                 "backends": n,
                 "streams": streams,

@@ -379,18 +379,7 @@ async fn run_count(
         vigil_config(vigil_port, api_port, alpha_port, beta_port, &args.debounce),
     )
     .with_context(|| format!("cannot write {}", config.display()))?;
-    let mut vigil = Server::spawn(
-        "vigil",
-        &bins.vigil,
-        &[
-            "serve".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
-        &[],
-        None,
-        dir.join("vigil.log"),
-    )?;
+    let mut vigil = Server::vigil(&bins.vigil, &config, None, dir.join("vigil.log"))?;
     let url = format!("http://127.0.0.1:{vigil_port}/mcp");
     for tool in ["alpha__echo", "beta__echo"] {
         load::wait_ready(&mut vigil, &url, tool, Duration::from_secs(60)).await?;

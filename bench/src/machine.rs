@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// What is printed (and recorded) about the machine.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Machine {
     pub cpus: usize,
     pub cpu_model: String,

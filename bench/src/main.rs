@@ -314,15 +314,9 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         ),
     )
     .with_context(|| format!("cannot write {}", config.display()))?;
-    let mut vigil = Server::spawn(
-        "vigil",
+    let mut vigil = Server::vigil(
         &vigil_bin,
-        &[
-            "serve".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
-        &[],
+        &config,
         args.pin_vigil.as_ref().map(|c| c.0.as_slice()),
         work.path().join("vigil.log"),
     )?;

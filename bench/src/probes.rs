@@ -349,13 +349,7 @@ pub async fn run(args: &ProbeArgs) -> anyhow::Result<()> {
 
     if let Some(path) = &args.json {
         let doc = json!({
-            "machine": {
-                "cpus": machine.cpus,
-                "cpu_model": machine.cpu_model,
-                "memory_gib": machine.memory_gib,
-                "kernel": machine.kernel,
-                "virtualized": machine.virtualized,
-            },
+            "machine": machine,
             "plan": {
                 "backends": args.backends,
                 "interval": args.interval,
@@ -448,18 +442,7 @@ async fn run_phase(
     .with_context(|| format!("cannot write {}", config.display()))?;
     let vigil_log = phase_dir.join("vigil.log");
     let launched = Instant::now();
-    let mut vigil = Server::spawn(
-        "vigil",
-        &bins.vigil,
-        &[
-            "serve".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
-        &[],
-        None,
-        vigil_log.clone(),
-    )?;
+    let mut vigil = Server::vigil(&bins.vigil, &config, None, vigil_log.clone())?;
     let api = Api::new(api_port)?;
     wait_all_running(
         &api,

@@ -15,6 +15,21 @@ pub struct Server {
 }
 
 impl Server {
+    /// `vigil serve --config CONFIG`, its output in `log`.
+    pub fn vigil(
+        program: &Path,
+        config: &Path,
+        pin: Option<&[usize]>,
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let args = [
+            "serve".to_owned(),
+            "--config".to_owned(),
+            config.display().to_string(),
+        ];
+        Self::spawn("vigil", program, &args, &[], pin, log)
+    }
+
     pub fn spawn(
         name: &'static str,
         program: &Path,

@@ -291,13 +291,7 @@ pub fn json(
     summary: &Summary,
 ) -> serde_json::Value {
     json!({
-        "machine": {
-            "cpus": machine.cpus,
-            "cpu_model": machine.cpu_model,
-            "memory_gib": machine.memory_gib,
-            "kernel": machine.kernel,
-            "virtualized": machine.virtualized,
-        },
+        "machine": machine,
         "plan": {
             "sessions": args.sessions,
             "rounds": args.rounds,
