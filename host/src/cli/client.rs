@@ -2,7 +2,6 @@
 //! bearer token, and turns every failure into a [`ClientError`] that knows
 //! its exit code.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode, Url};
@@ -97,8 +96,6 @@ pub struct ApiClient {
     base: Url,
     token: Option<String>,
     http: reqwest::Client,
-    /// For [`events`](ApiClient::events), built on first use.
-    stream_http: OnceLock<reqwest::Client>,
 }
 
 // === impl ApiClient ===
@@ -130,7 +127,6 @@ impl ApiClient {
             base,
             token: token.filter(|t| !t.is_empty()),
             http,
-            stream_http: OnceLock::new(),
         })
     }
 
@@ -212,20 +208,16 @@ impl ApiClient {
     /// reset.
     pub async fn events(&self) -> Result<reqwest::Response, ClientError> {
         let url = self.url(&["events"]);
-        let http = match self.stream_http.get() {
-            Some(http) => http,
-            None => {
-                let built = reqwest::Client::builder()
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .read_timeout(STREAM_READ_TIMEOUT)
-                    .build()
-                    .map_err(|e| ClientError::BadUrl {
-                        url: self.base.to_string(),
-                        reason: chain(&e),
-                    })?;
-                self.stream_http.get_or_init(|| built)
-            }
-        };
+        // Its own client: one stream per call (and per reconnection), and
+        // no overall timeout.
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(STREAM_READ_TIMEOUT)
+            .build()
+            .map_err(|e| ClientError::BadUrl {
+                url: self.base.to_string(),
+                reason: chain(&e),
+            })?;
         let mut req = http
             .get(url.clone())
             .header(reqwest::header::ACCEPT, "text/event-stream");
