@@ -380,20 +380,21 @@ class ControlApi:
 
 
 class Receiver:
-    """A local HTTP server that records every POST: (path, JSON body, receipt time)."""
+    """A local HTTP server that records every POST: path, content type, body, receipt time."""
 
     def __init__(self) -> None:
         import http.server
         import threading
 
-        self.posts: list[tuple[str, Any, float]] = []
+        self.posts: list[tuple[str, str, bytes, float]] = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                outer.posts.append((self.path, json.loads(body or b"null"), time.monotonic()))
+                kind = self.headers.get("Content-Type", "")
+                outer.posts.append((self.path, kind, body, time.monotonic()))
                 self.send_response(204)
                 self.end_headers()
 
@@ -405,7 +406,12 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def on(self, path: str) -> list[tuple[Any, float]]:
-        return [(body, at) for p, body, at in self.posts if p == path]
+        """The JSON bodies posted to `path`, with their receipt times."""
+        return [(json.loads(body or b"null"), at) for p, _, body, at in list(self.posts) if p == path]
+
+    def bodies(self, path: str) -> list[tuple[str, bytes]]:
+        """The raw bodies posted to `path`, with their content types."""
+        return [(kind, body) for p, kind, body, _ in list(self.posts) if p == path]
 
     def close(self) -> None:
         self.server.shutdown()

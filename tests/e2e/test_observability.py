@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import Gateways, Procs, demo_pids, demo_stdio_args, run_vigil, stdio_backend
-from support import DEADLINE, ControlApi, call_text, http_session, poll
+from support import DEADLINE, ControlApi, Receiver, call_text, http_session, poll
 
 pytestmark = pytest.mark.anyio
 
@@ -136,53 +136,23 @@ async def test_vigil_status_shows_the_states_the_api_shows(vigil: Gateways, demo
     assert {r["name"]: r["state"] for r in json.loads(text)["instances"]} == states
 
 
-class Collector:
-    """An OTLP/HTTP collector: keeps the body of every `POST /v1/traces`."""
-
-    def __init__(self) -> None:
-        import http.server
-        import threading
-
-        self.bodies: list[tuple[str, bytes]] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path == "/v1/traces":
-                    outer.bodies.append((self.headers.get("Content-Type", ""), body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def spans(self) -> list[dict[str, object]]:
-        """Every exported span: name, attributes, status code, service name."""
-        out = []
-        for kind, body in list(self.bodies):
-            assert kind == "application/x-protobuf", kind
-            req = ExportTraceServiceRequest.FromString(body)
-            for rs in req.resource_spans:
-                service = {a.key: a.value.string_value for a in rs.resource.attributes}.get("service.name")
-                for ss in rs.scope_spans:
-                    for sp in ss.spans:
-                        attrs = {a.key: a.value.string_value for a in sp.attributes}
-                        out.append({"name": sp.name, "attrs": attrs, "status": sp.status.code, "service": service})
-        return out
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def spans(collector: Receiver) -> list[dict[str, object]]:
+    """Every span exported to `collector` (OTLP/HTTP): name, attributes, status code, service name."""
+    out = []
+    for kind, body in collector.bodies("/v1/traces"):
+        assert kind == "application/x-protobuf", kind
+        req = ExportTraceServiceRequest.FromString(body)
+        for rs in req.resource_spans:
+            service = {a.key: a.value.string_value for a in rs.resource.attributes}.get("service.name")
+            for ss in rs.scope_spans:
+                for sp in ss.spans:
+                    attrs = {a.key: a.value.string_value for a in sp.attributes}
+                    out.append({"name": sp.name, "attrs": attrs, "status": sp.status.code, "service": service})
+    return out
 
 
 async def test_tool_calls_are_exported_as_spans_when_telemetry_is_on(vigil: Gateways, demo_bin: Path) -> None:
-    collector = Collector()
+    collector = Receiver()
     try:
         gw = vigil(
             [stdio_backend("demo", demo_bin, demo_stdio_args("demo"))],
@@ -196,16 +166,16 @@ async def test_tool_calls_are_exported_as_spans_when_telemetry_is_on(vigil: Gate
             assert failed.is_error
 
         def tool_spans() -> list[dict[str, object]]:
-            return [s for s in collector.spans() if s["name"] == "tools/call"]
+            return [s for s in spans(collector) if s["name"] == "tools/call"]
 
-        spans = await poll(lambda: anyio.to_thread.run_sync(tool_spans), lambda s: len(s) >= 2, "two spans")
-        by_tool = {s["attrs"]["tool"]: s for s in spans}
+        calls = await poll(lambda: anyio.to_thread.run_sync(tool_spans), lambda s: len(s) >= 2, "two spans")
+        by_tool = {s["attrs"]["tool"]: s for s in calls}
         echo, fail = by_tool["echo"], by_tool["fail"]
         assert echo["attrs"]["backend"] == "demo" and echo["service"] == "vigil-e2e", echo
         # STATUS_CODE_OK = 1, STATUS_CODE_ERROR = 2
-        assert echo["status"] == 1 and fail["status"] == 2, spans
+        assert echo["status"] == 1 and fail["status"] == 2, calls
         # Nothing but tool calls is exported.
-        assert {s["name"] for s in collector.spans()} == {"tools/call"}
+        assert {s["name"] for s in spans(collector)} == {"tools/call"}
     finally:
         collector.close()
 
