@@ -52,7 +52,7 @@ use crate::fanout::raise_fd_limit;
 use crate::machine::{self, Machine};
 use crate::probes::{self, Api, literal_secs, parse_duration_literal};
 use crate::procs::{self, Server};
-use crate::{load, resolve_bin_dir};
+use crate::resolve_bin_dir;
 
 /// Benchmark the control API's event stream: delivery latency and Vigil's
 /// CPU with many backends and many open streams.
@@ -914,34 +914,8 @@ pub async fn run(args: &EventArgs) -> anyhow::Result<()> {
 
     let (dir, _scratch) = procs::log_dir(args.log_dir.as_deref())?;
     let dir = dir.join(format!("events-n{n}-s{streams}"));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-
-    let backend_port = procs::free_port()?;
-    let mut backend = Server::spawn(
-        "vigil-demo-backend",
-        &bins.backend,
-        &[
-            "--transport".into(),
-            "http".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{backend_port}"),
-            "--endpoints".into(),
-            n.to_string(),
-        ],
-        &[("RUST_LOG", "warn")],
-        None,
-        dir.join("backend.log"),
-    )?;
-    load::wait_ready(
-        &mut backend,
-        &format!("http://127.0.0.1:{backend_port}/mcp/{}", n - 1),
-        "echo",
-        Duration::from_secs(30),
-    )
-    .await?;
+    probes::fresh_dir(&dir)?;
+    let (mut backend, backend_port) = probes::many_endpoints(&bins.backend, n, &dir).await?;
 
     let (vigil_port, api_port) = (procs::free_port()?, procs::free_port()?);
     let config = dir.join("vigil.toml");

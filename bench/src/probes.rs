@@ -380,6 +380,48 @@ struct Bins {
     backend: PathBuf,
 }
 
+/// `dir`, emptied (or made).
+pub(crate) fn fresh_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}
+
+/// One demo backend process serving `n` MCP endpoints (`/mcp/0` ...) on a
+/// free port, once its last endpoint answers (which proves the option took
+/// effect); its log is `dir/backend.log`.
+pub(crate) async fn many_endpoints(
+    bin: &Path,
+    n: u32,
+    dir: &Path,
+) -> anyhow::Result<(Server, u16)> {
+    let port = procs::free_port()?;
+    let mut backend = Server::spawn(
+        "vigil-demo-backend",
+        bin,
+        &[
+            "--transport".into(),
+            "http".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--endpoints".into(),
+            n.to_string(),
+        ],
+        &[("RUST_LOG", "warn")],
+        None,
+        dir.join("backend.log"),
+    )?;
+    load::wait_ready(
+        &mut backend,
+        &format!("http://127.0.0.1:{port}/mcp/{}", n - 1),
+        "echo",
+        Duration::from_secs(30),
+    )
+    .await?;
+    Ok((backend, port))
+}
+
 /// Starts a backend process and a Vigil for `n` backends at `interval`,
 /// waits for all of them to be running, measures, stops both.
 async fn run_phase(
@@ -392,37 +434,8 @@ async fn run_phase(
 ) -> anyhow::Result<Phase> {
     let phase_dir = dir.join(format!("n{n}-{interval}"));
     // A fresh data dir: nothing restored from an earlier phase.
-    if phase_dir.exists() {
-        std::fs::remove_dir_all(&phase_dir)
-            .with_context(|| format!("cannot clear {}", phase_dir.display()))?;
-    }
-    std::fs::create_dir_all(&phase_dir)
-        .with_context(|| format!("cannot create {}", phase_dir.display()))?;
-
-    let backend_port = procs::free_port()?;
-    let mut backend = Server::spawn(
-        "vigil-demo-backend",
-        &bins.backend,
-        &[
-            "--transport".into(),
-            "http".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{backend_port}"),
-            "--endpoints".into(),
-            n.to_string(),
-        ],
-        &[("RUST_LOG", "warn")],
-        None,
-        phase_dir.join("backend.log"),
-    )?;
-    // The last endpoint answering proves the option took effect.
-    load::wait_ready(
-        &mut backend,
-        &format!("http://127.0.0.1:{backend_port}/mcp/{}", n - 1),
-        "echo",
-        Duration::from_secs(30),
-    )
-    .await?;
+    fresh_dir(&phase_dir)?;
+    let (mut backend, backend_port) = many_endpoints(&bins.backend, n, &phase_dir).await?;
 
     let vigil_port = procs::free_port()?;
     let api_port = procs::free_port()?;
