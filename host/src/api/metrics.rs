@@ -116,7 +116,7 @@ impl Collector for StateCollector {
             MetricType::Gauge,
         )?;
         for p in &plugins {
-            for s in ["active", "disabled", "rejected"] {
+            for s in crate::plugins::STATES {
                 let labels = [("plugin", p.name.as_str()), ("state", s)];
                 ConstGauge::new(i64::from(p.state == s)).encode(family.encode_family(&labels)?)?;
             }

@@ -81,6 +81,12 @@ pub struct ProbeResult {
     pub detail: Option<String>,
 }
 
+/// The states a [`PluginInfo`] can be in.
+pub const ACTIVE: &str = "active";
+pub const DISABLED: &str = "disabled";
+pub const REJECTED: &str = "rejected";
+pub const STATES: [&str; 3] = [ACTIVE, DISABLED, REJECTED];
+
 /// What `GET /api/v1/plugins` shows of a plugin.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PluginInfo {
@@ -317,9 +323,9 @@ impl Plugins {
                     kind: Some(p.inspection.kind),
                     version: Some(p.inspection.version.clone()),
                     state: if s.disabled.is_some() {
-                        "disabled"
+                        DISABLED
                     } else {
-                        "active"
+                        ACTIVE
                     },
                     reason: s.disabled.clone(),
                     file: p.file.display().to_string(),
@@ -344,7 +350,7 @@ impl Plugins {
                     name: name.clone(),
                     kind: None,
                     version: None,
-                    state: "rejected",
+                    state: REJECTED,
                     reason: Some(r.reason.clone()),
                     file: r.file.display().to_string(),
                     sha256: None,
