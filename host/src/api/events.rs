@@ -267,6 +267,11 @@ async fn pump(hub: Arc<Hub>, mut transitions: Option<broadcast::Receiver<Transit
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = tick.tick() => {
+                // Nobody listening: a stream opening later starts with a
+                // fresh snapshot anyway.
+                if hub.frames.receiver_count() == 0 {
+                    continue;
+                }
                 let (reports, plugins, set_changed) = figures.moved(&hub.control);
                 if set_changed {
                     // A reload added or removed backends: a snapshot says
