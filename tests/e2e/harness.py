@@ -207,6 +207,14 @@ def process_state(pid: int) -> str | None:
     return rest[0] if rest else None
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident memory of process `pid` (`VmRSS` in `/proc/PID/status`), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 def pids_with_arg(marker: str) -> list[int]:
     """Every live (non-zombie) process on the machine with `marker` in one of its arguments."""
     found = []

@@ -13,7 +13,7 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio_util::sync::CancellationToken;
 
-use super::Timeouts;
+use super::Bounds;
 use super::client::BackendClient;
 use super::error::BackendError;
 use super::http_ping::{self, Direct, SessionTarget};
@@ -31,6 +31,7 @@ pub struct Connection {
     inflight: Arc<Inflight>,
     relay: Relay,
     request_timeout: Duration,
+    list_limits: super::ListLimits,
     stderr: Option<StderrTail>,
     /// HTTP backends: the live session, for the direct probe ping.
     ping_target: Option<Arc<SessionTarget>>,
@@ -44,7 +45,7 @@ pub async fn connect(
     client: BackendClient,
     inflight: Arc<Inflight>,
     relay: Relay,
-    timeouts: Timeouts,
+    bounds: Bounds,
     keep_alive: bool,
     stderr: Option<StderrTail>,
 ) -> Result<Connection, BackendError> {
@@ -56,7 +57,7 @@ pub async fn connect(
             handshake(
                 &backend,
                 client.serve(transport),
-                timeouts.connect,
+                bounds.connect,
                 stderr.as_ref(),
             )
             .await?
@@ -88,7 +89,7 @@ pub async fn connect(
             })?;
             let transport = StreamableHttpClientTransport::with_client(http, cfg);
             let transport = Tapped::new(transport, relay.clone());
-            handshake(&backend, client.serve(transport), timeouts.connect, None).await?
+            handshake(&backend, client.serve(transport), bounds.connect, None).await?
         }
     };
     Ok(Connection {
@@ -96,7 +97,8 @@ pub async fn connect(
         service,
         inflight,
         relay,
-        request_timeout: timeouts.request,
+        request_timeout: bounds.request,
+        list_limits: bounds.list,
         stderr,
         ping_target,
     })
@@ -307,23 +309,18 @@ impl Connection {
             .map_err(|e| self.service_error(e))
     }
 
-    /// Lists everything the backend declared at the handshake.
+    /// Lists everything the backend declared at the handshake, each page
+    /// within the request timeout and the whole within `[limits]`.
     pub async fn list_catalog(&self) -> Result<BackendCatalog, BackendError> {
-        let caps = self.capabilities();
-        let peer = self.service.peer();
-        let list = |e| self.service_error(e);
-        let mut c = BackendCatalog::default();
-        if caps.tools.is_some() {
-            c.tools = peer.list_all_tools().await.map_err(list)?;
-        }
-        if caps.resources.is_some() {
-            c.resources = peer.list_all_resources().await.map_err(list)?;
-            c.templates = peer.list_all_resource_templates().await.map_err(list)?;
-        }
-        if caps.prompts.is_some() {
-            c.prompts = peer.list_all_prompts().await.map_err(list)?;
-        }
-        Ok(c)
+        super::listing::list_catalog(
+            &self.backend,
+            self.service.peer(),
+            &self.capabilities(),
+            self.request_timeout,
+            self.list_limits,
+            &|e| self.service_error(e),
+        )
+        .await
     }
 
     /// Closes the connection (for stdio: ends the process).

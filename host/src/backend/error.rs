@@ -36,6 +36,14 @@ pub enum BackendError {
         backend: Arc<str>,
         timeout: Duration,
     },
+    /// A listing of the backend's capabilities was cut short: no answer
+    /// in time, or more than `[limits]` allows.
+    #[error("backend '{backend}': {method}: {reason}")]
+    Listing {
+        backend: Arc<str>,
+        method: &'static str,
+        reason: String,
+    },
     #[error("backend '{backend}': request cancelled by the client")]
     Cancelled { backend: Arc<str> },
     /// The backend answered with a JSON-RPC error; passed through as is.

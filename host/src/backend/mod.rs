@@ -13,6 +13,7 @@ mod connection;
 pub mod error;
 mod http_ping;
 pub mod inflight;
+mod listing;
 mod reach;
 mod stream_watch;
 mod tap;
@@ -27,6 +28,7 @@ pub use client::{BackendClient, Downstream, ListKind};
 pub use connection::Connection;
 pub use error::BackendError;
 pub use inflight::{FrontCall, Inflight, StreamClosed};
+pub use listing::ListLimits;
 pub use reach::reach;
 pub use tap::Relay;
 
@@ -50,11 +52,13 @@ pub struct BackendUpdate {
     pub catalog: Option<BackendCatalog>,
 }
 
-/// Timing knobs of a backend connection.
+/// Time and size bounds of a backend connection.
 #[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
+pub struct Bounds {
     pub connect: Duration,
     pub request: Duration,
+    /// Each listing of the backend's capabilities (`[limits]`).
+    pub list: ListLimits,
 }
 
 /// A backend's health as last decided by its supervisor.
@@ -106,7 +110,7 @@ pub struct Backend {
     /// new one under the same name).
     pub uid: u64,
     pub config: BackendConfig,
-    timeouts: Timeouts,
+    bounds: Bounds,
     downstream: Arc<dyn Downstream>,
     shared: RwLock<Option<Arc<Connection>>>,
     status: RwLock<Status>,
@@ -129,7 +133,7 @@ pub struct Backend {
 impl Backend {
     pub fn new(
         config: BackendConfig,
-        timeouts: Timeouts,
+        bounds: Bounds,
         downstream: Arc<dyn Downstream>,
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -140,7 +144,7 @@ impl Backend {
             stats: CallStats::new(config.health.window),
             call_metrics: crate::metrics::get().calls_of(&config.name),
             config,
-            timeouts,
+            bounds,
             downstream,
             shared: RwLock::new(None),
             status: RwLock::new(Status {
@@ -199,7 +203,7 @@ impl Backend {
 
     /// How long opening a connection (handshake included) may take.
     pub fn connect_timeout(&self) -> Duration {
-        self.timeouts.connect
+        self.bounds.connect
     }
 
     pub fn state(&self) -> HealthState {
@@ -311,7 +315,7 @@ impl Backend {
             client,
             self.inflight.clone(),
             relay,
-            self.timeouts,
+            self.bounds,
             self.keep_alive(),
             stderr,
         )
@@ -363,7 +367,7 @@ impl Backend {
             client,
             inflight,
             relay,
-            self.timeouts,
+            self.bounds,
             self.keep_alive(),
             None,
         )

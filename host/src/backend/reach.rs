@@ -16,6 +16,9 @@ use std::time::Duration;
 use super::error::{BackendError, is_refused};
 use super::http_ping::probe_client;
 
+/// Most of an answer's body the probe reads (see [`reach`]).
+const MAX_BODY: usize = 64 * 1024;
+
 /// POSTs a JSON-RPC `ping` without a session to `url` and returns the HTTP
 /// status when it shows a live server.
 pub async fn reach(
@@ -39,11 +42,18 @@ pub async fn reach(
         req = req.header(k, v);
     }
     let exchange = async {
-        let resp = req.send().await?;
+        let mut resp = req.send().await?;
         let status = resp.status();
-        // The body is not needed; reading it (bounded by the timeout) lets
-        // the connection go back to the pool.
-        let _ = resp.bytes().await;
+        // The status is the answer. A short body is read to its end so the
+        // connection can go back to the pool; anything longer is dropped
+        // unread with the connection (a backend may send without end).
+        let mut read = 0;
+        while read <= MAX_BODY {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => read += chunk.len(),
+                Ok(None) | Err(_) => break,
+            }
+        }
         Ok::<_, reqwest::Error>(status)
     };
     match tokio::time::timeout(timeout, exchange).await {

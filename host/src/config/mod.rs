@@ -11,6 +11,7 @@ mod backend;
 mod error;
 mod freshness;
 mod health;
+mod limits;
 mod plugins;
 pub mod raw;
 mod telemetry;
@@ -24,6 +25,7 @@ pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
+pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
 pub use plugins::{PluginProbe, PluginsConfig};
 use raw::RawConfig;
 pub use telemetry::TelemetryConfig;
@@ -93,6 +95,8 @@ pub struct Config {
     pub plugins: PluginsConfig,
     /// `[telemetry]`: optional OpenTelemetry export of tool-call spans.
     pub telemetry: TelemetryConfig,
+    /// `[limits]`: bounds on what a backend or a client may cost.
+    pub limits: LimitsConfig,
     /// Enabled backends, in file order.
     pub backends: Vec<BackendConfig>,
 }
@@ -237,6 +241,7 @@ impl Config {
         let poller = p.poller(raw.poller, env);
         let plugins = p.plugins(raw.plugins, path, &data_dir);
         let telemetry = p.telemetry(raw.telemetry);
+        let limits = p.limits(raw.limits);
 
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
@@ -285,6 +290,7 @@ impl Config {
             poller,
             plugins,
             telemetry,
+            limits,
             backends,
         })
     }

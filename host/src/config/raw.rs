@@ -30,6 +30,7 @@ pub struct RawConfig {
     pub poller: Option<super::freshness::RawPoller>,
     pub plugins: Option<super::plugins::RawPlugins>,
     pub telemetry: Option<super::telemetry::RawTelemetry>,
+    pub limits: Option<super::limits::RawLimits>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
 }

@@ -346,3 +346,58 @@ fn telemetry_is_off_by_default_and_checks_its_endpoint() {
     let e = err("[telemetry]\nendpoint = \"http://x\"\n");
     assert!(e.contains("endpoint"), "{e}");
 }
+
+#[test]
+fn limits_default_and_override() {
+    let c = parse("").unwrap();
+    assert_eq!(c.limits.list, ListLimits::default());
+    assert_eq!(c.limits.list.pages, 1_000);
+    assert_eq!(c.limits.max_sessions, 2_048);
+    assert_eq!(c.limits.mcp.connections, 4_096);
+    assert_eq!(c.limits.api.connections, 256);
+    assert_eq!(c.limits.mcp.read_timeout, Duration::from_secs(10));
+    let c = parse(
+        r#"
+        [limits]
+        list_pages = 5
+        list_items = 10
+        list_bytes = 2048
+        max_sessions = 3
+        connections = 7
+        api_connections = 2
+        write_timeout = "1s"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.limits.list,
+        ListLimits {
+            pages: 5,
+            items: 10,
+            bytes: 2048
+        }
+    );
+    assert_eq!(
+        (
+            c.limits.max_sessions,
+            c.limits.mcp.connections,
+            c.limits.api.connections
+        ),
+        (3, 7, 2)
+    );
+    assert_eq!(c.limits.api.write_timeout, Duration::from_secs(1));
+}
+
+#[test]
+fn limits_refuse_zero_and_tiny_values_naming_each_key() {
+    let e =
+        err("[limits]\nlist_pages = 0\nlist_bytes = 10\nmax_sessions = 0\nidle_timeout = \"0s\"\n");
+    for want in [
+        "limits.list_pages: must be at least 1",
+        "limits.list_bytes: must be at least 1024",
+        "limits.max_sessions: must be at least 1",
+        "limits.idle_timeout: must be longer than 0s",
+    ] {
+        assert!(e.contains(want), "{want} in {e}");
+    }
+}

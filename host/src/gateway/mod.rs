@@ -34,7 +34,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{Backend, BackendUpdate, Downstream, ListKind, Timeouts};
+use crate::backend::{Backend, BackendUpdate, Bounds, Downstream, ListKind};
 use crate::catalog::{BackendCatalog, Catalog, Conflict, Current};
 use crate::config::{BackendConfig, RuntimeKind, Transport};
 use crate::config::{Config, Naming};
@@ -586,11 +586,12 @@ impl Gateway {
     }
 
     fn new_backend(&self, config: &BackendConfig) -> Arc<Backend> {
-        let timeouts = Timeouts {
+        let bounds = Bounds {
             connect: self.config.connect_timeout,
             request: self.config.request_timeout_for(config),
+            list: self.config.limits.list,
         };
-        Backend::new(config.clone(), timeouts, self.downstream.clone())
+        Backend::new(config.clone(), bounds, self.downstream.clone())
     }
 
     /// A supervisor for `b`, restoring `record`, reporting to `outlets`.

@@ -61,6 +61,9 @@ struct Slot {
     catalog: Mutex<Option<Arc<BackendCatalog>>>,
     /// Completed listings, for single-flight re-listing.
     listings: AtomicU64,
+    /// Held by the one listing in flight. Apart from `state`, so a slow
+    /// listing never holds up requests on the connection.
+    listing: tokio::sync::Mutex<()>,
     last_used: Mutex<Instant>,
     /// The last failed opening: with which `Authorization`, on which
     /// instance, when. [`Pool::ensure`] does not repeat it for a while.
@@ -139,6 +142,7 @@ impl Pool {
             state: Default::default(),
             catalog: Mutex::default(),
             listings: AtomicU64::new(0),
+            listing: tokio::sync::Mutex::new(()),
             last_used: Mutex::new(Instant::now()),
             failed: Mutex::default(),
         });
@@ -175,13 +179,15 @@ impl Pool {
             .then(|| (auth.clone(), instance, Instant::now()));
         let conn = Arc::new(opened?);
         tracing::debug!(backend = %b.name, session = self.session, "session connection opened");
-        if b.forwards_auth() {
-            let listed = conn.list_catalog().await;
-            self.record_listing(b, &slot, listed);
-        }
         st.conn = Some(conn.clone());
         st.auth = auth;
         st.instance = instance;
+        drop(st);
+        if b.forwards_auth() {
+            let _one = slot.listing.lock().await;
+            let listed = conn.list_catalog().await;
+            self.record_listing(b, &slot, listed);
+        }
         Ok(conn)
     }
 
@@ -227,11 +233,12 @@ impl Pool {
             return false;
         };
         let seen = slot.listings.load(Ordering::Acquire);
-        let st = slot.state.lock().await;
+        let _one = slot.listing.lock().await;
         if slot.listings.load(Ordering::Acquire) != seen {
             return true;
         }
-        let Some(conn) = st.conn.clone().filter(|c| !c.is_closed()) else {
+        let conn = slot.state.lock().await.conn.clone();
+        let Some(conn) = conn.filter(|c| !c.is_closed()) else {
             return false;
         };
         let listed = conn.list_catalog().await;

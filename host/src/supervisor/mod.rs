@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::backend::{
     Backend, BackendError, BackendUpdate, Command, CommandReply, Connection, Status, reach,
@@ -352,6 +353,9 @@ impl Supervisor {
             .checked_sub(EARLY_PROBE_GAP)
             .unwrap_or_else(Instant::now);
         let mut probe_soon: Option<Instant> = None;
+        // The re-listing in flight, if any; dropped (and aborted) with the
+        // instance when it goes down.
+        let mut listing: Option<Relisting> = None;
         loop {
             let input = tokio::select! {
                 biased;
@@ -399,15 +403,27 @@ impl Supervisor {
                         None => continue,
                     }
                 }
-                _ = self.backend.refresh_requested() => {
+                // One listing at a time, beside the loop: probes, exits and
+                // operator commands are still handled while a backend takes
+                // its time (bounded by `[limits]` and the request timeout).
+                // A request made meanwhile stays pending until it ends.
+                _ = self.backend.refresh_requested(), if listing.is_none() => {
                     // Sessions list a forward_auth backend themselves.
-                    let Some(conn) = &conn else {
+                    let Some(conn) = conn.clone() else {
                         self.backend.set_listing(false);
                         continue;
                     };
-                    self.backend.set_listing(true);
-                    let listed = conn.list_catalog().await;
-                    self.backend.set_listing(false);
+                    listing = Some(Relisting::start(&self.backend, conn));
+                    continue;
+                }
+                listed = async { (&mut listing.as_mut().expect("guarded by is_some").task).await }, if listing.is_some() => {
+                    // Dropping it marks the listing finished for waiters.
+                    listing = None;
+                    let listed = listed.unwrap_or_else(|e| Err(BackendError::Transport {
+                        backend: self.backend.name.clone(),
+                        reason: format!("the listing task failed: {e}"),
+                        stderr: vec![],
+                    }));
                     match listed {
                         Ok(catalog) => {
                             // Deep compare with what this backend listed last:
@@ -622,6 +638,29 @@ impl Supervisor {
             }
             _ => reason,
         }
+    }
+}
+
+/// A re-listing running beside the supervisor's loop. Dropping it aborts
+/// the listing and tells waiters ([`Backend::refresh_and_wait`]) it ended.
+struct Relisting {
+    task: AbortOnDropHandle<Result<BackendCatalog, BackendError>>,
+    backend: Arc<Backend>,
+}
+
+impl Relisting {
+    fn start(backend: &Arc<Backend>, conn: Arc<Connection>) -> Self {
+        backend.set_listing(true);
+        Self {
+            task: AbortOnDropHandle::new(tokio::spawn(async move { conn.list_catalog().await })),
+            backend: backend.clone(),
+        }
+    }
+}
+
+impl Drop for Relisting {
+    fn drop(&mut self) {
+        self.backend.set_listing(false);
     }
 }
 

@@ -1,0 +1,196 @@
+"""Backends that try to stall or bloat Vigil, and what Vigil does about them.
+
+Each backend here is written to misbehave (`backends/hostile_stdio.py`,
+`backends/hostile_http.py`): it never answers a listing, pages without end,
+answers a probe with a body that never ends, or floods log messages while a
+client does not read. Each test checks what a user sees (the state and the
+reason in the control API, the error a client gets) and that Vigil stays
+bounded: in memory (RSS from `/proc`) and in time (the operator's restart is
+answered, probes keep running, other clients' calls keep answering).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from harness import (
+    PY_BACKENDS,
+    Gateways,
+    Procs,
+    demo_stdio_args,
+    pids_with_arg,
+    rss_bytes,
+    start_python_backend,
+    stdio_backend,
+)
+from support import DEADLINE, ControlApi, call_text, http_session, poll, short, tool_names
+
+pytestmark = pytest.mark.anyio
+
+HOSTILE_STDIO = PY_BACKENDS / "hostile_stdio.py"
+MiB = 1024 * 1024
+
+
+def hostile(name: str, *flags: str) -> dict:
+    return stdio_backend(name, sys.executable, [str(HOSTILE_STDIO), *flags])
+
+
+def reasons(detail: dict) -> list[str]:
+    return [t["reason"] for t in detail["transitions"]]
+
+
+#: Restarts come quickly and quarantine early, so a failing start is seen
+#: through to the end within the deadline.
+FAST_RESTARTS = {"base": "100ms", "max": "200ms", "jitter": 0.0, "max_restarts": 2}
+
+
+#: What a start whose listing never comes ends with, however the answer was lost.
+NO_LISTING = "listing capabilities failed: backend 'mute': tools/list: no answer to page 1 within 2s (request_timeout)"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--hang-list-after", "0"], ["--bad-list", "invalid-utf8"], ["--bad-list", "huge-line"]],
+    ids=["never-answers", "invalid-utf8", "line-too-long"],
+)
+async def test_a_start_whose_listing_never_comes_fails_and_ends_in_quarantine(
+    vigil: Gateways, demo_bin: Path, flags: list[str]
+) -> None:
+    """Before: the backend stayed `starting` forever. Now each start fails at the request timeout."""
+    gw = vigil(
+        [hostile("mute", *flags), stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))],
+        api={},
+        request_timeout="2s",
+        startup_timeout="1s",
+        restart=FAST_RESTARTS,
+    )
+    api = ControlApi(gw.api_base)
+    detail = await api.wait_state("mute", "quarantined")
+    assert any(NO_LISTING in r for r in reasons(detail)), f"a reason names the listing: {short(reasons(detail))}"
+    assert detail["quarantine_reason"] and NO_LISTING in detail["quarantine_reason"], short(detail)
+    # The other backend serves throughout.
+    async with http_session(gw.url) as s:
+        assert await call_text(s, "alpha__echo", {"text": "still here"}) == "still here"
+
+
+async def test_a_relisting_that_hangs_leaves_probes_and_operators_in_charge(vigil: Gateways, tmp_path: Path) -> None:
+    """Before: a hanging re-listing wedged the supervisor (no probes, no answer to a restart)."""
+    gw = vigil(
+        [hostile("slow", "--hang-list-after", "1")],
+        api={},
+        # Longer than any wait here: only a supervisor that stays responsive passes.
+        request_timeout="300s",
+        health={"interval": "500ms", "timeout": "500ms", "unhealthy_threshold": 2},
+        restart={"base": "100ms", "max": "200ms", "jitter": 0.0},
+    )
+    api = ControlApi(gw.api_base)
+    await api.wait_state("slow", "running")
+
+    async def hang_a_relisting(times_seen: int) -> None:
+        """Makes the backend announce a change; Vigil's re-listing (its second) then hangs."""
+        await api.wait_state("slow", "running")
+        async with http_session(gw.url) as s:
+            assert await call_text(s, "slow__relist") == "ok"
+        await poll(
+            lambda: anyio.to_thread.run_sync(gw.proc.stderr),
+            lambda text: text.count("tools/list #2") >= times_seen,
+            "the hanging re-listing to reach the backend",
+        )
+
+    # 1. Probes keep running: a backend frozen while its re-listing hangs is
+    #    still caught (offline) and restarted.
+    await hang_a_relisting(1)
+    pids = pids_with_arg(str(HOSTILE_STDIO))
+    assert pids, "the hostile backend's process"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    detail = await api.wait_for("slow", lambda d: d["restart_count"] >= 1 and d["state"] == "running", "restarted after freezing")
+    assert any("probe" in r or "ping" in r for r in reasons(detail)), short(reasons(detail))
+
+    # 2. An operator's restart is answered while a re-listing hangs (the new
+    #    process counts its listings from #1 again).
+    await hang_a_relisting(2)
+    with anyio.fail_after(DEADLINE):
+        resp = await api.act("slow", "restart")
+    assert resp.status_code == 200, resp.text
+    await api.wait_for("slow", lambda d: d["restart_count"] >= 2, "restarted by the operator")
+
+
+async def test_endless_pagination_is_cut_at_the_page_limit(vigil: Gateways, demo_bin: Path) -> None:
+    """Before: every page with a nextCursor was followed forever (+1.5 GiB in 30 s)."""
+    gw = vigil(
+        [hostile("pager", "--endless-pages"), stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))],
+        api={},
+        limits={"list_pages": 50},
+        restart=FAST_RESTARTS,
+    )
+    api = ControlApi(gw.api_base)
+    detail = await api.wait_state("pager", "quarantined")
+    expected = "listing capabilities failed: backend 'pager': tools/list: still paging after 50 pages (limits.list_pages)"
+    assert any(expected in r for r in reasons(detail)), short(reasons(detail))
+    # 50 pages of 100 tools of ~1 KB per attempt: a few MiB, never the
+    # gigabytes an endless listing reaches.
+    assert rss_bytes(gw.proc.pid) < 200 * MiB, f"vigil RSS {rss_bytes(gw.proc.pid) / MiB:.0f} MiB"
+    async with http_session(gw.url) as s:
+        names = await tool_names(s)
+        assert "alpha__echo" in names and not any(n.startswith("pager__") for n in names)
+
+
+async def test_a_bytes_limit_refuses_a_listing_too_large(vigil: Gateways) -> None:
+    gw = vigil([hostile("pager", "--endless-pages")], api={}, limits={"list_bytes": 200_000}, restart=FAST_RESTARTS)
+    detail = await ControlApi(gw.api_base).wait_state("pager", "quarantined")
+    expected = "more than 200000 bytes in one listing (limits.list_bytes)"
+    assert any(expected in r for r in reasons(detail)), short(reasons(detail))
+
+
+async def test_a_forward_auth_listing_that_hangs_does_not_hold_the_session(
+    vigil: Gateways, procs: Procs, demo_bin: Path
+) -> None:
+    """Before: a session's listing through its own connection waited forever, and so did its tools/list."""
+    backend = start_python_backend(procs, "hang", "hostile_http.py", ["--hang-list-after", "0"])
+    gw = vigil(
+        [
+            {"name": "hang", "transport": "http", "url": backend.url, "forward_auth": True},
+            stdio_backend("alpha", demo_bin, demo_stdio_args("alpha")),
+        ],
+        api={},
+        request_timeout="2s",
+    )
+    await ControlApi(gw.api_base).wait_state("hang", "running")
+    async with http_session(gw.url, headers={"Authorization": "Bearer user-token"}) as s:
+        names = await tool_names(s)
+        assert "alpha__echo" in names and not any(n.startswith("hang__") for n in names), short(names)
+        assert await call_text(s, "alpha__echo", {"text": "answered"}) == "answered"
+    assert "tools/list #1" in backend.proc.stderr(), "the session's listing reached the backend"
+
+
+async def test_a_probe_answer_that_never_ends_is_read_only_so_far(vigil: Gateways, procs: Procs) -> None:
+    """Before: the forward_auth reachability probe read an endless body to its timeout (+1.47 GiB)."""
+    backend = start_python_backend(procs, "endless", "hostile_http.py", ["--endless-body"])
+    gw = vigil(
+        [{"name": "endless", "transport": "http", "url": backend.url, "forward_auth": True}],
+        api={},
+        health={"interval": "2s", "timeout": "2s"},
+    )
+    api = ControlApi(gw.api_base)
+    await api.wait_state("endless", "running")
+    start = rss_bytes(gw.proc.pid)
+    probes = backend.proc.stderr().count("POST auth=None")
+    # Five probes later (each answered with an endless body), the backend is
+    # still up (a 200 is an answer) and Vigil has not grown by what it was sent.
+    await poll(
+        lambda: anyio.to_thread.run_sync(backend.proc.stderr),
+        lambda text: text.count("POST auth=None") >= probes + 5,
+        "five more reachability probes",
+        timeout=2 * DEADLINE,
+    )
+    detail = await api.instance("endless")
+    assert detail["state"] == "running", short(detail)
+    grown = rss_bytes(gw.proc.pid) - start
+    assert grown < 64 * MiB, f"vigil grew by {grown / MiB:.0f} MiB while probing an endless body"
