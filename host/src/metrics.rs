@@ -57,6 +57,7 @@ pub struct Metrics {
     pub transitions: Family<TransitionLabel, Counter>,
     pub quarantines: Family<BackendLabel, Counter>,
     pub list_changed_sent: Counter,
+    pub relay_dropped: Counter,
     pub catalog_changes: Counter,
     pub poller_listings: Family<BackendLabel, Counter>,
     pub poller_timeouts: Family<BackendLabel, Counter>,
@@ -78,6 +79,7 @@ pub fn get() -> &'static Metrics {
         transitions: Family::default(),
         quarantines: Family::default(),
         list_changed_sent: Counter::default(),
+        relay_dropped: Counter::default(),
         catalog_changes: Counter::default(),
         poller_listings: Family::default(),
         poller_timeouts: Family::default(),
@@ -207,6 +209,11 @@ impl Metrics {
             "list_changed_sent",
             "list_changed notifications written to client sessions",
             self.list_changed_sent.clone(),
+        );
+        r.register(
+            "relay_dropped",
+            "Backend notifications (progress, log messages) dropped because a client session did not take them (see [limits] relay_queue)",
+            self.relay_dropped.clone(),
         );
         r.register(
             "catalog_changes",

@@ -31,6 +31,9 @@ from harness import (
 )
 from support import DEADLINE, ControlApi, call_text, http_session, poll, short, tool_names
 
+import httpx
+from harness import INITIALIZE_BODY, MCP_HEADERS
+
 pytestmark = pytest.mark.anyio
 
 HOSTILE_STDIO = PY_BACKENDS / "hostile_stdio.py"
@@ -194,3 +197,56 @@ async def test_a_probe_answer_that_never_ends_is_read_only_so_far(vigil: Gateway
     assert detail["state"] == "running", short(detail)
     grown = rss_bytes(gw.proc.pid) - start
     assert grown < 64 * MiB, f"vigil grew by {grown / MiB:.0f} MiB while probing an endless body"
+
+
+async def metric(api_base: str, name: str) -> float:
+    """One unlabelled sample of the control API's `/metrics`."""
+    async with httpx.AsyncClient(timeout=DEADLINE) as client:
+        text = (await client.get(f"{api_base}/metrics")).text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def test_a_client_that_never_reads_holds_up_no_one_else(vigil: Gateways) -> None:
+    """Before: its relay queue grew without bound (+3.3 MiB/s) and every other client's call waited 2 s on it."""
+    gw = vigil([hostile("flood", "--log-rate", "10000")], api={}, limits={"relay_queue": 100})
+    await ControlApi(gw.api_base).wait_state("flood", "running")
+    async with httpx.AsyncClient(timeout=httpx.Timeout(DEADLINE, read=None)) as raw:
+        # Client A: a session whose standing GET stream is opened and never read.
+        init = await raw.post(gw.url, json=INITIALIZE_BODY, headers=MCP_HEADERS)
+        sid = init.headers["mcp-session-id"]
+        headers = {**MCP_HEADERS, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18"}
+        await raw.post(gw.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        async with raw.stream("GET", gw.url, headers={**headers, "Accept": "text/event-stream"}) as stuck:
+            assert stuck.status_code == 200
+            # 30,000 messages in, A's socket and queues are full.
+            await poll(
+                lambda: anyio.to_thread.run_sync(gw.proc.stderr),
+                lambda text: text.count("flood sent") >= 3,
+                "the flood to be under way",
+            )
+            sent = gw.proc.stderr().count("flood sent")
+            start = rss_bytes(gw.proc.pid)
+            # Client B, meanwhile: every call answers without waiting on A
+            # (before: 2 s each, 40 s for the lot).
+            async with http_session(gw.url) as b:
+                await b.set_logging_level("error")
+                with anyio.move_on_after(DEADLINE / 2):
+                    answered = 0
+                    for i in range(20):
+                        assert await call_text(b, "flood__echo", {"text": str(i)}) == str(i)
+                        answered += 1
+                assert answered == 20, f"client B got {answered} of 20 answers in {DEADLINE / 2}s"
+            # 100,000 more messages later, Vigil has not kept them...
+            await poll(
+                lambda: anyio.to_thread.run_sync(gw.proc.stderr),
+                lambda text: text.count("flood sent") >= sent + 10,
+                "100,000 more flooded messages",
+                timeout=2 * DEADLINE,
+            )
+            grown = rss_bytes(gw.proc.pid) - start
+            assert grown < 16 * MiB, f"vigil grew by {grown / MiB:.1f} MiB while a client did not read"
+            # ... it dropped them from A's queue, and counted them.
+            assert await metric(gw.api_base, "vigil_relay_dropped_total") > 50_000

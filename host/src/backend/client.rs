@@ -30,14 +30,14 @@ pub trait Downstream: Send + Sync + 'static {
     /// The backend says one of its lists changed.
     fn list_changed(&self, backend: &Arc<str>, kind: ListKind);
     /// A `notifications/message`; `session` is set on per-session
-    /// connections. Resolves once the message is handed to the client(s),
-    /// so messages keep their order.
+    /// connections. Queued for each client it goes to (see
+    /// [`super::outbox`]): never waits for a client.
     fn log(
         &self,
         backend: &Arc<str>,
         session: Option<u64>,
         params: LoggingMessageNotificationParam,
-    ) -> super::tap::LogFuture;
+    );
     /// A `notifications/resources/updated`; `session` as for [`Self::log`].
     fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String);
 }

@@ -274,19 +274,27 @@ impl Connection {
         let peer = self.service.peer();
         let options =
             PeerRequestOptions::with_timeout(self.request_timeout).reset_timeout_on_progress();
+        let sending = self.inflight.sending();
         let handle = peer
             .send_request_with_option(request, options)
             .await
             .map_err(|e| self.service_error(e))?;
         let id = handle.id.clone();
+        let outbox = front.as_ref().map(|f| f.outbox.clone());
         let _registration = front.map(|f| {
             self.inflight
                 .register(id.clone(), handle.progress_token.clone(), f)
         });
+        drop(sending);
         tokio::select! {
             r = handle.await_response() => {
-                // Progress and logs sent before the answer reach the client first.
+                // Progress and logs sent before the answer reach the client
+                // first: through the relay, then out of this client's own
+                // queue (never waiting on another client's).
                 self.relay.flush().await;
+                if let Some(outbox) = outbox {
+                    outbox.flush().await;
+                }
                 r.map_err(|e| self.service_error(e))
             }
             _ = ct.cancelled() => {

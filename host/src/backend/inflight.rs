@@ -37,12 +37,35 @@ pub struct FrontCall {
     /// What to do when the backend closes this request's HTTP stream early
     /// (SEP-1699 polling); `None` when the client cannot be shown the same.
     pub on_stream_closed: Option<StreamClosed>,
+    /// The client session's own queue of relayed notifications: its
+    /// progress goes there, never through anyone else's.
+    pub outbox: super::Outbox,
 }
 
 #[derive(Default)]
 pub struct Inflight {
     inner: Mutex<Inner>,
+    /// Requests sent but not registered yet: a backend may answer with
+    /// progress before its request's registration lands.
+    unregistered: std::sync::atomic::AtomicUsize,
+    /// Woken by every registration.
+    registered: tokio::sync::Notify,
 }
+
+/// Marks a request as about to be sent until it is registered (dropped).
+pub struct Sending<'a>(&'a Inflight);
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        self.0
+            .unregistered
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// How long a progress notification waits for the registration of the
+/// request it belongs to.
+const REGISTRATION_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 #[derive(Default)]
 struct Inner {
@@ -70,10 +93,40 @@ impl Inflight {
         let seq = inner.seq;
         inner.by_request.insert(request.clone(), (seq, call));
         inner.by_token.insert(token.clone(), request.clone());
+        drop(inner);
+        self.registered.notify_waiters();
         Registration {
             table: self.clone(),
             request,
             token,
+        }
+    }
+
+    /// Call before sending a request; keep the guard until it is
+    /// registered.
+    pub fn sending(&self) -> Sending<'_> {
+        self.unregistered
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Sending(self)
+    }
+
+    /// The call of progress `token`, waiting briefly while requests are
+    /// still being registered (never for a token no request can have).
+    pub async fn by_token_soon(&self, token: &ProgressToken) -> Option<FrontCall> {
+        let deadline = tokio::time::Instant::now() + REGISTRATION_GRACE;
+        loop {
+            let registered = self.registered.notified();
+            tokio::pin!(registered);
+            registered.as_mut().enable();
+            if let Some(call) = self.by_token(token) {
+                return Some(call);
+            }
+            if self.unregistered.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return None;
+            }
+            if tokio::time::timeout_at(deadline, registered).await.is_err() {
+                return None;
+            }
         }
     }
 

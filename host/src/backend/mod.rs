@@ -14,6 +14,7 @@ pub mod error;
 mod http_ping;
 pub mod inflight;
 mod listing;
+pub mod outbox;
 mod reach;
 mod stream_watch;
 mod tap;
@@ -29,6 +30,7 @@ pub use connection::Connection;
 pub use error::BackendError;
 pub use inflight::{FrontCall, Inflight, StreamClosed};
 pub use listing::ListLimits;
+pub use outbox::Outbox;
 pub use reach::reach;
 pub use tap::Relay;
 

@@ -5,13 +5,14 @@
 //! response they belong to — and clients drop progress that arrives after
 //! the result. This transport wrapper sees messages in arrival order and
 //! queues progress and log notifications for one relay worker per
-//! connection; [`Relay::flush`] lets a request wait until everything that
-//! arrived before its response has been relayed.
+//! connection, which hands each to the [`Outbox`](super::Outbox) of the
+//! client session(s) it is for. The worker never waits for a client: a
+//! client that does not read fills only its own outbox. [`Relay::flush`]
+//! lets a request wait until everything that arrived before its response has
+//! been handed over.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::future::BoxFuture;
 use rmcp::model::{
     JsonRpcMessage, LoggingMessageNotificationParam, ProgressNotificationParam, ServerNotification,
 };
@@ -23,9 +24,10 @@ use tokio_util::sync::CancellationToken;
 use super::client::Downstream;
 use super::inflight::Inflight;
 
-/// Longest wait for one relayed notification to be accepted by the client
-/// side, so a stuck client cannot stall the backend's relay.
-const RELAY_SEND_TIMEOUT: Duration = Duration::from_secs(2);
+/// Notifications waiting for the relay worker. The worker only moves them
+/// to per-session outboxes, so this fills only when the backend outruns
+/// Vigil itself; beyond it they are dropped and counted.
+const RELAY_BACKLOG: usize = 4096;
 
 enum Item {
     Progress(ProgressNotificationParam),
@@ -36,7 +38,7 @@ enum Item {
 /// The sending side, held by the tapped transport and the connection.
 /// Also carries the "transport ended" signal.
 #[derive(Clone)]
-pub struct Relay(mpsc::UnboundedSender<Item>, CancellationToken);
+pub struct Relay(mpsc::Sender<Item>, CancellationToken);
 
 impl Relay {
     /// Starts the relay worker for one backend connection.
@@ -46,7 +48,7 @@ impl Relay {
         backend: Arc<str>,
         session: Option<u64>,
     ) -> Relay {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(RELAY_BACKLOG);
         tokio::spawn(run(rx, inflight, downstream, backend, session));
         Relay(tx, CancellationToken::new())
     }
@@ -61,17 +63,25 @@ impl Relay {
         self.1.is_cancelled()
     }
 
-    /// Waits (bounded) until every notification queued so far is relayed.
+    /// Waits until every notification that arrived so far has been handed
+    /// to the outboxes it is for (not to the clients: see
+    /// [`Outbox::flush`](super::Outbox::flush)).
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.0.send(Item::Flush(tx)).is_ok() {
-            let _ = tokio::time::timeout(RELAY_SEND_TIMEOUT, rx).await;
+        if self.0.send(Item::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    fn queue(&self, item: Item) {
+        if self.0.try_send(item).is_err() {
+            crate::metrics::get().relay_dropped.inc();
         }
     }
 }
 
 async fn run(
-    mut rx: mpsc::UnboundedReceiver<Item>,
+    mut rx: mpsc::Receiver<Item>,
     inflight: Arc<Inflight>,
     downstream: Arc<dyn Downstream>,
     backend: Arc<str>,
@@ -80,25 +90,16 @@ async fn run(
     while let Some(item) = rx.recv().await {
         match item {
             Item::Progress(mut p) => {
-                let Some(call) = inflight.by_token(&p.progress_token) else {
+                let Some(call) = inflight.by_token_soon(&p.progress_token).await else {
                     continue;
                 };
                 let Some(token) = call.progress_token else {
                     continue;
                 };
                 p.progress_token = token;
-                if tokio::time::timeout(RELAY_SEND_TIMEOUT, call.peer.notify_progress(p))
-                    .await
-                    .is_err()
-                {
-                    tracing::debug!(%backend, "client did not take a progress notification in time");
-                }
+                call.outbox.progress(call.peer, p);
             }
-            Item::Log(p) => {
-                let _ =
-                    tokio::time::timeout(RELAY_SEND_TIMEOUT, downstream.log(&backend, session, p))
-                        .await;
-            }
+            Item::Log(p) => downstream.log(&backend, session, p),
             Item::Flush(done) => {
                 let _ = done.send(());
             }
@@ -145,7 +146,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
                 _ => None,
             };
             if let Some(item) = item {
-                let _ = self.relay.0.send(item);
+                self.relay.queue(item);
             }
         }
         Some(message)
@@ -155,6 +156,3 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
         self.inner.close()
     }
 }
-
-/// The log half of [`Downstream`], boxed for the relay.
-pub type LogFuture = BoxFuture<'static, ()>;

@@ -127,7 +127,7 @@ impl Downstream for Fanout {
         _backend: &Arc<str>,
         session: Option<u64>,
         params: rmcp::model::LoggingMessageNotificationParam,
-    ) -> futures::future::BoxFuture<'static, ()> {
+    ) {
         self.sessions.log(session, params)
     }
     fn resource_updated(&self, _backend: &Arc<str>, session: Option<u64>, uri: String) {

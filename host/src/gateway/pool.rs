@@ -83,6 +83,9 @@ struct SlotState {
     auth: Option<String>,
     /// [`Backend::instance`] it was opened on.
     instance: u64,
+    /// `forward_auth`: becomes `true` once the connection's first listing
+    /// ended (either way); its opener is still listing until then.
+    listed: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -152,8 +155,14 @@ impl Pool {
 
     /// This session's connection to `b`, opened (and for a `forward_auth`
     /// backend, listed) if there is none fit for use. Concurrent callers
-    /// wait for one handshake.
-    pub async fn connection(&self, b: &Arc<Backend>) -> Result<Arc<Connection>, BackendError> {
+    /// wait for one handshake. The first listing runs after the slot is
+    /// free again, so requests never wait on it; a caller that needs what
+    /// it lists (`listed`) waits for it (bounded by the listing's limits).
+    pub async fn connection(
+        &self,
+        b: &Arc<Backend>,
+        listed: bool,
+    ) -> Result<Arc<Connection>, BackendError> {
         let slot = self.slot(b);
         *lock(&slot.last_used) = Instant::now();
         let auth = b
@@ -166,7 +175,13 @@ impl Pool {
             .as_ref()
             .filter(|c| !c.is_closed() && st.instance == b.instance() && st.auth == auth)
         {
-            return Ok(c.clone());
+            let (c, first) = (c.clone(), st.listed.clone());
+            drop(st);
+            if let (true, Some(mut first)) = (listed, first) {
+                // Err: the opener gave up; what it listed is what there is.
+                let _ = first.wait_for(|done| *done).await;
+            }
+            return Ok(c);
         }
         st.conn = None;
         let instance = b.instance();
@@ -179,14 +194,17 @@ impl Pool {
             .then(|| (auth.clone(), instance, Instant::now()));
         let conn = Arc::new(opened?);
         tracing::debug!(backend = %b.name, session = self.session, "session connection opened");
+        let (first_done, first) = tokio::sync::watch::channel(!b.forwards_auth());
         st.conn = Some(conn.clone());
         st.auth = auth;
         st.instance = instance;
+        st.listed = Some(first);
         drop(st);
         if b.forwards_auth() {
             let _one = slot.listing.lock().await;
             let listed = conn.list_catalog().await;
             self.record_listing(b, &slot, listed);
+            let _ = first_done.send(true);
         }
         Ok(conn)
     }
@@ -278,7 +296,7 @@ impl Pool {
             .cloned()
             .collect();
         let opens = due.iter().map(|b| async move {
-            if let Err(e) = self.connection(b).await {
+            if let Err(e) = self.connection(b, true).await {
                 tracing::debug!(backend = %b.name, session = self.session, error = %e, "could not open the session's connection");
                 self.record_listing(b, &self.slot(b), Err(e));
             }

@@ -17,7 +17,7 @@ use super::route::{
 };
 use super::sessions::Channel;
 use super::streams::StreamSessions;
-use crate::backend::{Backend, Connection, FrontCall, StreamClosed};
+use crate::backend::{Backend, Connection, FrontCall, Outbox, StreamClosed};
 use crate::catalog::Catalog;
 use crate::health::{HealthState, advertisable};
 
@@ -32,6 +32,9 @@ pub struct FrontSession {
     /// This session's own backend connections and, for `forward_auth`
     /// backends, its own catalogs of them.
     pool: Arc<Pool>,
+    /// What backends relay to this client (progress, logs, resource
+    /// updates), queued apart from every other client's.
+    outbox: Outbox,
 }
 
 /// The client's `Authorization` header on this request, if it came over HTTP.
@@ -57,6 +60,7 @@ impl FrontSession {
     pub(super) fn new(gw: Arc<Gateway>, id: u64) -> Self {
         Self {
             pool: Pool::new(id, Arc::downgrade(&gw)),
+            outbox: Outbox::new(gw.config.limits.relay_queue),
             gw,
             id,
             registered: AtomicBool::new(false),
@@ -95,7 +99,7 @@ impl FrontSession {
             self.observe(&ctx.extensions, &ctx.peer);
             return self
                 .pool
-                .connection(backend)
+                .connection(backend, false)
                 .await
                 .map_err(|e| e.into_mcp());
         }
@@ -126,6 +130,7 @@ impl FrontSession {
             request_id: ctx.id.clone(),
             progress_token: ctx.meta.get_progress_token(),
             on_stream_closed: polling.as_ref().map(|p| p.hook()),
+            outbox: self.outbox.clone(),
         };
         let tool = match &request {
             ClientRequest::CallToolRequest(r) => Some(r.params.name.to_string()),
@@ -360,6 +365,7 @@ impl ServerHandler for FrontSession {
                 self.id,
                 Channel::Session(ctx.peer.clone()),
                 Some(self.pool.clone()),
+                self.outbox.clone(),
             );
             tracing::debug!(session = self.id, "client session opened");
         }
@@ -663,9 +669,10 @@ impl ServerHandler for FrontSession {
             .registered
             .load(Ordering::Acquire)
             .then(|| self.pool.clone());
+        let outbox = Outbox::new(self.gw.config.limits.relay_queue);
         self.gw
             .sessions()
-            .add(id, Channel::Listen(ctx.sink().clone()), pool);
+            .add(id, Channel::Listen(ctx.sink().clone()), pool, outbox);
         ctx.cancelled().await;
         self.gw.sessions().remove(id);
         Ok(())

@@ -18,30 +18,22 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use futures::future::BoxFuture;
-
-use rmcp::model::{
-    LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
-};
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::pool::Pool;
+use crate::backend::Outbox;
 use crate::catalog::{Catalog, Changes, Current};
 
-/// How a session is reached.
-#[derive(Clone)]
-pub enum Channel {
-    /// A session-mode client (protocol revisions before 2026-07-28).
-    Session(Peer<RoleServer>),
-    /// One open `subscriptions/listen` stream.
-    Listen(SubscriptionSink),
-}
+pub use crate::backend::outbox::Channel;
 
 struct Entry {
     channel: Channel,
+    /// Its queue of relayed log messages and resource updates.
+    outbox: Outbox,
     subscriptions: HashSet<String>,
     /// Minimum level of log messages the client asked for.
     log_level: Option<LoggingLevel>,
@@ -82,8 +74,16 @@ impl Sessions {
     /// Registers a session that has seen the current catalog (it lists it
     /// from now on) and starts its resync worker. With a `pool`, what the
     /// session sees is the pool's view (see `pool.rs`), and a change of its
-    /// own catalogs wakes the worker too.
-    pub fn add(self: &Arc<Self>, id: u64, channel: Channel, pool: Option<Arc<Pool>>) {
+    /// own catalogs wakes the worker too. Log messages and resource updates
+    /// reach it through `outbox`, which is connected to `channel` here.
+    pub fn add(
+        self: &Arc<Self>,
+        id: u64,
+        channel: Channel,
+        pool: Option<Arc<Pool>>,
+        outbox: Outbox,
+    ) {
+        outbox.connect(channel.clone());
         let resync = Arc::new(Notify::new());
         let stop = CancellationToken::new();
         let shared = self.catalog.get();
@@ -107,6 +107,7 @@ impl Sessions {
             id,
             Entry {
                 channel,
+                outbox,
                 subscriptions: HashSet::new(),
                 log_level: None,
                 pool,
@@ -180,13 +181,9 @@ impl Sessions {
 
     /// Relays a backend log message: to `session` when the backend
     /// connection belongs to one, otherwise to every session-mode client
-    /// whose level admits it. The future resolves once every target took it.
-    pub fn log(
-        &self,
-        session: Option<u64>,
-        params: LoggingMessageNotificationParam,
-    ) -> BoxFuture<'static, ()> {
-        let peers: Vec<Peer<RoleServer>> = self
+    /// whose level admits it. Only queues (see [`Outbox`]).
+    pub fn log(&self, session: Option<u64>, params: LoggingMessageNotificationParam) {
+        for (_, e) in self
             .lock()
             .iter()
             .filter(|(id, _)| session.is_none_or(|s| s == **id))
@@ -194,45 +191,20 @@ impl Sessions {
                 e.log_level
                     .is_none_or(|min| level_rank(params.level) >= level_rank(min))
             })
-            .filter_map(|(_, e)| match &e.channel {
-                Channel::Session(p) => Some(p.clone()),
-                Channel::Listen(_) => None,
-            })
-            .collect();
-        Box::pin(async move {
-            for peer in peers {
-                let _ = peer.notify_logging_message(params.clone()).await;
-            }
-        })
+        {
+            e.outbox.log(params.clone());
+        }
     }
 
     /// Relays `notifications/resources/updated` to `session`, or to the
-    /// sessions subscribed to `uri`.
+    /// sessions subscribed to `uri` and every listen stream (whose sink
+    /// drops URIs it did not ask for). Only queues.
     pub fn resource_updated(&self, session: Option<u64>, uri: String) {
-        let targets: Vec<Channel> = self
-            .lock()
-            .iter()
-            .filter(|(id, e)| match session {
-                Some(s) => s == **id,
-                None => e.subscriptions.contains(&uri) || matches!(e.channel, Channel::Listen(_)),
-            })
-            .map(|(_, e)| e.channel.clone())
-            .collect();
-        for channel in targets {
-            let uri = uri.clone();
-            tokio::spawn(async move {
-                match channel {
-                    Channel::Session(peer) => {
-                        let _ = peer
-                            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                            .await;
-                    }
-                    // The sink drops URIs this stream did not ask for.
-                    Channel::Listen(sink) => {
-                        let _ = sink.notify_resource_updated(uri).await;
-                    }
-                }
-            });
+        for (_, e) in self.lock().iter().filter(|(id, e)| match session {
+            Some(s) => s == **id,
+            None => e.subscriptions.contains(&uri) || matches!(e.channel, Channel::Listen(_)),
+        }) {
+            e.outbox.resource_updated(uri.clone());
         }
     }
 }
@@ -443,7 +415,12 @@ mod tests {
         current.replace(catalog(&["a"]));
         let sessions = Sessions::new(current.clone());
         let p = connect().await;
-        sessions.add(1, Channel::Session(p.server.peer().clone()), None);
+        sessions.add(
+            1,
+            Channel::Session(p.server.peer().clone()),
+            None,
+            Outbox::new(8),
+        );
 
         sessions.resync_all();
         quiet().await;
@@ -470,7 +447,12 @@ mod tests {
         let current = Arc::new(Current::default());
         let sessions = Sessions::new(current.clone());
         let p = connect().await;
-        sessions.add(7, Channel::Session(p.server.peer().clone()), None);
+        sessions.add(
+            7,
+            Channel::Session(p.server.peer().clone()),
+            None,
+            Outbox::new(8),
+        );
         assert_eq!(sessions.len(), 1);
 
         sessions.remove(7); // DELETE or close of the client session
@@ -490,7 +472,7 @@ mod tests {
         // The client goes away without a goodbye (expired session).
         p.client.cancel().await.unwrap();
         let _ = p.server.cancel().await;
-        sessions.add(3, Channel::Session(peer), None);
+        sessions.add(3, Channel::Session(peer), None, Outbox::new(8));
         assert_eq!(sessions.len(), 1, "registered (registration cannot tell)");
 
         current.replace(catalog(&["y"]));
@@ -503,7 +485,12 @@ mod tests {
         let current = Arc::new(Current::default());
         let sessions = Sessions::new(current.clone());
         let p = connect().await;
-        sessions.add(1, Channel::Session(p.server.peer().clone()), None);
+        sessions.add(
+            1,
+            Channel::Session(p.server.peer().clone()),
+            None,
+            Outbox::new(8),
+        );
         // Many deliveries before the worker runs: at most one in flight and
         // one queued, each comparing against the latest snapshot.
         for i in 0..50 {

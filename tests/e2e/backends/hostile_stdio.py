@@ -15,7 +15,8 @@ Raw JSON-RPC lines on stdin/stdout (no SDK, so it can break the rules):
 - `--endless-pages`: every `tools/list` page holds 100 tools of about 1 KB
   and a `nextCursor`.
 - `--log-rate N`: from `notifications/initialized` on, sends about N
-  `notifications/message` per second for as long as it runs.
+  `notifications/message` per second for as long as it runs, and says on
+  stderr every 10,000 (`flood sent K`).
 
 Every `tools/list` it receives is counted on stderr (`tools/list #K`).
 """
@@ -60,6 +61,8 @@ def flood(rate: int) -> None:
                     "params": {"level": "info", "logger": "flood", "data": f"flood message {n} " + "x" * 200},
                 }
             )
+            if n % 10000 == 0:
+                print(f"flood sent {n}", file=sys.stderr, flush=True)
         rest = 0.01 - (time.monotonic() - start)
         if rest > 0:
             time.sleep(rest)
