@@ -13,6 +13,7 @@ mod freshness;
 mod health;
 mod plugins;
 pub mod raw;
+mod store;
 mod telemetry;
 
 use std::collections::HashSet;
@@ -26,6 +27,7 @@ pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
 pub use plugins::{PluginProbe, PluginsConfig};
 use raw::RawConfig;
+pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;
 
 /// How the gateway names what backends export.
@@ -76,8 +78,11 @@ pub struct Config {
     /// `Origin` get 403. Default: loopback origins on any port.
     pub allowed_origins: Vec<String>,
     /// `data_dir`: where state that must survive a restart is kept (the
-    /// SQLite store). Default: `vigil-data` beside the config file.
+    /// SQLite store, and by default the compiled-plugin cache), private to
+    /// Vigil's user. Default: `vigil-data` beside the config file.
     pub data_dir: PathBuf,
+    /// `[store]`: whether Vigil may serve without its state store.
+    pub store: StoreConfig,
     /// `[health]`: probe schedule and thresholds; `[backends.health]`
     /// overrides them per backend (already applied in each backend).
     pub health: HealthConfig,
@@ -237,6 +242,7 @@ impl Config {
         let poller = p.poller(raw.poller, env);
         let plugins = p.plugins(raw.plugins, path, &data_dir);
         let telemetry = p.telemetry(raw.telemetry);
+        let store = p.store(raw.store);
 
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
@@ -278,6 +284,7 @@ impl Config {
             allowed_hosts,
             allowed_origins,
             data_dir,
+            store,
             health,
             restart,
             api,

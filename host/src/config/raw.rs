@@ -30,6 +30,7 @@ pub struct RawConfig {
     pub poller: Option<super::freshness::RawPoller>,
     pub plugins: Option<super::plugins::RawPlugins>,
     pub telemetry: Option<super::telemetry::RawTelemetry>,
+    pub store: Option<super::store::RawStore>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
 }
