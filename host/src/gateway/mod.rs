@@ -229,7 +229,7 @@ impl Gateway {
             store: store.clone(),
         });
         let restored = match &store {
-            Some(store) => restore(store.clone()).await,
+            Some(store) => restore(store.clone(), &gw.config).await,
             None => Vec::new(),
         };
         let backends: Vec<Arc<Backend>> = gw
@@ -308,7 +308,7 @@ impl Gateway {
 /// naming it: that backend starts fresh, every other one keeps its
 /// quarantine and counts. A store that cannot be read at all is an ERROR,
 /// and every backend starts fresh.
-async fn restore(store: Arc<dyn Store>) -> Vec<InstanceRecord> {
+async fn restore(store: Arc<dyn Store>, config: &Config) -> Vec<InstanceRecord> {
     let read = match tokio::task::spawn_blocking(move || store.load_instances()).await {
         Ok(Ok(read)) => read,
         Ok(Err(e)) => {
@@ -322,11 +322,16 @@ async fn restore(store: Arc<dyn Store>) -> Vec<InstanceRecord> {
     };
     for s in &read.skipped {
         let backend = s.backend.as_deref().unwrap_or("?");
+        let consequence = if config.backends.iter().any(|b| *b.name == *backend) {
+            "starts fresh"
+        } else {
+            "is not in the config, so nothing else changes"
+        };
         tracing::warn!(
             backend,
             column = s.column,
             value = %s.value,
-            "saved state not restored: {s}; backend `{backend}` starts fresh, the other backends keep theirs"
+            "saved state not restored: {s}; backend `{backend}` {consequence}, the other backends keep theirs"
         );
     }
     read.rows
