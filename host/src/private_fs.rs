@@ -18,10 +18,11 @@
 //!
 //! What to do with an existing path that is *not* private depends on what
 //! it holds, so callers choose with [`Loose`]:
-//! - [`Loose::Tighten`] (the store, which holds data only): a path Vigil's
-//!   user owns is narrowed to owner-only and reported as
+//! - [`Loose::Tighten`] (the store's own files, which hold data only): a
+//!   path Vigil's user owns is narrowed to owner-only and reported as
 //!   [`Outcome::Tightened`] for the caller to log; one another user owns is
-//!   refused.
+//!   refused. Only for paths that are Vigil's alone: tightening a shared
+//!   directory (`/tmp`, a home directory) would break its other users.
 //! - [`Loose::Refuse`] (the cache, which holds code): refused, never
 //!   tightened — what is in it may already have been replaced, and
 //!   tightening would make Vigil trust it.
@@ -104,12 +105,16 @@ pub enum PrivateError {
     )]
     ForeignOwner { path: PathBuf, owner: u32, me: u32 },
     #[error(
-        "{} can be written by {} (mode {}), so another user can change what Vigil reads from it: `chmod {:o} {}`",
+        "{} can be written by {} (mode {}), so another user can change what Vigil reads from it: `chmod {:o} {}`{}",
         path.display(),
         Writers(*mode),
         Mode(*mode),
         kind.mode(),
-        path.display()
+        path.display(),
+        match kind {
+            Kind::Dir => " if only Vigil uses it, else choose a directory of Vigil's own",
+            Kind::File => "",
+        }
     )]
     Writable {
         path: PathBuf,

@@ -200,8 +200,8 @@ async def test_a_plugin_cache_others_can_write_is_not_used_and_plugins_still_run
 
     refused = (
         f"the compiled-plugin cache is not used: {cache} can be written by its group and others (mode 0777), "
-        f"so another user can change what Vigil reads from it: `chmod 700 {cache}`; "
-        "until then every plugin is compiled in memory at each start (slower)"
+        f"so another user can change what Vigil reads from it: `chmod 700 {cache}` if only Vigil uses it, "
+        "else choose a directory of Vigil's own; until then every plugin is compiled in memory at each start (slower)"
     )
     for run in range(2):
         plugin = await loaded(gw)
@@ -347,7 +347,18 @@ def db_is_not_a_database(data: Path) -> str:
     )
 
 
-@pytest.mark.parametrize("breakage", [data_dir_is_a_file, db_is_not_a_database])
+def data_dir_is_shared_and_open_to_all(data: Path) -> str:
+    data.mkdir()
+    (data / "someone-elses.txt").write_text("not Vigil's\n")
+    os.chmod(data, 0o1777)  # like /tmp: Vigil must not chmod it, and must not trust it
+    return (
+        f"error: cannot open the state store in {data}: {data} can be written by its group and others (mode 1777), "
+        f"so another user can change what Vigil reads from it: `chmod 700 {data}` if only Vigil uses it, "
+        "else choose a directory of Vigil's own\n"
+    )
+
+
+@pytest.mark.parametrize("breakage", [data_dir_is_a_file, db_is_not_a_database, data_dir_is_shared_and_open_to_all])
 async def test_a_store_that_cannot_be_opened_refuses_the_start_unless_optional(
     vigil: Gateways, vigil_bin: Path, demo_bin: Path, tmp_path: Path, breakage: Any
 ) -> None:
@@ -359,6 +370,7 @@ async def test_a_store_that_cannot_be_opened_refuses_the_start_unless_optional(
     top = {"listen": f"127.0.0.1:{free_port()}", "data_dir": str(data), "api": {"listen": f"127.0.0.1:{free_port()}"}}
     config.write_text(render_config(top, [demo("alpha", demo_bin, marker)]), encoding="utf-8")
 
+    mode_before = mode(data) if data.is_dir() else None
     t0 = time.monotonic()
     done = run_vigil(vigil_bin, ["serve", "--config", str(config)], tmp_path)  # a hang past the deadline fails
     took = time.monotonic() - t0
@@ -366,6 +378,7 @@ async def test_a_store_that_cannot_be_opened_refuses_the_start_unless_optional(
     assert done.stderr.endswith(expected), f"after {took:.1f}s, stderr:\n{done.stderr}\nexpected the end:\n{expected}"
     assert not marker.exists(), "no backend may start without the store that says whether it is quarantined"
     assert took < DEADLINE
+    assert (mode(data) if data.is_dir() else None) == mode_before, "a refused data_dir is left as it was"
 
     checked = run_vigil(vigil_bin, ["check", "--config", str(config)], tmp_path)
     assert checked.returncode == 0, checked.stderr

@@ -25,7 +25,7 @@ pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
-pub use plugins::{PluginProbe, PluginsConfig};
+pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
 use raw::RawConfig;
 pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;

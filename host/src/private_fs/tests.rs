@@ -103,7 +103,8 @@ fn refuse_leaves_a_writable_path_as_it_is_and_names_the_fix() {
         assert_eq!(
             e.to_string(),
             format!(
-                "{p} can be written by {who} (mode {m}), so another user can change what Vigil reads from it: `chmod 700 {p}`",
+                "{p} can be written by {who} (mode {m}), so another user can change what Vigil reads from it: \
+                 `chmod 700 {p}` if only Vigil uses it, else choose a directory of Vigil's own",
                 p = d.display(),
                 m = Mode(mode),
             )

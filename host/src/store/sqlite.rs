@@ -21,9 +21,11 @@
 //! The files are private to Vigil's user ([`crate::private_fs`]): the
 //! data directory is created 0700 and `vigil.db` 0600 before SQLite opens
 //! it (SQLite gives its `-wal`, `-shm` and `-journal` files the database's
-//! mode), whatever the umask. Existing ones that group or others could
-//! read or write are narrowed to that and a WARN says so; ones another
-//! user owns are refused.
+//! mode), whatever the umask. Existing store files that group or others
+//! could read or write are narrowed to that and a WARN says so, and so is
+//! an existing data directory that holds only Vigil's files; a directory
+//! shared with other files is never chmod'ed, and refused if group or
+//! others can write it. Paths another user owns are refused.
 //!
 //! File stores run in WAL mode with `synchronous = NORMAL`: the health
 //! writer appends often and in small batches, and WAL makes each commit one
@@ -109,7 +111,7 @@ impl SqliteStore {
     /// cannot be opened or set up, and [`StoreError::Corrupt`] if it was
     /// written by a newer Vigil with a schema this build does not know.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        private(data_dir, private_fs::dir(data_dir, Loose::Tighten)?);
+        private(data_dir, private_fs::dir(data_dir, dir_policy(data_dir))?);
         let file = data_dir.join(FILE_NAME);
         private(&file, private_fs::file(&file, Loose::Tighten)?);
         tighten_companions(&file)?;
@@ -330,6 +332,30 @@ fn private(path: &Path, outcome: Outcome) {
             path.display(),
             private_fs::Mode(from),
         );
+    }
+}
+
+/// How to treat a loose data directory: narrowed when it holds nothing but
+/// what Vigil keeps there (it is Vigil's, as an older Vigil left it), else
+/// left as it is — a shared directory such as `/tmp` or a home directory is
+/// never chmod'ed, only refused when others can write it.
+fn dir_policy(data_dir: &Path) -> Loose {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return Loose::Refuse; // absent (then created 0700) or unreadable
+    };
+    let ours = |name: &std::ffi::OsStr| {
+        let name = name.to_string_lossy();
+        name == FILE_NAME
+            || name == crate::config::DEFAULT_PLUGIN_CACHE
+            || COMPANIONS.iter().any(|s| name == format!("{FILE_NAME}{s}"))
+    };
+    let all_ours = entries
+        .map(|e| e.map(|e| ours(&e.file_name())))
+        .all(|ours| ours.unwrap_or(false));
+    if all_ours {
+        Loose::Tighten
+    } else {
+        Loose::Refuse
     }
 }
 

@@ -483,6 +483,41 @@ fn an_existing_loose_store_is_tightened_and_kept() {
     );
 }
 
+/// A shared directory (`/tmp`, a home directory) is never chmod'ed: its
+/// other users would break. Refused when others can write it.
+#[test]
+fn a_shared_data_dir_is_left_alone_and_refused_when_others_can_write_it() {
+    let dir = TempDir::new("shared");
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::write(shared.join("someone-elses.txt"), b"x").unwrap();
+
+    set_mode(&shared, 0o1777);
+    let e = SqliteStore::open(&shared).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{p} can be written by its group and others (mode 1777), so another user can change what Vigil reads from it: \
+             `chmod 700 {p}` if only Vigil uses it, else choose a directory of Vigil's own",
+            p = shared.display()
+        )
+    );
+    assert_eq!(mode_of(&shared), 0o1777, "not chmod'ed");
+    assert!(!shared.join(FILE_NAME).exists(), "nothing created there");
+
+    set_mode(&shared, 0o755);
+    let store = SqliteStore::open(&shared).unwrap();
+    store
+        .save_instance(&instance("alpha", HealthState::Running))
+        .unwrap();
+    assert_eq!(mode_of(&shared), 0o755, "readable is left as it is");
+    assert_eq!(
+        mode_of(&shared.join(FILE_NAME)),
+        0o600,
+        "the store itself is private"
+    );
+}
+
 /// Needs root to give a file away; elsewhere it checks nothing.
 #[test]
 fn a_store_file_another_user_owns_is_refused() {
