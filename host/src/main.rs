@@ -206,7 +206,7 @@ fn main() -> ExitCode {
             if config.store.optional {
                 "optional: serves without durable state if it cannot be opened"
             } else {
-                "required: serve refuses to start if it cannot be opened"
+                "required: serve and stdio refuse to start if it cannot be opened"
             }
         );
         return ExitCode::SUCCESS;

@@ -4,7 +4,11 @@
 //!
 //! [`Store`] is the seam: [`sqlite::SqliteStore`] is the embedded default
 //! (one file under `data_dir`); a PostgreSQL implementation can serve several
-//! replicas later. The data plane never waits on the store.
+//! replicas later. The data plane never waits on the store. It is needed to
+//! *start*, though: without it a restart forgets every quarantine, so a
+//! store that cannot be opened refuses the start unless the operator set
+//! `[store] optional = true` ([`open`]). Readers skip a row they cannot
+//! read and report it ([`Rows`]), so one bad row never costs the others.
 
 pub mod sqlite;
 mod writer;
@@ -154,9 +158,13 @@ pub struct SkippedRow {
     pub why: &'static str,
 }
 
+/// Reads like this:
+///
+/// ```text
+/// instances row of backend `beta`: state `paused` is not a state this build knows (written by a newer Vigil?)
+/// audit row 17: at `-5` is not a time this store writes (milliseconds since 1970)
+/// ```
 impl fmt::Display for SkippedRow {
-    /// `instances row of backend `beta`: state `paused` is not a state this
-    /// build knows (written by a newer Vigil?)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} row", self.table)?;
         if let Some(id) = self.id {
