@@ -42,6 +42,7 @@ pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod plugins;
+pub mod private_fs;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

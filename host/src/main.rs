@@ -196,6 +196,19 @@ fn main() -> ExitCode {
             };
             let _ = writeln!(out, "  {} ({transport})", b.name);
         }
+        let _ = writeln!(
+            out,
+            "store: {} ({})",
+            config
+                .data_dir
+                .join(vigil::store::sqlite::FILE_NAME)
+                .display(),
+            if config.store.optional {
+                "optional: serves without durable state if it cannot be opened"
+            } else {
+                "required: serve and stdio refuse to start if it cannot be opened"
+            }
+        );
         return ExitCode::SUCCESS;
     }
     let exporter = match init_logging(&config) {
@@ -238,7 +251,7 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "serving with the current open-file limit"),
     }
-    let store = open_store(&config.data_dir).await;
+    let store = open_store(&config).await?;
     let api = config.api.clone();
     let startup = Gateway::launch(config, store.clone(), &tracker, shutdown.clone()).await;
     // The control API answers while backends start (they show `starting`).
@@ -275,24 +288,13 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     result
 }
 
-/// The store is not needed to serve: without it Vigil serves, but health
-/// state will not survive a restart, and it says so.
-async fn open_store(data_dir: &std::path::Path) -> Option<std::sync::Arc<dyn vigil::store::Store>> {
-    let dir = data_dir.to_owned();
-    match tokio::task::spawn_blocking(move || vigil::store::sqlite::SqliteStore::open(&dir)).await {
-        Ok(Ok(store)) => {
-            tracing::info!(data_dir = %data_dir.display(), "health state store opened");
-            Some(std::sync::Arc::new(store))
-        }
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "cannot open the health state store; serving without it (quarantine and history will not survive a restart)");
-            None
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot open the health state store; serving without it");
-            None
-        }
-    }
+/// Opens the state store before any backend starts: refused (the start
+/// fails with what, where and how to fix) unless `[store] optional = true`.
+async fn open_store(
+    config: &Config,
+) -> anyhow::Result<Option<std::sync::Arc<dyn vigil::store::Store>>> {
+    let (dir, optional) = (config.data_dir.clone(), config.store.optional);
+    Ok(tokio::task::spawn_blocking(move || vigil::store::open(&dir, optional)).await??)
 }
 
 async fn on_signal(shutdown: CancellationToken) {

@@ -228,7 +228,8 @@ async fn audit(
     let entries = tokio::task::spawn_blocking(move || store.audit(limit))
         .await
         .map_err(|e| ApiError::Internal(format!("audit read task: {e}")))?
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .logged("audit log");
     Ok(Json(AuditEntries { entries }))
 }
 

@@ -14,7 +14,7 @@ use tower::ServiceExt;
 use super::testutil::{self, OPERATOR_SECRET, VIEWER_SECRET};
 use super::{ApiState, router};
 use crate::health::Transition;
-use crate::store::{AuditEntry, InstanceRecord, Store, StoreError};
+use crate::store::{AuditEntry, InstanceRecord, Rows, Store, StoreError};
 
 struct Answer {
     status: StatusCode,
@@ -68,6 +68,7 @@ fn audit_of(store: &dyn Store) -> Vec<(String, String, String, String)> {
     store
         .audit(100)
         .unwrap()
+        .rows
         .into_iter()
         .map(|a| (a.principal, a.action, a.target, a.outcome))
         .collect()
@@ -263,7 +264,7 @@ async fn viewer_restart_is_403_and_audited_as_denied() {
         .await;
         assert_eq!(a.status, StatusCode::FORBIDDEN);
     }
-    assert_eq!(store.audit(10).unwrap().len(), 3);
+    assert_eq!(store.audit(10).unwrap().rows.len(), 3);
 }
 
 #[tokio::test]
@@ -285,7 +286,7 @@ async fn operator_restart_answers_the_new_state_and_is_audited() {
         control.calls(),
         [("restart", "alpha".to_owned(), "ops".to_owned())]
     );
-    let audit = store.audit(10).unwrap();
+    let audit = store.audit(10).unwrap().rows;
     assert_eq!(audit_of(&*store), [entry("ops", "restart", "alpha", "ok")]);
     assert!(audit[0].at >= before - std::time::Duration::from_millis(1));
 }
@@ -472,7 +473,7 @@ impl Store for BrokenStore {
             value: "broken".into(),
         })
     }
-    fn transitions(&self, _: &str, _: usize) -> Result<Vec<Transition>, StoreError> {
+    fn transitions(&self, _: &str, _: usize) -> Result<Rows<Transition>, StoreError> {
         Err(StoreError::Corrupt {
             column: "test",
             value: "broken".into(),
@@ -484,7 +485,7 @@ impl Store for BrokenStore {
             value: "broken".into(),
         })
     }
-    fn load_instances(&self) -> Result<Vec<InstanceRecord>, StoreError> {
+    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
         Err(StoreError::Corrupt {
             column: "test",
             value: "broken".into(),
@@ -496,7 +497,7 @@ impl Store for BrokenStore {
             value: "broken".into(),
         })
     }
-    fn audit(&self, _: usize) -> Result<Vec<AuditEntry>, StoreError> {
+    fn audit(&self, _: usize) -> Result<Rows<AuditEntry>, StoreError> {
         Err(StoreError::Corrupt {
             column: "test",
             value: "broken".into(),

@@ -14,6 +14,7 @@ mod health;
 mod limits;
 mod plugins;
 pub mod raw;
+mod store;
 mod telemetry;
 
 use std::collections::HashSet;
@@ -26,8 +27,9 @@ pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
 pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
-pub use plugins::{PluginProbe, PluginsConfig};
+pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
 use raw::RawConfig;
+pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;
 
 /// How the gateway names what backends export.
@@ -78,8 +80,11 @@ pub struct Config {
     /// `Origin` get 403. Default: loopback origins on any port.
     pub allowed_origins: Vec<String>,
     /// `data_dir`: where state that must survive a restart is kept (the
-    /// SQLite store). Default: `vigil-data` beside the config file.
+    /// SQLite store, and by default the compiled-plugin cache), private to
+    /// Vigil's user. Default: `vigil-data` beside the config file.
     pub data_dir: PathBuf,
+    /// `[store]`: whether Vigil may serve without its state store.
+    pub store: StoreConfig,
     /// `[health]`: probe schedule and thresholds; `[backends.health]`
     /// overrides them per backend (already applied in each backend).
     pub health: HealthConfig,
@@ -242,6 +247,7 @@ impl Config {
         let plugins = p.plugins(raw.plugins, path, &data_dir);
         let telemetry = p.telemetry(raw.telemetry);
         let limits = p.limits(raw.limits);
+        let store = p.store(raw.store);
 
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
@@ -283,6 +289,7 @@ impl Config {
             allowed_hosts,
             allowed_origins,
             data_dir,
+            store,
             health,
             restart,
             api,

@@ -8,6 +8,9 @@ use serde::Deserialize;
 
 use super::Problems;
 
+/// The default `[plugins] cache`, in `data_dir`.
+pub const DEFAULT_PLUGIN_CACHE: &str = "plugin-cache";
+
 /// `[plugins]`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PluginsConfig {
@@ -62,10 +65,10 @@ impl Problems {
         let cache = match raw.cache {
             Some(c) if c.trim().is_empty() => {
                 self.add("plugins.cache", "must not be empty");
-                data_dir.join("plugin-cache")
+                data_dir.join(DEFAULT_PLUGIN_CACHE)
             }
             Some(c) => base.join(c),
-            None => data_dir.join("plugin-cache"),
+            None => data_dir.join(DEFAULT_PLUGIN_CACHE),
         };
         PluginsConfig { dir, cache }
     }

@@ -31,6 +31,7 @@ pub struct RawConfig {
     pub plugins: Option<super::plugins::RawPlugins>,
     pub telemetry: Option<super::telemetry::RawTelemetry>,
     pub limits: Option<super::limits::RawLimits>,
+    pub store: Option<super::store::RawStore>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
 }

@@ -401,3 +401,26 @@ fn limits_refuse_zero_and_tiny_values_naming_each_key() {
         assert!(e.contains(want), "{want} in {e}");
     }
 }
+
+#[test]
+fn the_store_is_required_unless_made_optional() {
+    let c = parse("").unwrap();
+    assert!(
+        !c.store.optional,
+        "a store that cannot be opened refuses the start by default"
+    );
+    let c = parse("data_dir = \"state\"\n[store]\noptional = true\n").unwrap();
+    assert!(c.store.optional);
+    assert_eq!(c.data_dir, Path::new("state"), "data_dir stays top level");
+
+    let e = err("[store]\noptinal = true\n");
+    assert!(e.starts_with("vigil.toml:2:"), "{e}");
+    assert!(
+        e.contains("optinal") && e.contains("fix its spelling"),
+        "{e}"
+    );
+    let e = err("[store]\noptional = \"yes\"\n");
+    assert!(e.starts_with("vigil.toml:2:") && e.contains("bool"), "{e}");
+    let e = err("[store]\ndata_dir = \"state\"\n");
+    assert!(e.contains("data_dir"), "data_dir is a top-level key: {e}");
+}

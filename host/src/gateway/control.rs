@@ -87,6 +87,7 @@ impl Control for Gateway {
                         .await
                         .map_err(|e| ControlError::Internal(e.to_string()))?
                         .map_err(|e| ControlError::Internal(e.to_string()))?
+                        .logged("transition history")
                 }
                 None => Vec::new(),
             };

@@ -229,20 +229,7 @@ impl Gateway {
             store: store.clone(),
         });
         let restored = match &store {
-            Some(store) => {
-                let store = store.clone();
-                match tokio::task::spawn_blocking(move || store.load_instances()).await {
-                    Ok(Ok(records)) => records,
-                    Ok(Err(e)) => {
-                        tracing::error!(error = %e, "could not read saved health state; starting fresh");
-                        Vec::new()
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "could not read saved health state; starting fresh");
-                        Vec::new()
-                    }
-                }
-            }
+            Some(store) => restore(store.clone(), &gw.config).await,
             None => Vec::new(),
         };
         let backends: Vec<Arc<Backend>> = gw
@@ -314,6 +301,40 @@ impl Gateway {
             reported,
         }
     }
+}
+
+/// The saved state of every backend the store can read. A record this
+/// build cannot read (a state a newer Vigil wrote) is skipped with a WARN
+/// naming it: that backend starts fresh, every other one keeps its
+/// quarantine and counts. A store that cannot be read at all is an ERROR,
+/// and every backend starts fresh.
+async fn restore(store: Arc<dyn Store>, config: &Config) -> Vec<InstanceRecord> {
+    let read = match tokio::task::spawn_blocking(move || store.load_instances()).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "could not read saved health state; every backend starts fresh");
+            return Vec::new();
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "could not read saved health state; every backend starts fresh");
+            return Vec::new();
+        }
+    };
+    for s in &read.skipped {
+        let backend = s.backend.as_deref().unwrap_or("?");
+        let consequence = if config.backends.iter().any(|b| *b.name == *backend) {
+            "starts fresh"
+        } else {
+            "is not in the config, so nothing else changes"
+        };
+        tracing::warn!(
+            backend,
+            column = s.column,
+            value = %s.value,
+            "saved state not restored: {s}; backend `{backend}` {consequence}, the other backends keep theirs"
+        );
+    }
+    read.rows
 }
 
 impl Startup {

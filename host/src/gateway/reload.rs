@@ -140,5 +140,6 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     check("poller", running.poller != next.poller);
     check("plugins", running.plugins != next.plugins);
     check("telemetry", running.telemetry != next.telemetry);
+    check("store", running.store != next.store);
     keys
 }

@@ -13,6 +13,17 @@
 //!   (Rust) to seconds (an interpreter inside, like componentize-py); the
 //!   artifact is kept under `DIR/ENGINE-HASH/CONTENT-SHA256.cwasm` so a
 //!   restart of Vigil does not compile again.
+//!
+//! The cache is trusted code: wasmtime loads an artifact as machine code
+//! without compiling or verifying it again, so whoever can write the cache
+//! runs code in Vigil. Vigil creates its directories 0700 and files 0600
+//! (whatever the umask) and uses only what is private to its user
+//! ([`crate::private_fs`], [`Loose::Refuse`]): a cache directory another
+//! user owns or that group or others can write is not used at all, and the
+//! plugins are compiled in memory at every start instead, with an ERROR
+//! naming the path and the fix (the gateway and its plugins keep running,
+//! only slower to load); such a cached file is not loaded but compiled
+//! again and replaced by a private one.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -25,6 +36,7 @@ use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::manifest::MAX_MEMORY;
+use crate::private_fs::{self, Kind, Loose};
 
 /// How often the epoch advances.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -40,7 +52,9 @@ pub struct PluginEngine {
 
 impl PluginEngine {
     /// An engine caching compiled plugins under `cache` (none: compile every
-    /// load).
+    /// load). A cache directory that is not private to Vigil's user is not
+    /// used (an ERROR says why and how to fix it); one that does not exist
+    /// is created 0700.
     pub fn new(cache: Option<PathBuf>) -> Result<Self, String> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(MAX_INSTANCES)
@@ -83,7 +97,7 @@ impl PluginEngine {
             .map_err(|e| format!("cannot start the plugin epoch ticker: {e}"))?;
         Ok(Self {
             engine,
-            cache,
+            cache: cache.filter(|dir| usable_cache(dir)),
             stop,
         })
     }
@@ -100,14 +114,16 @@ impl PluginEngine {
     /// The component in `bytes`, from the cache when compiled before.
     /// `Ok((component, from_cache))`.
     pub fn compile(&self, bytes: &[u8]) -> Result<(Component, bool), String> {
-        let cached = self.cache_path(bytes);
+        let cached = self.cache_path(bytes).filter(|path| private_parent(path));
         if let Some(path) = &cached
-            && path.exists()
+            && trusted_file(path)
         {
             // SAFETY: the file was written by `Component::serialize` of an
-            // engine with the same compatibility hash (part of the path) in
-            // a directory only Vigil writes; wasmtime checks the header and
-            // the engine settings again and refuses a mismatch.
+            // engine with the same compatibility hash (part of the path), and
+            // it and its directories are private to Vigil's user (checked
+            // just above: owned by it or root, writable by no one else);
+            // wasmtime checks the header and the engine settings again and
+            // refuses a mismatch.
             match unsafe { Component::deserialize_file(&self.engine, path) } {
                 Ok(c) => return Ok((c, true)),
                 Err(e) => {
@@ -135,20 +151,70 @@ impl PluginEngine {
     }
 }
 
+/// Whether the cache directory `dir` may be used, creating it (0700) when
+/// absent; when not, the ERROR says why and how to fix it.
+fn usable_cache(dir: &Path) -> bool {
+    match private_fs::dir(dir, Loose::Refuse) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(
+                path = %e.path().display(),
+                "the compiled-plugin cache is not used: {e}; until then every plugin is compiled in memory at each start (slower)"
+            );
+            false
+        }
+    }
+}
+
+/// Whether the engine's directory holding `path` (`DIR/ENGINE-HASH`) is
+/// private, creating it (0700) when absent. Checked at every use: it is
+/// where the artifacts are.
+fn private_parent(path: &Path) -> bool {
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    match private_fs::dir(dir, Loose::Refuse) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(
+                path = %e.path().display(),
+                "the compiled-plugin cache is not used: {e}; until then this plugin is compiled in memory (slower)"
+            );
+            false
+        }
+    }
+}
+
+/// Whether the cached artifact at `path` exists and may be loaded. One that
+/// group or others can write (or another user owns) is not loaded; it is
+/// compiled again and replaced by a private one.
+fn trusted_file(path: &Path) -> bool {
+    match private_fs::existing(path, Kind::File, Loose::Refuse) {
+        Ok(found) => found.is_some(),
+        Err(e) => {
+            tracing::warn!(
+                path = %path.display(),
+                "compiled plugin not loaded from the cache: {e}; compiling it again and replacing the cached copy"
+            );
+            false
+        }
+    }
+}
+
 impl Drop for PluginEngine {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 }
 
+/// Writes the artifact privately (0600) into its directory, which
+/// [`private_parent`] created.
 fn write_cache(path: &Path, component: &Component) -> std::io::Result<()> {
     let bytes = component.serialize().map_err(std::io::Error::other)?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    // Write then rename: a crash never leaves half a file to deserialize.
+    // Write then rename: a crash never leaves half a file to deserialize,
+    // and a refused file is replaced, not written into.
     let tmp = path.with_extension("cwasm.tmp");
-    std::fs::write(&tmp, bytes)?;
+    private_fs::write(&tmp, &bytes)?;
     std::fs::rename(&tmp, path)
 }
 
@@ -163,4 +229,84 @@ fn describe_compile_error(bytes: &[u8], e: &wasmtime::Error) -> String {
         return "a core WebAssembly module, not a component: build it for wasm32-wasip2 (or wrap it with `wasm-tools component new`)".into();
     }
     format!("not a valid WebAssembly component: {e:#}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::private_fs::tests::{TempDir, mode_of, set};
+
+    /// The smallest valid component: the preamble alone.
+    const EMPTY_COMPONENT: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+
+    fn cwasm_files(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(sub.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                out.push(f.path());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_private_cache_is_created_0700_and_used() {
+        let tmp = TempDir::new("cache-ok");
+        let cache = tmp.path().join("plugin-cache");
+        let engine = PluginEngine::new(Some(cache.clone())).unwrap();
+        assert_eq!(mode_of(&cache), 0o700);
+        assert!(!engine.compile(&EMPTY_COMPONENT).unwrap().1);
+        let [file] = &cwasm_files(&cache)[..] else {
+            panic!("one artifact: {:?}", cwasm_files(&cache))
+        };
+        assert_eq!(mode_of(file), 0o600);
+        assert_eq!(mode_of(file.parent().unwrap()), 0o700);
+        assert!(
+            engine.compile(&EMPTY_COMPONENT).unwrap().1,
+            "loaded from the cache"
+        );
+    }
+
+    /// Issue 12 item 13: a cache others can write is code execution in
+    /// Vigil. It is not used; plugins still compile, in memory.
+    #[test]
+    fn a_cache_others_can_write_is_not_used() {
+        let tmp = TempDir::new("cache-open");
+        let cache = tmp.path().join("plugin-cache");
+        std::fs::create_dir(&cache).unwrap();
+        set(&cache, 0o777);
+        let engine = PluginEngine::new(Some(cache.clone())).unwrap();
+        assert!(!engine.compile(&EMPTY_COMPONENT).unwrap().1);
+        assert!(
+            !engine.compile(&EMPTY_COMPONENT).unwrap().1,
+            "never from the cache"
+        );
+        assert!(cwasm_files(&cache).is_empty(), "nothing written into it");
+        assert_eq!(mode_of(&cache), 0o777, "refused, not tightened");
+    }
+
+    #[test]
+    fn a_cached_file_others_can_write_is_compiled_again_and_replaced() {
+        let tmp = TempDir::new("cache-file");
+        let cache = tmp.path().join("plugin-cache");
+        let engine = PluginEngine::new(Some(cache.clone())).unwrap();
+        engine.compile(&EMPTY_COMPONENT).unwrap();
+        let [file] = &cwasm_files(&cache)[..] else {
+            panic!("one artifact")
+        };
+        set(file, 0o666);
+        assert!(!engine.compile(&EMPTY_COMPONENT).unwrap().1, "not loaded");
+        assert_eq!(mode_of(file), 0o600, "replaced by a private copy");
+        assert!(engine.compile(&EMPTY_COMPONENT).unwrap().1);
+
+        set(file.parent().unwrap(), 0o777);
+        assert!(
+            !engine.compile(&EMPTY_COMPONENT).unwrap().1,
+            "its directory is open"
+        );
+    }
 }

@@ -4,13 +4,20 @@
 //!
 //! [`Store`] is the seam: [`sqlite::SqliteStore`] is the embedded default
 //! (one file under `data_dir`); a PostgreSQL implementation can serve several
-//! replicas later. The data plane never waits on the store.
+//! replicas later. The data plane never waits on the store. It is needed to
+//! *start*, though: without it a restart forgets every quarantine, so a
+//! store that cannot be opened refuses the start unless the operator set
+//! `[store] optional = true` ([`open`]). Readers skip a row they cannot
+//! read and report it ([`Rows`]), so one bad row never costs the others.
 
 pub mod sqlite;
 mod writer;
 
 pub use writer::StoreWriter;
 
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -57,14 +64,117 @@ pub enum StoreError {
     },
     #[error("store: {0}")]
     Sql(#[from] rusqlite::Error),
-    #[error("store: cannot create {path}: {source}")]
-    Dir {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The data directory or a store file cannot be created, or is not
+    /// private to Vigil's user (see [`crate::private_fs`]); the text names
+    /// the path and the fix.
+    #[error(transparent)]
+    Path(#[from] crate::private_fs::PrivateError),
     #[error("store: bad value in column {column}: {value}")]
     Corrupt { column: &'static str, value: String },
+}
+
+impl StoreError {
+    /// What an operator does about it, for the message that refuses to
+    /// start; `None` when the error's own text already says it.
+    pub fn fix(&self) -> Option<String> {
+        use crate::private_fs::PrivateError as P;
+        match self {
+            StoreError::Open { path, source }
+                if source.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
+            {
+                Some(format!(
+                    "{path} is not a SQLite database: move it away (Vigil then creates a new, empty store) or restore it from a backup"
+                ))
+            }
+            StoreError::Open { path, .. } => Some(format!(
+                "make {path} and its directory readable and writable by the user Vigil runs as, or point `data_dir` elsewhere"
+            )),
+            StoreError::Path(P::Create { path, .. } | P::Stat { path, .. }) => Some(format!(
+                "make {} a directory the user Vigil runs as can write, or point `data_dir` elsewhere",
+                path.display()
+            )),
+            StoreError::Path(P::Chmod { path, .. }) => Some(format!(
+                "run Vigil as the owner of {}, or point `data_dir` elsewhere",
+                path.display()
+            )),
+            StoreError::Path(_) => None,
+            StoreError::Corrupt { .. } => Some(
+                "the store was written by a newer Vigil: run that version, or move vigil.db (with its -wal and -shm files) away to start with an empty store"
+                    .into(),
+            ),
+            StoreError::Sql(_) => Some(
+                "check the disk and the store's files; moving vigil.db (with its -wal and -shm files) away starts with an empty store"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// What a reader read: every row it could, and each row it had to skip.
+///
+/// One row this build cannot read (a state written by a newer Vigil, a
+/// value out of range) never costs the others: readers skip it and say
+/// which and why here; only a failure of the database itself is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rows<T> {
+    pub rows: Vec<T>,
+    pub skipped: Vec<SkippedRow>,
+}
+
+impl<T> Default for Rows<T> {
+    fn default() -> Self {
+        Rows {
+            rows: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+}
+
+impl<T> Rows<T> {
+    /// The rows, after a WARN for each skipped one; `what` names the read
+    /// for the log ("transition history", "audit log").
+    pub fn logged(self, what: &str) -> Vec<T> {
+        for s in &self.skipped {
+            tracing::warn!(table = s.table, column = s.column, value = %s.value, "{what}: skipped {s}");
+        }
+        self.rows
+    }
+}
+
+/// A stored row a reader could not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SkippedRow {
+    /// `instances`, `transitions` or `audit`.
+    pub table: &'static str,
+    /// The backend the row is about, when it names one.
+    pub backend: Option<String>,
+    /// The row's id, for the append-only logs.
+    pub id: Option<i64>,
+    /// The column whose value could not be read.
+    pub column: &'static str,
+    /// That value, as stored.
+    pub value: String,
+    /// Why it could not be read.
+    pub why: &'static str,
+}
+
+/// Reads like this:
+///
+/// ```text
+/// instances row of backend `beta`: state `paused` is not a state this build knows (written by a newer Vigil?)
+/// audit row 17: at `-5` is not a time this store writes (milliseconds since 1970)
+/// ```
+impl fmt::Display for SkippedRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} row", self.table)?;
+        if let Some(id) = self.id {
+            write!(f, " {id}")?;
+        }
+        if let Some(b) = &self.backend {
+            write!(f, " of backend `{b}`")?;
+        }
+        write!(f, ": {} `{}` {}", self.column, self.value, self.why)
+    }
 }
 
 /// Durable health state. Calls are synchronous and short; async callers
@@ -72,14 +182,77 @@ pub enum StoreError {
 pub trait Store: Send + Sync + 'static {
     /// Appends one transition to the log.
     fn record_transition(&self, t: &Transition) -> Result<(), StoreError>;
-    /// The newest `limit` transitions of `backend`, oldest first.
-    fn transitions(&self, backend: &str, limit: usize) -> Result<Vec<Transition>, StoreError>;
+    /// The newest `limit` transitions of `backend`, oldest first (rows
+    /// that cannot be read are skipped, and count towards `limit`).
+    fn transitions(&self, backend: &str, limit: usize) -> Result<Rows<Transition>, StoreError>;
     /// Creates or replaces an instance's current record.
     fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError>;
-    /// Every instance record (to restore state at start).
-    fn load_instances(&self) -> Result<Vec<InstanceRecord>, StoreError>;
+    /// Every instance record (to restore state at start). A record that
+    /// cannot be read is skipped, never a reason to drop the others.
+    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError>;
     /// Appends one audit entry.
     fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError>;
-    /// The newest `limit` audit entries, oldest first.
-    fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
+    /// The newest `limit` audit entries, oldest first (rows that cannot be
+    /// read are skipped, and count towards `limit`).
+    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError>;
 }
+
+/// Opens the store in `data_dir` for `vigil serve` and `vigil stdio`.
+/// Blocking: async callers run it with `spawn_blocking`.
+///
+/// Without durable state a restart forgets every quarantine and starts a
+/// backend an operator held, so a store that cannot be opened refuses the
+/// start ([`Refused`]) — unless the operator chose `[store] optional =
+/// true`, which serves without it (`Ok(None)`) and says so at ERROR.
+pub fn open(data_dir: &Path, optional: bool) -> Result<Option<Arc<dyn Store>>, Refused> {
+    match sqlite::SqliteStore::open(data_dir) {
+        Ok(store) => {
+            tracing::info!(data_dir = %data_dir.display(), "health state store opened");
+            Ok(Some(Arc::new(store)))
+        }
+        Err(source) if optional => {
+            tracing::error!(
+                data_dir = %data_dir.display(),
+                error = %source,
+                "cannot open the state store; serving without it because [store] optional = true: \
+                 quarantines, restart counts and history will not survive a restart, and quarantined backends are started again"
+            );
+            Ok(None)
+        }
+        Err(source) => Err(Refused {
+            data_dir: data_dir.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// The store could not be opened and `[store] optional` is not set: what
+/// failed, where, how to fix it, and how to serve without durable state.
+#[derive(Debug)]
+pub struct Refused {
+    pub data_dir: PathBuf,
+    pub source: StoreError,
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot open the state store in {}: {}",
+            self.data_dir.display(),
+            self.source
+        )?;
+        if let Some(fix) = self.source.fix() {
+            write!(f, "\n  fix: {fix}")?;
+        }
+        write!(
+            f,
+            "\n  or set `optional = true` under [store] to serve without durable state \
+             (quarantines, restart counts and history are then lost when Vigil stops, and quarantined backends are started again)"
+        )
+    }
+}
+
+/// The text already holds the cause (`source`), so no `source()`: error
+/// reporters that print the chain would print it twice.
+impl std::error::Error for Refused {}

@@ -12,9 +12,20 @@
 //!
 //! States are stored as their lowercase names ([`HealthState::as_str`]) and
 //! times as milliseconds since the Unix epoch, so the schema moves to
-//! PostgreSQL unchanged. A value read back that does not parse is
-//! [`StoreError::Corrupt`], never a panic. The schema version lives in
-//! `PRAGMA user_version` and is migrated forward on open.
+//! PostgreSQL unchanged. A row with a value that does not parse (a state a
+//! newer Vigil wrote, a count out of range) is skipped and reported in
+//! [`Rows::skipped`], never a panic and never a reason to drop the other
+//! rows. The schema version lives in `PRAGMA user_version` and is migrated
+//! forward on open; a newer schema is refused ([`StoreError::Corrupt`]).
+//!
+//! The files are private to Vigil's user ([`crate::private_fs`]): the
+//! data directory is created 0700 and `vigil.db` 0600 before SQLite opens
+//! it (SQLite gives its `-wal`, `-shm` and `-journal` files the database's
+//! mode), whatever the umask. Existing store files that group or others
+//! could read or write are narrowed to that and a WARN says so, and so is
+//! an existing data directory that holds only Vigil's files; a directory
+//! shared with other files is never chmod'ed, and refused if group or
+//! others can write it. Paths another user owns are refused.
 //!
 //! File stores run in WAL mode with `synchronous = NORMAL`: the health
 //! writer appends often and in small batches, and WAL makes each commit one
@@ -35,11 +46,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, Row, TransactionBehavior, params};
 
-use super::{AuditEntry, InstanceRecord, Store, StoreError};
+use super::{AuditEntry, InstanceRecord, Rows, SkippedRow, Store, StoreError};
 use crate::health::{HealthState, Transition, unix_ms};
+use crate::private_fs::{self, Kind, Loose, Outcome};
 
 /// The database's file name inside the data directory.
 pub const FILE_NAME: &str = "vigil.db";
+
+/// The files SQLite keeps beside the database, by suffix.
+pub const COMPANIONS: [&str; 3] = ["-wal", "-shm", "-journal"];
 
 /// How long a statement waits for a lock held by another connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -86,20 +101,20 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) `data_dir/vigil.db`, creating `data_dir`
-    /// too, and migrates the schema.
+    /// too, both private to Vigil's user, and migrates the schema.
     ///
     /// # Errors
     ///
-    /// [`StoreError::Dir`] if `data_dir` cannot be created,
-    /// [`StoreError::Open`] (naming the file) if the database cannot be
-    /// opened or set up, and [`StoreError::Corrupt`] if it was written by a
-    /// newer Vigil with a schema this build does not know.
+    /// [`StoreError::Path`] if `data_dir` or a store file cannot be created
+    /// or is not private (another user owns it; the text names the path
+    /// and the fix), [`StoreError::Open`] (naming the file) if the database
+    /// cannot be opened or set up, and [`StoreError::Corrupt`] if it was
+    /// written by a newer Vigil with a schema this build does not know.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Dir {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
+        private(data_dir, private_fs::dir(data_dir, dir_policy(data_dir))?);
         let file = data_dir.join(FILE_NAME);
+        private(&file, private_fs::file(&file, Loose::Tighten)?);
+        tighten_companions(&file)?;
         let location = file.display().to_string();
         let with_path = |source: rusqlite::Error| StoreError::Open {
             path: location.clone(),
@@ -110,6 +125,9 @@ impl SqliteStore {
             StoreError::Sql(source) => with_path(source),
             other => other,
         })?;
+        // SQLite created its -wal and -shm files with the database's mode;
+        // this only narrows what was left from before.
+        tighten_companions(&file)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             location,
@@ -176,23 +194,31 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn transitions(&self, backend: &str, limit: usize) -> Result<Vec<Transition>, StoreError> {
+    fn transitions(&self, backend: &str, limit: usize) -> Result<Rows<Transition>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
-            "SELECT backend, from_state, to_state, reason, at FROM (
+            "SELECT backend, from_state, to_state, reason, at, id FROM (
                  SELECT * FROM transitions WHERE backend = ?1 ORDER BY id DESC LIMIT ?2
              ) ORDER BY id ASC",
         )?;
         let mut rows = stmt.query(params![backend, sql_int(limit)])?;
-        let mut out = Vec::new();
+        let mut out = Rows::default();
         while let Some(row) = rows.next()? {
-            out.push(Transition {
-                backend: row.get(0)?,
-                from: state(row, 1, "transitions.from_state")?,
-                to: state(row, 2, "transitions.to_state")?,
-                reason: row.get(3)?,
-                at: time(row, 4, "transitions.at")?,
-            });
+            let read = (|| -> Result<Transition, Unread> {
+                Ok(Transition {
+                    backend: row.get(0)?,
+                    from: state(row, 1, "from_state")?,
+                    to: state(row, 2, "to_state")?,
+                    reason: row.get(3)?,
+                    at: time(row, 4, "at")?,
+                })
+            })();
+            out.take(read, || SkippedRow {
+                table: "transitions",
+                backend: row.get(0).ok(),
+                id: row.get(5).ok(),
+                ..SkippedRow::default()
+            })?;
         }
         Ok(out)
     }
@@ -222,23 +248,30 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn load_instances(&self) -> Result<Vec<InstanceRecord>, StoreError> {
+    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
             "SELECT backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at
              FROM instances ORDER BY backend",
         )?;
         let mut rows = stmt.query([])?;
-        let mut out = Vec::new();
+        let mut out = Rows::default();
         while let Some(row) = rows.next()? {
-            out.push(InstanceRecord {
-                backend: row.get(0)?,
-                state: state(row, 1, "instances.state")?,
-                restart_count: int(row, 2, "instances.restart_count")?,
-                consecutive_failures: int(row, 3, "instances.consecutive_failures")?,
-                quarantine_reason: row.get(4)?,
-                updated_at: time(row, 5, "instances.updated_at")?,
-            });
+            let read = (|| -> Result<InstanceRecord, Unread> {
+                Ok(InstanceRecord {
+                    backend: row.get(0)?,
+                    state: state(row, 1, "state")?,
+                    restart_count: int(row, 2, "restart_count")?,
+                    consecutive_failures: int(row, 3, "consecutive_failures")?,
+                    quarantine_reason: row.get(4)?,
+                    updated_at: time(row, 5, "updated_at")?,
+                })
+            })();
+            out.take(read, || SkippedRow {
+                table: "instances",
+                backend: row.get(0).ok(),
+                ..SkippedRow::default()
+            })?;
         }
         Ok(out)
     }
@@ -258,26 +291,85 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
-            "SELECT principal, action, target, outcome, at FROM (
+            "SELECT principal, action, target, outcome, at, id FROM (
                  SELECT * FROM audit ORDER BY id DESC LIMIT ?1
              ) ORDER BY id ASC",
         )?;
         let mut rows = stmt.query(params![sql_int(limit)])?;
-        let mut out = Vec::new();
+        let mut out = Rows::default();
         while let Some(row) = rows.next()? {
-            out.push(AuditEntry {
-                principal: row.get(0)?,
-                action: row.get(1)?,
-                target: row.get(2)?,
-                outcome: row.get(3)?,
-                at: time(row, 4, "audit.at")?,
-            });
+            let read = (|| -> Result<AuditEntry, Unread> {
+                Ok(AuditEntry {
+                    principal: row.get(0)?,
+                    action: row.get(1)?,
+                    target: row.get(2)?,
+                    outcome: row.get(3)?,
+                    at: time(row, 4, "at")?,
+                })
+            })();
+            out.take(read, || SkippedRow {
+                table: "audit",
+                id: row.get(5).ok(),
+                ..SkippedRow::default()
+            })?;
         }
         Ok(out)
     }
+}
+
+// === files ===
+
+/// Logs a store path Vigil narrowed to owner-only.
+fn private(path: &Path, outcome: Outcome) {
+    if let Outcome::Tightened { from } = outcome {
+        tracing::warn!(
+            path = %path.display(),
+            from = %private_fs::Mode(from),
+            "state store: {} could be accessed by other users (mode {}); restricted it to Vigil's user",
+            path.display(),
+            private_fs::Mode(from),
+        );
+    }
+}
+
+/// How to treat a loose data directory: narrowed when it holds nothing but
+/// what Vigil keeps there (it is Vigil's, as an older Vigil left it), else
+/// left as it is — a shared directory such as `/tmp` or a home directory is
+/// never chmod'ed, only refused when others can write it.
+fn dir_policy(data_dir: &Path) -> Loose {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return Loose::Refuse; // absent (then created 0700) or unreadable
+    };
+    let ours = |name: &std::ffi::OsStr| {
+        let name = name.to_string_lossy();
+        name == FILE_NAME
+            || name == crate::config::DEFAULT_PLUGIN_CACHE
+            || COMPANIONS.iter().any(|s| name == format!("{FILE_NAME}{s}"))
+    };
+    let all_ours = entries
+        .map(|e| e.map(|e| ours(&e.file_name())))
+        .all(|ours| ours.unwrap_or(false));
+    if all_ours {
+        Loose::Tighten
+    } else {
+        Loose::Refuse
+    }
+}
+
+/// Narrows SQLite's files beside `db` that exist to owner-only.
+fn tighten_companions(db: &Path) -> Result<(), StoreError> {
+    for suffix in COMPANIONS {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let path = std::path::PathBuf::from(name);
+        if let Some(outcome) = private_fs::existing(&path, Kind::File, Loose::Tighten)? {
+            private(&path, outcome);
+        }
+    }
+    Ok(())
 }
 
 // === setup ===
@@ -329,31 +421,74 @@ fn sql_int(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn state(row: &Row<'_>, idx: usize, column: &'static str) -> Result<HealthState, StoreError> {
-    let value: String = row.get(idx)?;
-    value
-        .parse()
-        .map_err(|_| StoreError::Corrupt { column, value })
+/// Why one row could not be read: the database failed (the whole read
+/// fails), or one value is not one this build reads (the row is skipped).
+enum Unread {
+    Sql(rusqlite::Error),
+    Value {
+        column: &'static str,
+        value: String,
+        why: &'static str,
+    },
 }
 
-fn int<T: TryFrom<i64>>(row: &Row<'_>, idx: usize, column: &'static str) -> Result<T, StoreError> {
-    let value: i64 = row.get(idx)?;
-    T::try_from(value).map_err(|_| StoreError::Corrupt {
+impl From<rusqlite::Error> for Unread {
+    fn from(e: rusqlite::Error) -> Self {
+        Unread::Sql(e)
+    }
+}
+
+impl<T> Rows<T> {
+    /// Keeps a row that was read; records one with a bad value as skipped
+    /// (`row` says which it was); fails on a database error.
+    fn take(
+        &mut self,
+        read: Result<T, Unread>,
+        row: impl FnOnce() -> SkippedRow,
+    ) -> Result<(), StoreError> {
+        match read {
+            Ok(r) => self.rows.push(r),
+            Err(Unread::Value { column, value, why }) => self.skipped.push(SkippedRow {
+                column,
+                value,
+                why,
+                ..row()
+            }),
+            Err(Unread::Sql(e)) => return Err(e.into()),
+        }
+        Ok(())
+    }
+}
+
+fn state(row: &Row<'_>, idx: usize, column: &'static str) -> Result<HealthState, Unread> {
+    let value: String = row.get(idx)?;
+    value.parse().map_err(|_| Unread::Value {
         column,
-        value: value.to_string(),
+        value,
+        why: "is not a state this build knows (written by a newer Vigil?)",
     })
 }
 
-/// Milliseconds since the epoch; negative or unrepresentable is corrupt
-/// (this store never writes either).
-fn time(row: &Row<'_>, idx: usize, column: &'static str) -> Result<SystemTime, StoreError> {
+fn int<T: TryFrom<i64>>(row: &Row<'_>, idx: usize, column: &'static str) -> Result<T, Unread> {
+    let value: i64 = row.get(idx)?;
+    T::try_from(value).map_err(|_| Unread::Value {
+        column,
+        value: value.to_string(),
+        why: "is out of range",
+    })
+}
+
+/// Milliseconds since the epoch; negative or unrepresentable is a bad
+/// value (this store never writes either).
+fn time(row: &Row<'_>, idx: usize, column: &'static str) -> Result<SystemTime, Unread> {
     let value: i64 = row.get(idx)?;
     u64::try_from(value)
         .ok()
         .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-        .ok_or_else(|| StoreError::Corrupt {
+        .ok_or_else(|| Unread::Value {
             column,
             value: value.to_string(),
+            why: "is not a time this store writes (milliseconds since 1970)",
         })
 }
 

@@ -88,7 +88,7 @@ fn transitions_round_trip_every_state() {
     for t in &all {
         store.record_transition(t).unwrap();
     }
-    assert_eq!(store.transitions("alpha", 100).unwrap(), all);
+    assert_eq!(store.transitions("alpha", 100).unwrap().rows, all);
 }
 
 #[test]
@@ -114,17 +114,20 @@ fn transitions_are_newest_limit_oldest_first_per_backend() {
     }
     let reasons = |v: Vec<Transition>| v.into_iter().map(|t| t.reason).collect::<Vec<_>>();
     assert_eq!(
-        reasons(store.transitions("alpha", 3).unwrap()),
+        reasons(store.transitions("alpha", 3).unwrap().rows),
         ["reason 7", "reason 8", "reason 9"]
     );
     assert_eq!(
-        reasons(store.transitions("beta", 2).unwrap()),
+        reasons(store.transitions("beta", 2).unwrap().rows),
         ["reason 108", "reason 109"]
     );
-    assert_eq!(store.transitions("alpha", 1000).unwrap().len(), 10);
-    assert_eq!(store.transitions("alpha", usize::MAX).unwrap().len(), 10);
-    assert!(store.transitions("alpha", 0).unwrap().is_empty());
-    assert!(store.transitions("gamma", 10).unwrap().is_empty());
+    assert_eq!(store.transitions("alpha", 1000).unwrap().rows.len(), 10);
+    assert_eq!(
+        store.transitions("alpha", usize::MAX).unwrap().rows.len(),
+        10
+    );
+    assert!(store.transitions("alpha", 0).unwrap().rows.is_empty());
+    assert!(store.transitions("gamma", 10).unwrap().rows.is_empty());
 }
 
 #[test]
@@ -136,7 +139,7 @@ fn instance_round_trip_and_upsert_replaces() {
     let b = instance("beta", HealthState::Running);
     store.save_instance(&b).unwrap();
     store.save_instance(&a).unwrap();
-    assert_eq!(store.load_instances().unwrap(), [a.clone(), b.clone()]);
+    assert_eq!(store.load_instances().unwrap().rows, [a.clone(), b.clone()]);
 
     let released = InstanceRecord {
         state: HealthState::Starting,
@@ -146,7 +149,7 @@ fn instance_round_trip_and_upsert_replaces() {
         ..a
     };
     store.save_instance(&released).unwrap();
-    assert_eq!(store.load_instances().unwrap(), [released, b]);
+    assert_eq!(store.load_instances().unwrap().rows, [released, b]);
 }
 
 #[test]
@@ -156,7 +159,7 @@ fn restart_count_beyond_i64_saturates() {
     a.restart_count = u64::MAX;
     store.save_instance(&a).unwrap();
     assert_eq!(
-        store.load_instances().unwrap()[0].restart_count,
+        store.load_instances().unwrap().rows[0].restart_count,
         i64::MAX as u64
     );
 }
@@ -168,68 +171,126 @@ fn audit_round_trip_newest_limit_oldest_first() {
     for a in &all {
         store.record_audit(a).unwrap();
     }
-    assert_eq!(store.audit(100).unwrap(), all);
-    assert_eq!(store.audit(2).unwrap(), all[4..]);
-    assert!(store.audit(0).unwrap().is_empty());
+    assert_eq!(store.audit(100).unwrap().rows, all);
+    assert_eq!(store.audit(2).unwrap().rows, all[4..]);
+    assert!(store.audit(0).unwrap().rows.is_empty());
 }
 
+/// The regression of issue 12 item 14: one row with a state this build
+/// does not know made the whole read fail, and the gateway then dropped
+/// every saved quarantine.
 #[test]
-fn corrupt_values_are_errors_not_panics() {
+fn an_unknown_state_skips_that_row_and_keeps_the_others() {
     let store = memory();
+    let mut held = instance("alpha", HealthState::Quarantined);
+    held.quarantine_reason = Some("held by an operator".into());
+    store.save_instance(&held).unwrap();
     store
-        .save_instance(&instance("alpha", HealthState::Running))
+        .save_instance(&instance("beta", HealthState::Running))
         .unwrap();
     store
-        .record_transition(&transition(
-            "alpha",
-            HealthState::Starting,
-            HealthState::Running,
-            1,
-        ))
+        .save_instance(&instance("gamma", HealthState::Running))
         .unwrap();
-    store.record_audit(&audit_entry(1)).unwrap();
-
-    store
-        .conn()
-        .execute("UPDATE instances SET state = 'exploded'", [])
-        .unwrap();
-    let e = store.load_instances().unwrap_err();
-    assert!(
-        matches!(&e, StoreError::Corrupt { column: "instances.state", value } if value == "exploded"),
-        "{e:?}"
-    );
-    assert_eq!(
-        e.to_string(),
-        "store: bad value in column instances.state: exploded"
-    );
-
     store
         .conn()
         .execute(
-            "UPDATE instances SET state = 'running', consecutive_failures = -1",
+            "UPDATE instances SET state = 'hibernating' WHERE backend = 'beta'",
             [],
         )
         .unwrap();
-    let e = store.load_instances().unwrap_err();
-    assert!(
-        matches!(&e, StoreError::Corrupt { column: "instances.consecutive_failures", value } if value == "-1")
+
+    let read = store.load_instances().unwrap();
+    assert_eq!(
+        read.rows,
+        [held, instance("gamma", HealthState::Running)],
+        "every readable record is kept, the quarantine with it"
+    );
+    let [skipped] = &read.skipped[..] else {
+        panic!("one row skipped: {:?}", read.skipped)
+    };
+    assert_eq!(
+        (
+            skipped.table,
+            skipped.backend.as_deref(),
+            skipped.column,
+            &*skipped.value
+        ),
+        ("instances", Some("beta"), "state", "hibernating")
+    );
+    assert_eq!(
+        skipped.to_string(),
+        "instances row of backend `beta`: state `hibernating` is not a state this build knows (written by a newer Vigil?)"
+    );
+}
+
+#[test]
+fn values_out_of_range_skip_their_rows_in_every_reader() {
+    let store = memory();
+    for name in ["alpha", "beta"] {
+        store
+            .save_instance(&instance(name, HealthState::Running))
+            .unwrap();
+    }
+    for n in 0..3 {
+        store
+            .record_transition(&transition(
+                "alpha",
+                HealthState::Starting,
+                HealthState::Running,
+                n,
+            ))
+            .unwrap();
+        store.record_audit(&audit_entry(n)).unwrap();
+    }
+    let conn = store.conn();
+    conn.execute(
+        "UPDATE instances SET consecutive_failures = -1 WHERE backend = 'alpha'",
+        [],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE transitions SET to_state = 'Running' WHERE id = 2",
+        [],
+    )
+    .unwrap();
+    conn.execute("UPDATE transitions SET at = -7 WHERE id = 3", [])
+        .unwrap();
+    conn.execute("UPDATE audit SET at = -5 WHERE id = 1", [])
+        .unwrap();
+    drop(conn);
+
+    let instances = store.load_instances().unwrap();
+    assert_eq!(instances.rows, [instance("beta", HealthState::Running)]);
+    assert_eq!(
+        instances.skipped[0].to_string(),
+        "instances row of backend `alpha`: consecutive_failures `-1` is out of range"
     );
 
-    store
-        .conn()
-        .execute("UPDATE transitions SET to_state = 'Running'", [])
-        .unwrap();
-    let e = store.transitions("alpha", 10).unwrap_err();
-    assert!(
-        matches!(&e, StoreError::Corrupt { column: "transitions.to_state", value } if value == "Running")
+    let history = store.transitions("alpha", 10).unwrap();
+    assert_eq!(
+        history.rows,
+        [transition(
+            "alpha",
+            HealthState::Starting,
+            HealthState::Running,
+            0
+        )]
+    );
+    let skipped: Vec<String> = history.skipped.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        skipped,
+        [
+            "transitions row 2 of backend `alpha`: to_state `Running` is not a state this build knows (written by a newer Vigil?)",
+            "transitions row 3 of backend `alpha`: at `-7` is not a time this store writes (milliseconds since 1970)",
+        ]
     );
 
-    store
-        .conn()
-        .execute("UPDATE audit SET at = -5", [])
-        .unwrap();
-    let e = store.audit(10).unwrap_err();
-    assert!(matches!(&e, StoreError::Corrupt { column: "audit.at", value } if value == "-5"));
+    let audit = store.audit(10).unwrap();
+    assert_eq!(audit.rows, [audit_entry(1), audit_entry(2)]);
+    assert_eq!(
+        audit.skipped[0].to_string(),
+        "audit row 1: at `-5` is not a time this store writes (milliseconds since 1970)"
+    );
 }
 
 #[test]
@@ -257,11 +318,12 @@ fn prune_keeps_newest_per_backend() {
     let reasons: Vec<String> = store
         .transitions("alpha", 10)
         .unwrap()
+        .rows
         .into_iter()
         .map(|t| t.reason)
         .collect();
     assert_eq!(reasons, ["reason 3", "reason 4"]);
-    assert_eq!(store.transitions("beta", 10).unwrap().len(), 1);
+    assert_eq!(store.transitions("beta", 10).unwrap().rows.len(), 1);
     assert_eq!(store.prune_transitions(2).unwrap(), 0);
 
     // Ids are never reused, so new rows still sort after the kept ones.
@@ -276,13 +338,14 @@ fn prune_keeps_newest_per_backend() {
     let reasons: Vec<String> = store
         .transitions("alpha", 10)
         .unwrap()
+        .rows
         .into_iter()
         .map(|t| t.reason)
         .collect();
     assert_eq!(reasons, ["reason 3", "reason 4", "reason 5"]);
 
     assert_eq!(store.prune_transitions(0).unwrap(), 4);
-    assert!(store.transitions("alpha", 10).unwrap().is_empty());
+    assert!(store.transitions("alpha", 10).unwrap().rows.is_empty());
 }
 
 #[test]
@@ -330,9 +393,9 @@ fn file_store_keeps_state_across_reopen() {
     assert!(data_dir.join(FILE_NAME).is_file());
 
     let store = SqliteStore::open(&data_dir).unwrap();
-    assert_eq!(store.load_instances().unwrap(), [q]);
-    assert_eq!(store.transitions("alpha", 10).unwrap(), [t]);
-    assert_eq!(store.audit(10).unwrap(), [a]);
+    assert_eq!(store.load_instances().unwrap().rows, [q]);
+    assert_eq!(store.transitions("alpha", 10).unwrap().rows, [t]);
+    assert_eq!(store.audit(10).unwrap().rows, [a]);
 }
 
 #[test]
@@ -340,15 +403,172 @@ fn open_where_the_dir_cannot_be_created_names_the_path() {
     let dir = TempDir::new("baddir");
     let blocker = dir.path().join("a-file");
     std::fs::write(&blocker, b"not a directory").unwrap();
-    let wanted = blocker.join("data");
 
-    let e = SqliteStore::open(&wanted).unwrap_err();
-    let StoreError::Dir { path, .. } = &e else {
-        panic!("expected StoreError::Dir, got {e:?}")
+    let e = SqliteStore::open(&blocker).unwrap_err();
+    assert!(matches!(&e, StoreError::Path(_)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{} is not a directory: move it away or choose another path",
+            blocker.display()
+        )
+    );
+    assert_eq!(e.fix(), None, "the text says the fix");
+
+    let below = blocker.join("data");
+    let e = SqliteStore::open(&below).unwrap_err();
+    assert!(e.to_string().contains(&*below.display().to_string()), "{e}");
+}
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().mode() & 0o7777
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn companion(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Issue 12 item 13: the store was created world-readable. The umask is
+/// the test process's (0022 usually); the e2e test runs Vigil under 000.
+#[test]
+fn a_new_store_is_private_to_vigils_user() {
+    let dir = TempDir::new("modes");
+    let data_dir = dir.path().join("data");
+    let store = SqliteStore::open(&data_dir).unwrap();
+    store
+        .save_instance(&instance("alpha", HealthState::Running))
+        .unwrap();
+    let db = data_dir.join(FILE_NAME);
+    assert_eq!(mode_of(&data_dir), 0o700);
+    assert_eq!(mode_of(&db), 0o600);
+    for suffix in ["-wal", "-shm"] {
+        let f = companion(&db, suffix);
+        assert!(f.exists(), "{} exists while the store is open", f.display());
+        assert_eq!(mode_of(&f), 0o600, "{}", f.display());
+    }
+}
+
+#[test]
+fn an_existing_loose_store_is_tightened_and_kept() {
+    let dir = TempDir::new("loose");
+    let data_dir = dir.path().join("data");
+    {
+        let store = SqliteStore::open(&data_dir).unwrap();
+        store
+            .save_instance(&instance("alpha", HealthState::Quarantined))
+            .unwrap();
+    }
+    let db = data_dir.join(FILE_NAME);
+    set_mode(&data_dir, 0o777);
+    set_mode(&db, 0o666);
+    let stale_journal = companion(&db, "-journal");
+    std::fs::write(&stale_journal, b"").unwrap();
+    set_mode(&stale_journal, 0o644);
+
+    let store = SqliteStore::open(&data_dir).unwrap();
+    assert_eq!(mode_of(&data_dir), 0o700);
+    assert_eq!(mode_of(&db), 0o600);
+    assert_eq!(mode_of(&stale_journal), 0o600);
+    assert_eq!(
+        store.load_instances().unwrap().rows,
+        [instance("alpha", HealthState::Quarantined)]
+    );
+}
+
+/// A shared directory (`/tmp`, a home directory) is never chmod'ed: its
+/// other users would break. Refused when others can write it.
+#[test]
+fn a_shared_data_dir_is_left_alone_and_refused_when_others_can_write_it() {
+    let dir = TempDir::new("shared");
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::write(shared.join("someone-elses.txt"), b"x").unwrap();
+
+    set_mode(&shared, 0o1777);
+    let e = SqliteStore::open(&shared).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{p} can be written by its group and others (mode 1777), so another user can change what Vigil reads from it: \
+             `chmod 700 {p}` if only Vigil uses it, else choose a directory of Vigil's own",
+            p = shared.display()
+        )
+    );
+    assert_eq!(mode_of(&shared), 0o1777, "not chmod'ed");
+    assert!(!shared.join(FILE_NAME).exists(), "nothing created there");
+
+    set_mode(&shared, 0o755);
+    let store = SqliteStore::open(&shared).unwrap();
+    store
+        .save_instance(&instance("alpha", HealthState::Running))
+        .unwrap();
+    assert_eq!(mode_of(&shared), 0o755, "readable is left as it is");
+    assert_eq!(
+        mode_of(&shared.join(FILE_NAME)),
+        0o600,
+        "the store itself is private"
+    );
+}
+
+/// Needs root to give a file away; elsewhere it checks nothing.
+#[test]
+fn a_store_file_another_user_owns_is_refused() {
+    if crate::private_fs::euid() != 0 {
+        eprintln!("skipped: only root can give a file to another user");
+        return;
+    }
+    let dir = TempDir::new("foreign");
+    let data_dir = dir.path().join("data");
+    drop(SqliteStore::open(&data_dir).unwrap());
+    let db = data_dir.join(FILE_NAME);
+    std::os::unix::fs::chown(&db, Some(65534), None).unwrap();
+    let e = SqliteStore::open(&data_dir).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{p} is owned by uid 65534, not by uid 0 that Vigil runs as, so that user can change it: `chown 0 {p}` (or choose a path uid 0 owns)",
+            p = db.display()
+        )
+    );
+}
+
+/// Issue 12 item 15: what `vigil serve` prints when it refuses to start.
+#[test]
+fn a_refused_start_says_what_where_and_how_to_fix_it() {
+    let dir = TempDir::new("refused");
+    let data_dir = dir.path().join("data");
+    std::fs::create_dir(&data_dir).unwrap();
+    let db = data_dir.join(FILE_NAME);
+    std::fs::write(
+        &db,
+        b"this is not a database, it is a text file long enough to be read",
+    )
+    .unwrap();
+
+    let Err(refused) = crate::store::open(&data_dir, false) else {
+        panic!("a store that is not a database must refuse the start")
     };
-    assert_eq!(path, &wanted.display().to_string());
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "cannot open the state store in {d}: store at {f}: file is not a database\n  \
+             fix: {f} is not a SQLite database: move it away (Vigil then creates a new, empty store) or restore it from a backup\n  \
+             or set `optional = true` under [store] to serve without durable state \
+             (quarantines, restart counts and history are then lost when Vigil stops, and quarantined backends are started again)",
+            d = data_dir.display(),
+            f = db.display(),
+        )
+    );
     assert!(
-        e.to_string().contains(&*wanted.display().to_string()),
-        "{e}"
+        matches!(crate::store::open(&data_dir, true), Ok(None)),
+        "optional: serves without it"
     );
 }
