@@ -80,8 +80,8 @@ fn describe_conflicts(conflicts: &[Conflict]) -> String {
 }
 
 pub struct Gateway {
-    /// The config the gateway started with; a reload changes only the
-    /// backend set (see `reload.rs`).
+    /// The config the gateway started with; a reload changes the backend
+    /// set and the API tokens (see `reload.rs`), never this.
     pub config: Config,
     backends: RwLock<Arc<BackendSet>>,
     /// Starts and stops supervisors (set once at launch; used by reloads).

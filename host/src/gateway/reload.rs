@@ -85,10 +85,17 @@ impl Gateway {
         }
         self.install(next_set);
         if self.api_tokens.replace(next.api.tokens.clone()) {
-            tracing::info!(
-                tokens = next.api.tokens.len(),
-                "control API tokens replaced"
-            );
+            if next.api.tokens.is_empty() {
+                // Config validation allows this on a loopback listener only.
+                tracing::warn!(
+                    "control API tokens removed: every caller on loopback now acts as operator `local`"
+                );
+            } else {
+                tracing::info!(
+                    tokens = next.api.tokens.len(),
+                    "control API tokens replaced"
+                );
+            }
             summary.applied.push("api.tokens");
         }
         for b in gone {
