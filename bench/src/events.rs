@@ -1078,8 +1078,16 @@ pub async fn run(args: &EventArgs) -> anyhow::Result<()> {
     }
 
     // 4. Transitions one at a time.
+    // Actions need `X-Vigil-Request` (or a token): a page on another
+    // origin cannot send it, so the control API refuses POSTs without it.
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        "x-vigil-request",
+        reqwest::header::HeaderValue::from_static("1"),
+    );
     let post = reqwest::Client::builder()
         .no_proxy()
+        .default_headers(headers)
         .timeout(Duration::from_secs(10))
         .build()
         .context("cannot build the HTTP client")?;

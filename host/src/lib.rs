@@ -11,6 +11,8 @@
 //!   reconnect with backoff, forward requests, relay what backends send.
 //! - [`gateway`] is the front MCP server: sessions, routing, fan-out of
 //!   `list_changed`, over streamable HTTP or stdio.
+//! - [`origin`] decides which `Host` and `Origin` a listener answers (DNS
+//!   rebinding and cross-origin protection), for `/mcp` and the control API.
 //!
 //! Data flows one way: backend supervisors send updates to the gateway,
 //! which rebuilds the catalog snapshot and notifies sessions; sessions read
@@ -41,6 +43,7 @@ pub mod gateway;
 pub mod health;
 pub mod limits;
 pub mod metrics;
+pub mod origin;
 pub mod plugins;
 pub mod private_fs;
 pub mod runtime;

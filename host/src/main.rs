@@ -255,11 +255,12 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     let api = config.api.clone();
     let startup = Gateway::launch(config, store.clone(), &tracker, shutdown.clone()).await;
     // The control API answers while backends start (they show `starting`).
-    let api_state = vigil::api::ApiState {
-        control: startup.gateway.clone(),
+    let api_state = vigil::api::ApiState::new(
+        startup.gateway.clone(),
         store,
-        tokens: std::sync::Arc::new(api.tokens),
-    };
+        &api,
+        startup.gateway.api_tokens(),
+    );
     let api_shutdown = shutdown.clone();
     tracker.spawn(async move {
         // Losing the control API must not stop MCP traffic: say so loudly

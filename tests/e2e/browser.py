@@ -103,6 +103,8 @@ def browser() -> Iterator[Page]:
         "--disable-component-update",
         "--disable-sync",
         "--window-size=1280,1000",
+        # A DNS name rebound to loopback, for the control API's rebinding test.
+        "--host-resolver-rules=MAP evil.example 127.0.0.1",
         f"--user-data-dir={profile}",
     ]:
         options.add_argument(flag)

@@ -341,7 +341,11 @@ class ControlApi:
         return ControlApi(self.base, token)
 
     async def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token is not None else {}
+        # `X-Vigil-Request` is what a page on another origin cannot send
+        # without a preflight; the API wants it (or a token) on every POST.
+        headers = {"X-Vigil-Request": "1"}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
         async with httpx.AsyncClient(timeout=DEADLINE) as client:
             return await client.request(method, f"{self.base}{path}", headers=headers, json=body)
 

@@ -1,4 +1,5 @@
-"""Config reload: backends added, removed or edited in the config file take effect without a restart.
+"""Config reload: backends added, removed or edited in the config file take effect without a restart,
+and so does a rotated control-API token.
 
 Vigil watches its config file (and reloads on SIGHUP). The observer is one
 SDK session that stays open through every reload: it hears `list_changed`,
@@ -9,6 +10,7 @@ A broken edit is refused and the running config stays in force.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 from pathlib import Path
 from typing import Any
@@ -116,3 +118,46 @@ async def test_an_edited_backend_is_replaced_and_sighup_reloads(vigil: Gateways,
         await log_line(gw, "config reloaded", before + 1)
         assert "cause=SIGHUP" in gw.proc.stderr() or 'cause="SIGHUP"' in gw.proc.stderr()
         assert prefixed("alpha", DEMO_TOOLS) <= await tool_names(session)
+
+
+async def test_a_rotated_api_token_is_in_force_at_once(vigil: Gateways, demo_bin: Path) -> None:
+    """Editing a token's secret (same name, same count) refuses the old one and accepts the new one, no restart;
+    keys a running Vigil cannot change (`log_format`, `startup_timeout`) are named as needing one."""
+    old, new = secrets.token_hex(32), secrets.token_hex(32)
+    ops = {"name": "ops", "token": old, "role": "operator"}
+    gw = vigil([stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))], api={"tokens": [ops]})
+    with_old, with_new = ControlApi(gw.api_base, old), ControlApi(gw.api_base, new)
+    await with_old.wait_state("alpha", "running")
+    assert (await with_new.request("GET", "/api/v1/health/instances")).status_code == 401
+
+    text = gw.config_path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, text
+    reloaded = gw.proc.stderr().count("config reloaded")
+    rewrite(gw.config_path, 'log_format = "human"\nstartup_timeout = "20s"\n' + text.replace(old, new))
+    await log_line(gw, "config reloaded", reloaded + 1)
+
+    refused = await with_old.request("GET", "/api/v1/health/instances")
+    assert refused.status_code == 401, f"the old secret still works: HTTP {refused.status_code} {refused.text[:300]}"
+    assert refused.json()["error"] == {"code": "unauthorized", "message": "unknown token"}
+    assert {i["name"] for i in await with_new.instances()} == {"alpha"}
+    report = await with_new.act_ok("alpha", "restart")
+    assert report["name"] == "alpha"
+    [entry] = [e for e in await with_new.audit() if e["action"] == "restart"]
+    assert entry["principal"] == "ops", entry
+
+    log = gw.proc.stderr()
+    [applied] = [line for line in log.splitlines() if "config reloaded" in line][reloaded:]
+    assert "api.tokens" in applied, applied
+    [restart] = [line for line in log.splitlines() if "take effect only after a restart" in line]
+    assert "startup_timeout" in restart and "log_format" not in restart, restart  # "human" is the running format
+    assert old not in log and new not in log, "a secret reached the log"
+
+    # A changed log format is named too, and the tokens are not "changed" again.
+    rewrite(gw.config_path, 'log_format = "json"\n' + text.replace(old, new))
+    await log_line(gw, "config reloaded", reloaded + 2)
+    lines = gw.proc.stderr().splitlines()
+    [again] = [line for line in lines if "config reloaded" in line][reloaded + 1 :]
+    assert "api.tokens" not in again, again
+    last = [line for line in lines if "take effect only after a restart" in line][-1]
+    assert "log_format" in last, last
+    assert (await with_new.request("GET", "/api/v1/health/instances")).status_code == 200

@@ -2,15 +2,59 @@
 //! time against the configured `[[api.tokens]]`, or — with no tokens
 //! configured — everyone is the operator `local` (config validation only
 //! allows that on a loopback listener).
+//!
+//! The token set is [`Tokens`], which a config reload replaces whole: a
+//! rotated secret is refused from the next request on. Unknown tokens are
+//! counted per client address by the [`Throttle`].
 
-use axum::extract::{Request, State};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 use subtle::ConstantTimeEq;
+use tokio::time::Instant;
 
 use super::ApiError;
+use super::throttle::{Client, Throttle};
 use crate::config::{ApiToken, Role};
+
+/// The live `[[api.tokens]]`, shared by the API (which reads them on every
+/// request) and the gateway (whose config reload replaces them).
+#[derive(Debug)]
+pub struct Tokens(ArcSwap<Vec<ApiToken>>);
+
+// === impl Tokens ===
+
+impl Tokens {
+    pub fn new(tokens: Vec<ApiToken>) -> Self {
+        Tokens(ArcSwap::from_pointee(tokens))
+    }
+
+    /// The set in force now.
+    pub fn current(&self) -> Arc<Vec<ApiToken>> {
+        self.0.load_full()
+    }
+
+    /// Puts `next` in force; `false` (and nothing changes) when it is the
+    /// set already in force, names, secrets and roles alike.
+    pub fn replace(&self, next: Vec<ApiToken>) -> bool {
+        if **self.0.load() == next {
+            return false;
+        }
+        self.0.store(Arc::new(next));
+        true
+    }
+}
+
+/// What [`authenticate`] needs.
+pub(super) struct Auth {
+    pub(super) tokens: Arc<Tokens>,
+    pub(super) throttle: Throttle,
+}
 
 /// The principal of the unauthenticated loopback mode.
 pub const LOCAL: &str = "local";
@@ -72,19 +116,34 @@ fn bearer(req: &Request) -> Option<&str> {
 }
 
 /// Middleware: resolves the caller into a [`Principal`] extension or
-/// answers 401. Roles are checked by the handlers, which know the action.
-pub async fn authenticate(
-    State(tokens): State<std::sync::Arc<Vec<ApiToken>>>,
+/// answers 401 (429 while the caller's address is in a cool-down). Roles
+/// are checked by the handlers, which know the action.
+pub(super) async fn authenticate(
+    State(auth): State<Arc<Auth>>,
     mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
+    let tokens = auth.tokens.current();
     let principal = if tokens.is_empty() {
         Principal::local()
     } else {
+        let client = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(Client::Unknown, |ConnectInfo(peer)| Client::of(peer.ip()));
+        if let Err(left) = auth.throttle.check(client, Instant::now()) {
+            return Err(ApiError::Throttled {
+                address: client.to_string(),
+                retry_after_secs: left.as_secs() + u64::from(left.subsec_nanos() > 0),
+            });
+        }
         let given = bearer(&req).ok_or(ApiError::Unauthorized(
             "missing bearer token: send `Authorization: Bearer <token>`",
         ))?;
-        let token = find(&tokens, given).ok_or(ApiError::Unauthorized("unknown token"))?;
+        let Some(token) = find(&tokens, given) else {
+            auth.throttle.failed(client, Instant::now());
+            return Err(ApiError::Unauthorized("unknown token"));
+        };
         Principal {
             name: token.name.clone(),
             role: token.role,
@@ -124,5 +183,16 @@ mod tests {
         assert!(find(&tokens, "operator-secret-1234").is_none());
         assert!(find(&tokens, "").is_none());
         assert!(find(&[token("empty", "", Role::Operator)], "").is_none());
+    }
+
+    #[test]
+    fn replacing_tokens_compares_secrets_not_just_the_count() {
+        let old = vec![token("ops", "operator-secret-123", Role::Operator)];
+        let set = Tokens::new(old.clone());
+        assert!(!set.replace(old), "the same set is no change");
+        let rotated = vec![token("ops", "operator-secret-456", Role::Operator)];
+        assert!(set.replace(rotated.clone()));
+        assert_eq!(*set.current(), rotated);
+        assert!(set.replace(vec![token("ops", "operator-secret-456", Role::Viewer)]));
     }
 }

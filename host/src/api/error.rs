@@ -22,6 +22,18 @@ pub enum ApiError {
     /// The token is known but its role may not do this. 403.
     #[error("{0}")]
     Forbidden(String),
+    /// A request a web page on another site could have made: a foreign
+    /// `Host` or `Origin`, or a mutating request without the header that
+    /// shows it is not one (see `guard.rs`). 403 with its own `code`.
+    #[error("{message}")]
+    CrossSite { code: &'static str, message: String },
+    /// Too many unknown tokens from this address lately (see
+    /// `throttle.rs`). 429 with `Retry-After: <retry_after_secs>`.
+    #[error("too many failed token attempts from {address}: try again in {retry_after_secs} s")]
+    Throttled {
+        address: String,
+        retry_after_secs: u64,
+    },
     /// No such backend, or no such path. 404.
     #[error("{0}")]
     NotFound(String),
@@ -48,7 +60,8 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::CrossSite { .. } => StatusCode::FORBIDDEN,
+            ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -63,6 +76,8 @@ impl ApiError {
         match self {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::CrossSite { code, .. } => code,
+            ApiError::Throttled { .. } => "too_many_failures",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -97,9 +112,18 @@ impl IntoResponse for ApiError {
         };
         let body = Json(json!({ "error": { "code": self.code(), "message": message } }));
         let mut res = (self.status(), body).into_response();
-        if let ApiError::Unauthorized(_) = self {
-            res.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        match self {
+            ApiError::Unauthorized(_) => {
+                res.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::Throttled {
+                retry_after_secs, ..
+            } => {
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            _ => {}
         }
         res
     }

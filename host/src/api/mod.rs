@@ -1,6 +1,8 @@
 //! The control API: JSON over HTTP on its own listener (`[api] listen`),
 //! never in the MCP hot path. Operators read health and act on backends;
-//! every mutating call is audited with its principal.
+//! every mutating call is audited with its principal. Web pages cannot
+//! drive it (`guard.rs`: `Host`, `Origin` and a request header), and
+//! guessing tokens earns a cool-down (`throttle.rs`).
 //!
 //! The API reads and acts through [`Control`], implemented by the health
 //! monitor; it writes audit entries to the [`Store`](crate::store::Store).
@@ -8,6 +10,8 @@
 mod auth;
 mod error;
 pub mod events;
+mod guard;
+mod log_limit;
 mod metrics;
 mod router;
 #[cfg(test)]
@@ -16,6 +20,7 @@ mod stream_tests;
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
+mod throttle;
 mod ui;
 
 use std::time::SystemTime;
@@ -23,8 +28,9 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-pub use auth::{LOCAL, Principal};
+pub use auth::{LOCAL, Principal, Tokens};
 pub use error::ApiError;
+pub use guard::REQUEST_HEADER;
 pub use router::{ApiState, router, serve, serve_on};
 
 use crate::health::{HealthState, Transition};

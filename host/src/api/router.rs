@@ -15,10 +15,13 @@
 //!
 //! Errors are [`ApiError`]s: 400 bad query or body, 401 no or unknown token
 //! (with `WWW-Authenticate: Bearer`; unknown paths too, so they reveal
-//! nothing), 403 role too weak, 404 unknown backend or path, 405 wrong
-//! method, 409 the action does not apply now (releasing a backend that is
-//! not quarantined, restarting a remote one), 500 internal (detail only in
-//! the log), 503 audit log asked for while running without a store.
+//! nothing), 403 role too weak or a request a web page could have made
+//! (see [`super::guard`]), 404 unknown backend or path, 405 wrong method,
+//! 409 the action does not apply now (releasing a backend that is not
+//! quarantined, restarting a remote one), 429 too many unknown tokens from
+//! the caller's address (with `Retry-After`; see [`super::throttle`]), 500
+//! internal (detail only in the log), 503 audit log asked for while running
+//! without a store.
 //!
 //! Every restart, quarantine and release — carried out, failed, or refused
 //! to a viewer — leaves one audit entry with the caller's token name (or
@@ -40,9 +43,11 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{self, Principal};
+use super::auth::{self, Auth, Principal, Tokens};
+use super::guard::Guard;
+use super::throttle::Throttle;
 use super::{ApiError, Control, ControlError, InstanceDetail, InstanceReport};
-use crate::config::ApiToken;
+use crate::config::{ApiConfig, FailedTokens};
 use crate::store::{AuditEntry, Store};
 
 /// Audit entries returned when `limit` is not given.
@@ -60,9 +65,38 @@ pub struct ApiState {
     /// Where audit entries go. Without a store (it failed to open) actions
     /// still work and are logged, and `GET /api/v1/audit` answers 503.
     pub store: Option<Arc<dyn Store>>,
-    /// `[[api.tokens]]`; empty means unauthenticated loopback mode, where
-    /// every caller is the operator `local`.
-    pub tokens: Arc<Vec<ApiToken>>,
+    /// `[[api.tokens]]`, live (a config reload replaces them); empty means
+    /// unauthenticated loopback mode, where every caller is the operator
+    /// `local`.
+    pub tokens: Arc<Tokens>,
+    /// `[api] allowed_hosts`: the `Host` names served (see `guard.rs`).
+    pub allowed_hosts: Vec<String>,
+    /// `[api] allowed_origins`: `Origin`s allowed besides the API's own.
+    pub allowed_origins: Vec<String>,
+    /// `[api] failed_token_*`: the cool-down after repeated unknown tokens.
+    pub failed_tokens: FailedTokens,
+}
+
+// === impl ApiState ===
+
+impl ApiState {
+    /// The API of `control` configured by `api`, with `tokens` (the live
+    /// set, shared with whoever reloads the config).
+    pub fn new(
+        control: Arc<dyn Control>,
+        store: Option<Arc<dyn Store>>,
+        api: &ApiConfig,
+        tokens: Arc<Tokens>,
+    ) -> Self {
+        ApiState {
+            control,
+            store,
+            tokens,
+            allowed_hosts: api.allowed_hosts.clone(),
+            allowed_origins: api.allowed_origins.clone(),
+            failed_tokens: api.failed_tokens,
+        }
+    }
 }
 
 /// What handlers share.
@@ -74,8 +108,9 @@ struct Shared {
 
 type St = State<Arc<Shared>>;
 
-/// The control API as a `Router`, every route (and the 404/405 answers)
-/// behind token authentication but the dashboard's assets.
+/// The control API as a `Router`: every route (and the 404/405 answers)
+/// behind the [`guard`](super::guard) against web pages, and all but the
+/// dashboard's assets behind token authentication.
 pub fn router(state: ApiState) -> Router {
     build(state, CancellationToken::new())
 }
@@ -83,6 +118,11 @@ pub fn router(state: ApiState) -> Router {
 /// [`router`], whose event streams end when `closing` fires.
 fn build(state: ApiState, closing: CancellationToken) -> Router {
     let metrics = Arc::new(super::metrics::registry(state.control.clone()));
+    let guard = Arc::new(Guard::new(&state.allowed_hosts, &state.allowed_origins));
+    let auth = Arc::new(Auth {
+        tokens: state.tokens,
+        throttle: Throttle::new(state.failed_tokens),
+    });
     let shared = Arc::new(Shared {
         events: super::events::Hub::new(state.control.clone(), closing),
         control: state.control,
@@ -102,13 +142,19 @@ fn build(state: ApiState, closing: CancellationToken) -> Router {
         // After the routes: it only reaches routes that exist when called.
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
-            state.tokens,
+            auth,
             auth::authenticate,
         ))
         .with_state(shared);
     // The dashboard's page and assets hold no data: a browser loads them
-    // without a token, and the page then calls the API with one.
-    super::ui::router().merge(authenticated)
+    // without a token, and the page then calls the API with one. The
+    // guard covers them too: a rebound name gets nothing from this port.
+    super::ui::router()
+        .merge(authenticated)
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            super::guard::guard,
+        ))
 }
 
 /// Binds `listen` and serves the control API until `shutdown` fires.
@@ -147,7 +193,8 @@ pub async fn serve_on(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
-    if state.tokens.is_empty() {
+    let tokens = state.tokens.current();
+    if tokens.is_empty() {
         if !address.ip().is_loopback() {
             return Err(std::io::Error::other(format!(
                 "control API: refusing to serve on {address} without [[api.tokens]]: anyone who can connect would be an operator"
@@ -155,9 +202,11 @@ pub async fn serve_on(
         }
         tracing::warn!(%address, "control API is unauthenticated (no [[api.tokens]]): every caller on loopback acts as operator `local`");
     } else {
-        tracing::info!(%address, tokens = state.tokens.len(), "serving the control API");
+        tracing::info!(%address, tokens = tokens.len(), "serving the control API");
     }
-    axum::serve(listener, build(state, shutdown.clone()))
+    // The peer address keys the failed-token cool-down (see `throttle.rs`).
+    let app = build(state, shutdown.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }

@@ -15,7 +15,7 @@ use super::testutil::{self, VIEWER_SECRET};
 use crate::health::HealthState;
 
 fn get(path: &str, token: Option<&str>) -> Request<Body> {
-    let mut req = Request::get(path);
+    let mut req = Request::get(path).header(header::HOST, testutil::HOST);
     if let Some(t) = token {
         req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
     }

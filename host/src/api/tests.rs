@@ -29,7 +29,11 @@ async fn send(
     token: Option<&str>,
     body: Option<&str>,
 ) -> Answer {
-    let mut req = Request::builder().method(method).uri(path);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, testutil::HOST)
+        .header(super::REQUEST_HEADER, "1");
     if let Some(t) = token {
         req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
     }
@@ -135,6 +139,7 @@ async fn unknown_or_malformed_token_is_401() {
     assert_eq!(a.headers[header::WWW_AUTHENTICATE], "Bearer");
 
     let basic = Request::get("/api/v1/health/instances")
+        .header(header::HOST, testutil::HOST)
         .header(header::AUTHORIZATION, format!("Basic {OPERATOR_SECRET}"))
         .body(Body::empty())
         .unwrap();
@@ -156,6 +161,7 @@ async fn unknown_or_malformed_token_is_401() {
 async fn bearer_scheme_is_case_insensitive() {
     let (state, ..) = testutil::state(testutil::tokens());
     let req = Request::get("/api/v1/health/instances")
+        .header(header::HOST, testutil::HOST)
         .header(header::AUTHORIZATION, format!("bearer {VIEWER_SECRET}"))
         .body(Body::empty())
         .unwrap();
@@ -665,6 +671,7 @@ async fn quarantine_body_is_json_whatever_its_content_type() {
     // `curl -d '{"reason": "..."}'` sends application/x-www-form-urlencoded.
     let (state, ..) = testutil::state(testutil::tokens());
     let req = Request::post("/api/v1/health/instances/alpha/quarantine")
+        .header(header::HOST, testutil::HOST)
         .header(header::AUTHORIZATION, format!("Bearer {OPERATOR_SECRET}"))
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(Body::from(r#"{"reason": "from curl"}"#))
@@ -740,6 +747,7 @@ async fn a_client_hanging_up_does_not_lose_the_audit_entry() {
         ..state
     });
     let req = Request::post("/api/v1/health/instances/alpha/restart")
+        .header(header::HOST, testutil::HOST)
         .header(header::AUTHORIZATION, format!("Bearer {OPERATOR_SECRET}"))
         .body(Body::empty())
         .unwrap();
@@ -756,4 +764,241 @@ async fn a_client_hanging_up_does_not_lose_the_audit_entry() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(audit_of(&*store), [entry("ops", "restart", "alpha", "ok")]);
+}
+
+// === web pages: Host, Origin and the request header (guard.rs) ===
+
+/// One request with exactly `headers` (no helper adds any).
+async fn raw(app: &Router, method: Method, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut req = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let res = app
+        .clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let (status, headers) = (res.status(), res.headers().clone());
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        json: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    }
+}
+
+#[tokio::test]
+async fn a_foreign_host_is_refused_on_every_route() {
+    let (state, control, _) = testutil::state(Vec::new());
+    let app = router(state);
+    let evil = [("host", "evil.example:8081")];
+    for (method, path) in [
+        (Method::GET, "/api/v1/health/instances"),
+        (Method::GET, "/api/v1/audit"),
+        (Method::GET, "/api/v1/events"),
+        (Method::GET, "/metrics"),
+        (Method::GET, "/ui"),
+        (Method::GET, "/ui/app.js"),
+        (Method::GET, "/"),
+        (Method::GET, "/no/such/path"),
+        (Method::POST, "/api/v1/health/instances/alpha/restart"),
+    ] {
+        let a = raw(&app, method.clone(), path, &evil).await;
+        assert_error(&a, StatusCode::FORBIDDEN, "host_not_allowed");
+        assert_eq!(
+            a.json["error"]["message"],
+            "Host `evil.example:8081` is not a name this control API answers to (DNS rebinding protection): connect by an allowed name, or add it to [api] allowed_hosts",
+            "{method} {path}"
+        );
+        if method == Method::GET && path != "/no/such/path" && path != "/api/v1/events" {
+            for own in ["127.0.0.1:8081", "localhost:1234", "[::1]:8081"] {
+                let a = raw(&app, Method::GET, path, &[("host", own)]).await;
+                assert!(
+                    a.status.is_success() || a.status.is_redirection(),
+                    "{path} with {own}: {}",
+                    a.status
+                );
+            }
+        }
+    }
+    assert!(control.calls().is_empty());
+    let a = raw(&app, Method::GET, "/ui", &[]).await;
+    assert_error(&a, StatusCode::BAD_REQUEST, "bad_request");
+}
+
+#[tokio::test]
+async fn mutating_requests_need_their_own_origin_and_a_request_header() {
+    let (state, control, store) = testutil::state(Vec::new());
+    let app = router(state);
+    let restart = "/api/v1/health/instances/alpha/restart";
+    let host = ("host", testutil::HOST);
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[
+                host,
+                ("x-vigil-request", "1"),
+                ("origin", "http://127.0.0.1:9999"),
+            ],
+            "origin_not_allowed",
+        ),
+        (
+            &[host, ("x-vigil-request", "1"), ("origin", "null")],
+            "origin_not_allowed",
+        ),
+        (
+            &[host, ("x-vigil-request", "1"), ("origin", "not an origin")],
+            "origin_not_allowed",
+        ),
+        (
+            &[
+                host,
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-mode", "no-cors"),
+            ],
+            "origin_required",
+        ),
+        (
+            &[host, ("content-type", "text/plain")],
+            "request_header_missing",
+        ),
+    ];
+    for (headers, code) in cases {
+        let a = raw(&app, Method::POST, restart, headers).await;
+        assert_error(&a, StatusCode::FORBIDDEN, code);
+    }
+    assert!(control.calls().is_empty() && audit_of(&*store).is_empty());
+    // A foreign Origin is refused on reads too (an EventSource from
+    // another page), while reads without one are fine.
+    let a = raw(
+        &app,
+        Method::GET,
+        "/api/v1/health/instances",
+        &[host, ("origin", "http://evil.example")],
+    )
+    .await;
+    assert_error(&a, StatusCode::FORBIDDEN, "origin_not_allowed");
+    let a = raw(&app, Method::GET, "/api/v1/health/instances", &[host]).await;
+    assert_eq!(a.status, StatusCode::OK);
+    // Controls: the header alone; the API's own origin; a same-origin
+    // browser fetch; a bearer header instead of the request header.
+    for headers in [
+        &[host, ("x-vigil-request", "1")][..],
+        &[
+            host,
+            ("x-vigil-request", "1"),
+            ("origin", "http://127.0.0.1:8081"),
+        ],
+        &[
+            host,
+            ("x-vigil-request", "1"),
+            ("sec-fetch-site", "same-origin"),
+            ("sec-fetch-mode", "cors"),
+        ],
+        &[host, ("authorization", "Bearer anything")],
+    ] {
+        let a = raw(&app, Method::POST, restart, headers).await;
+        assert_eq!(a.status, StatusCode::OK, "{headers:?}: {}", a.json);
+    }
+    assert_eq!(control.calls().len(), 4);
+}
+
+#[tokio::test]
+async fn allowed_origins_and_hosts_widen_the_rule() {
+    let (mut state, control, _) = testutil::state(Vec::new());
+    state.allowed_hosts = vec!["vigil.example.com".into()];
+    state.allowed_origins = vec!["https://ops.example.com".into()];
+    let app = router(state);
+    let a = raw(
+        &app,
+        Method::POST,
+        "/api/v1/health/instances/alpha/restart",
+        &[
+            ("host", "vigil.example.com"),
+            ("origin", "https://ops.example.com"),
+            ("x-vigil-request", "1"),
+        ],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.json);
+    let a = raw(&app, Method::GET, "/ui", &[("host", "127.0.0.1:8081")]).await;
+    assert_error(&a, StatusCode::FORBIDDEN, "host_not_allowed");
+    assert_eq!(control.calls().len(), 1);
+}
+
+// === failed tokens (throttle.rs) and live tokens ===
+
+fn from(peer: &str, token: &str, path: &str) -> Request<Body> {
+    let addr: std::net::SocketAddr = peer.parse().unwrap();
+    let mut req = Request::get(path)
+        .header(header::HOST, testutil::HOST)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(addr));
+    req
+}
+
+#[tokio::test]
+async fn repeated_unknown_tokens_cool_down_their_address_only() {
+    let (mut state, ..) = testutil::state(testutil::tokens());
+    state.failed_tokens.limit = 3;
+    state.failed_tokens.cooldown = std::time::Duration::from_secs(30);
+    let app = router(state);
+    let path = "/api/v1/health/instances";
+    let status = |req| {
+        let app = app.clone();
+        async move { app.oneshot(req).await.unwrap() }
+    };
+    for _ in 0..3 {
+        let res = status(from("127.0.0.1:5000", "wrong-guess-0123456789", path)).await;
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    }
+    let res = status(from("127.0.0.1:5001", OPERATOR_SECRET, path)).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = res.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((29..=30).contains(&retry), "{retry}");
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let json: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(json["error"]["code"], "too_many_failures");
+    assert_eq!(
+        json["error"]["message"],
+        format!("too many failed token attempts from 127.0.0.1: try again in {retry} s")
+    );
+    // Another address is served.
+    assert_eq!(
+        status(from("127.0.0.2:5000", OPERATOR_SECRET, path))
+            .await
+            .status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn replaced_tokens_take_effect_on_the_next_request() {
+    let (state, ..) = testutil::state(testutil::tokens());
+    let tokens = state.tokens.clone();
+    let app = router(state);
+    let path = "/api/v1/health/instances";
+    assert_eq!(
+        get(&app, path, Some(OPERATOR_SECRET)).await.status,
+        StatusCode::OK
+    );
+    let rotated = "rotated-operator-secret-9f8e7d6c";
+    assert!(tokens.replace(vec![crate::config::ApiToken {
+        name: "ops".into(),
+        secret: rotated.into(),
+        role: crate::config::Role::Operator,
+    }]));
+    assert_error(
+        &get(&app, path, Some(OPERATOR_SECRET)).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    assert_eq!(get(&app, path, Some(rotated)).await.status, StatusCode::OK);
 }

@@ -215,12 +215,24 @@ pub fn state(tokens: Vec<ApiToken>) -> (ApiState, Arc<FakeControl>, Arc<SqliteSt
     let control = Arc::new(FakeControl::new());
     let store = Arc::new(SqliteStore::open_in_memory().expect("in-memory store"));
     (
-        ApiState {
-            control: control.clone(),
-            store: Some(store.clone()),
-            tokens: Arc::new(tokens),
-        },
+        api_state(control.clone(), Some(store.clone()), tokens),
         control,
         store,
     )
+}
+
+/// The `Host` the tests' requests name (one of the default allowed hosts).
+pub const HOST: &str = "127.0.0.1:8081";
+
+/// An API over `control` with the default `[api]` settings and `tokens`.
+pub fn api_state(
+    control: Arc<dyn super::Control>,
+    store: Option<Arc<dyn crate::store::Store>>,
+    tokens: Vec<ApiToken>,
+) -> ApiState {
+    let mut api = crate::config::Config::parse("", std::path::Path::new("vigil.toml"))
+        .expect("the empty config is valid")
+        .api;
+    api.tokens = tokens.clone();
+    ApiState::new(control, store, &api, Arc::new(super::Tokens::new(tokens)))
 }

@@ -42,7 +42,15 @@ fn api_message(status: StatusCode, code: Option<&str>, message: &str) -> String 
         StatusCode::UNAUTHORIZED => {
             "\nhint: pass an [[api.tokens]] secret with --token or VIGIL_TOKEN"
         }
-        StatusCode::FORBIDDEN => "\nhint: this needs a token with role = \"operator\"",
+        StatusCode::FORBIDDEN if code == Some("forbidden") => {
+            "\nhint: this needs a token with role = \"operator\""
+        }
+        StatusCode::FORBIDDEN if code == Some("host_not_allowed") => {
+            "\nhint: use the address in [api] listen with --api, or add the name to [api] allowed_hosts"
+        }
+        StatusCode::TOO_MANY_REQUESTS => {
+            "\nhint: wait for the cool-down; then check that --token (or VIGIL_TOKEN) is one of [[api.tokens]]"
+        }
         _ => "",
     };
     match code {
@@ -56,7 +64,7 @@ fn api_message(status: StatusCode, code: Option<&str>, message: &str) -> String 
 pub enum Failure {
     /// Unreachable, or an answer that is not the control API's.
     Api,
-    /// 401 or 403.
+    /// 401, 403 or 429 (a cool-down after failed tokens).
     Refused,
     /// 400, 404 or 409 from the control API: the request was understood
     /// and turned down (no such backend, action does not apply now).
@@ -69,7 +77,12 @@ impl ClientError {
     pub fn failure(&self) -> Failure {
         match self {
             ClientError::Api { status, .. }
-                if matches!(*status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) =>
+                if matches!(
+                    *status,
+                    StatusCode::UNAUTHORIZED
+                        | StatusCode::FORBIDDEN
+                        | StatusCode::TOO_MANY_REQUESTS
+                ) =>
             {
                 Failure::Refused
             }
@@ -177,6 +190,9 @@ impl ApiClient {
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
         }
+        // What a web page on another origin cannot send without a
+        // preflight: the API wants it (or a token) on every action.
+        req = req.header(crate::api::REQUEST_HEADER, "1");
         if let Some(body) = body {
             req = req
                 .header(reqwest::header::CONTENT_TYPE, "application/json")

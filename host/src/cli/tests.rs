@@ -598,11 +598,7 @@ impl crate::api::Control for Fixture {
 }
 
 async fn serve_fixture(control: std::sync::Arc<Fixture>) -> (SocketAddr, CancellationToken) {
-    let state = crate::api::ApiState {
-        control,
-        store: None,
-        tokens: std::sync::Arc::new(testutil::tokens()),
-    };
+    let state = testutil::api_state(control, None, testutil::tokens());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();

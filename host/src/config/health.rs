@@ -1,12 +1,10 @@
-//! `[health]`, `[restart]` and `[api]`: how backends are judged and healed,
-//! and who may act on them. Per-backend tables override the global ones key
-//! by key.
+//! `[health]` and `[restart]`: how backends are judged and healed.
+//! Per-backend tables override the global ones key by key.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::Problems;
-use super::raw::{RawApi, RawHealth, RawRestart};
+use super::raw::{RawHealth, RawRestart};
 
 /// Which MCP round trip the readiness probe makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,42 +71,6 @@ pub struct RestartPolicy {
     /// `quarantine_reprobe`: if set, a quarantined backend is tried again
     /// after this long and leaves quarantine when it comes up. Default off.
     pub quarantine_reprobe: Option<Duration>,
-}
-
-/// A control-API role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// May read.
-    Viewer,
-    /// May read and act (restart, quarantine, release).
-    Operator,
-}
-
-/// One `[[api.tokens]]` entry, with its secret resolved.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiToken {
-    pub name: String,
-    pub secret: String,
-    pub role: Role,
-}
-
-impl std::fmt::Debug for ApiToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiToken")
-            .field("name", &self.name)
-            .field("role", &self.role)
-            .finish_non_exhaustive()
-    }
-}
-
-/// `[api]`: the control API.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiConfig {
-    /// `listen`: default `127.0.0.1:8081`. Without tokens it must be a
-    /// loopback address (anyone who can connect is an operator).
-    pub listen: SocketAddr,
-    pub tokens: Vec<ApiToken>,
 }
 
 impl Default for HealthConfig {
@@ -260,88 +222,5 @@ impl Problems {
             self.add(format!("{key}.max"), "must not be shorter than base");
         }
         r
-    }
-
-    pub(super) fn api(
-        &mut self,
-        raw: Option<RawApi>,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> ApiConfig {
-        let raw = raw.unwrap_or_default();
-        let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:8081".into());
-        let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
-            self.add(
-                "api.listen",
-                format!("`{listen_text}` is not an address: write it like \"127.0.0.1:8081\""),
-            );
-            SocketAddr::from(([127, 0, 0, 1], 8081))
-        });
-        let mut tokens = Vec::new();
-        let mut names = std::collections::HashSet::new();
-        for (i, t) in raw.tokens.into_iter().enumerate() {
-            let at = format!("api.tokens[{i}]");
-            let name = t.name.unwrap_or_default();
-            if name.is_empty() {
-                self.add(
-                    format!("{at}.name"),
-                    "missing: name the token (it is the principal in the audit log)",
-                );
-            } else if !names.insert(name.clone()) {
-                self.add(
-                    format!("{at}.name"),
-                    format!("duplicate token name `{name}`"),
-                );
-            }
-            let role = match t.role.as_deref() {
-                Some("viewer") => Role::Viewer,
-                Some("operator") => Role::Operator,
-                Some(other) => {
-                    self.add(
-                        format!("{at}.role"),
-                        format!("unknown value `{other}`: use \"viewer\" or \"operator\""),
-                    );
-                    Role::Viewer
-                }
-                None => {
-                    self.add(
-                        format!("{at}.role"),
-                        "missing: set role = \"viewer\" or \"operator\"",
-                    );
-                    Role::Viewer
-                }
-            };
-            let secret = match (t.token, t.token_env) {
-                (Some(s), None) => s,
-                (None, Some(var)) => env(&var).unwrap_or_else(|| {
-                    self.add(
-                        format!("{at}.token_env"),
-                        format!("environment variable `{var}` is not set"),
-                    );
-                    String::new()
-                }),
-                (Some(_), Some(_)) => {
-                    self.add(format!("{at}"), "set either token or token_env, not both");
-                    String::new()
-                }
-                (None, None) => {
-                    self.add(
-                        format!("{at}.token"),
-                        "missing: set token = \"...\" or token_env = \"VAR\"",
-                    );
-                    String::new()
-                }
-            };
-            if !secret.is_empty() && secret.len() < 16 {
-                self.add(
-                    format!("{at}.token"),
-                    "is too short: use at least 16 characters",
-                );
-            }
-            tokens.push(ApiToken { name, secret, role });
-        }
-        if tokens.is_empty() && !listen.ip().is_loopback() {
-            self.add("api.listen", "without [[api.tokens]] the control API must listen on a loopback address; add tokens to listen elsewhere");
-        }
-        ApiConfig { listen, tokens }
     }
 }

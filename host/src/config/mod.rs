@@ -7,6 +7,7 @@
 //! Every key, its default and its meaning is documented on [`Config`] and
 //! [`BackendConfig`], and in `docs/config.md`.
 
+mod api;
 mod backend;
 mod error;
 mod freshness;
@@ -16,16 +17,18 @@ mod plugins;
 pub mod raw;
 mod store;
 mod telemetry;
+mod token_strength;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use api::{ApiConfig, ApiToken, FailedTokens, Role};
 pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
-pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
+pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};
 pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
 use raw::RawConfig;

@@ -80,6 +80,11 @@ pub struct RawApi {
     pub listen: Option<String>,
     #[serde(default)]
     pub tokens: Vec<RawToken>,
+    pub allowed_hosts: Option<Vec<String>>,
+    pub allowed_origins: Option<Vec<String>>,
+    pub failed_token_limit: Option<u32>,
+    pub failed_token_window: Option<String>,
+    pub failed_token_cooldown: Option<String>,
 }
 
 /// `[[api.tokens]]`.

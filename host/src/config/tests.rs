@@ -424,3 +424,107 @@ fn the_store_is_required_unless_made_optional() {
     let e = err("[store]\ndata_dir = \"state\"\n");
     assert!(e.contains("data_dir"), "data_dir is a top-level key: {e}");
 }
+
+// === [api] ===
+
+const STRONG: &str = "4f9c2b7e1a0d8c3f6b5e9a2d7c1f0e8b";
+
+fn api_with(keys: &str, listen: &str) -> String {
+    format!(
+        "[api]\nlisten = \"{listen}\"\n{keys}\n[[api.tokens]]\nname = \"ops\"\nrole = \"operator\"\ntoken = \"{STRONG}\"\n"
+    )
+}
+
+#[test]
+fn api_defaults_answer_loopback_names_and_the_listen_address() {
+    let c = parse("").unwrap();
+    assert_eq!(
+        c.api.allowed_hosts,
+        ["localhost", "127.0.0.1", "::1", "[::1]"]
+    );
+    assert!(c.api.allowed_origins.is_empty());
+    assert_eq!(c.api.failed_tokens, FailedTokens::default());
+    assert_eq!(c.api.failed_tokens.limit, 10);
+    let c = parse(&api_with("", "10.1.2.3:8081")).unwrap();
+    assert_eq!(c.api.allowed_hosts.last().unwrap(), "10.1.2.3");
+    let c = parse(&api_with("", "[2001:db8::5]:8081")).unwrap();
+    assert_eq!(c.api.allowed_hosts.last().unwrap(), "[2001:db8::5]");
+}
+
+#[test]
+fn an_api_on_every_address_must_name_its_hosts() {
+    let e = err(&api_with("", "0.0.0.0:8081"));
+    assert!(
+        e.contains("api.allowed_hosts: missing") && e.contains("accepts every address"),
+        "{e}"
+    );
+    let c = parse(&api_with(
+        "allowed_hosts = [\"vigil.example.com\"]",
+        "0.0.0.0:8081",
+    ))
+    .unwrap();
+    assert_eq!(c.api.allowed_hosts, ["vigil.example.com"]);
+    assert!(parse(&api_with("allowed_hosts = [\"*\"]", "0.0.0.0:8081")).is_ok());
+}
+
+#[test]
+fn api_host_origin_and_throttle_mistakes_name_their_keys() {
+    let e = err(&api_with(
+        "allowed_hosts = [\"http://vigil.example\"]\nallowed_origins = [\"vigil.example\", \"https://ok.example\"]\nfailed_token_limit = 0\nfailed_token_window = \"soon\"\nfailed_token_cooldown = \"0s\"",
+        "127.0.0.1:8081",
+    ));
+    for key in [
+        "api.allowed_hosts[0]: `http://vigil.example` is not a host",
+        "api.allowed_origins[0]: `vigil.example` needs a scheme",
+        "api.failed_token_limit: must be at least 1",
+        "api.failed_token_window: `soon` is not a duration",
+        "api.failed_token_cooldown: must be longer than 0s",
+    ] {
+        assert!(e.contains(key), "{key} in {e}");
+    }
+    assert!(!e.contains("allowed_origins[1]"), "{e}");
+    let c = parse(&api_with(
+        "allowed_origins = [\"*\"]\nfailed_token_limit = 3\nfailed_token_cooldown = \"5s\"",
+        "127.0.0.1:8081",
+    ))
+    .unwrap();
+    assert_eq!(c.api.allowed_origins, ["*"]);
+    assert_eq!(
+        (c.api.failed_tokens.limit, c.api.failed_tokens.cooldown),
+        (3, Duration::from_secs(5))
+    );
+}
+
+#[test]
+fn weak_tokens_are_refused_naming_the_key_never_the_secret() {
+    let token = |secret: &str| {
+        format!("[[api.tokens]]\nname = \"ops\"\nrole = \"operator\"\ntoken = \"{secret}\"\n")
+    };
+    let e = err(&token("zzzzzzzzzzzzzzzzzzzz"));
+    assert!(
+        e.contains("api.tokens[0].token: is one character repeated"),
+        "{e}"
+    );
+    assert!(!e.contains("zzzz"), "{e}");
+    let e = err(&token("changemechangeme"));
+    assert!(
+        e.contains("api.tokens[0].token: has too little entropy")
+            && e.contains("openssl rand -hex 32"),
+        "{e}"
+    );
+    // The same rule for a secret from the environment.
+    let raw: raw::RawConfig = toml::from_str(
+        "[[api.tokens]]\nname = \"ops\"\nrole = \"operator\"\ntoken_env = \"OPS_TOKEN\"\n",
+    )
+    .unwrap();
+    let e = Config::from_raw_with_env(raw, Path::new("vigil.toml"), &|_| Some("short".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(
+            "api.tokens[0].token_env: the secret in `OPS_TOKEN` is too short (5 characters)"
+        ),
+        "{e}"
+    );
+    assert!(parse(&token(STRONG)).is_ok());
+}

@@ -80,8 +80,8 @@ fn describe_conflicts(conflicts: &[Conflict]) -> String {
 }
 
 pub struct Gateway {
-    /// The config the gateway started with; a reload changes only the
-    /// backend set (see `reload.rs`).
+    /// The config the gateway started with; a reload changes the backend
+    /// set and the API tokens (see `reload.rs`), never this.
     pub config: Config,
     backends: RwLock<Arc<BackendSet>>,
     /// Starts and stops supervisors (set once at launch; used by reloads).
@@ -100,6 +100,9 @@ pub struct Gateway {
     plugins: OnceLock<Option<Arc<crate::plugins::Plugins>>>,
     /// Durable health state and audit log, when configured.
     pub store: Option<Arc<dyn Store>>,
+    /// The control API's tokens in force: `config.api.tokens` at start,
+    /// replaced by each config reload that changes them.
+    api_tokens: Arc<crate::api::Tokens>,
 }
 
 /// What the update task knows of each backend's catalog.
@@ -215,7 +218,6 @@ impl Gateway {
         // each) before a listener counts as behind.
         let (events, _) = broadcast::channel(16 * 1024);
         let gw = Arc::new(Gateway {
-            config,
             backends: RwLock::default(),
             spawner: OnceLock::new(),
             downstream,
@@ -227,6 +229,8 @@ impl Gateway {
             events: events.clone(),
             plugins: OnceLock::new(),
             store: store.clone(),
+            api_tokens: Arc::new(crate::api::Tokens::new(config.api.tokens.clone())),
+            config,
         });
         let restored = match &store {
             Some(store) => restore(store.clone(), &gw.config).await,
@@ -651,12 +655,11 @@ impl Gateway {
     }
 
     /// Values that must never appear in reasons shown outside: API tokens
-    /// and every backend's env, headers and container env.
+    /// (those in force) and every backend's env, headers and container env.
     fn secrets(&self) -> Vec<String> {
         let mut v: Vec<String> = self
-            .config
-            .api
-            .tokens
+            .api_tokens
+            .current()
             .iter()
             .map(|t| t.secret.clone())
             .collect();
@@ -670,6 +673,13 @@ impl Gateway {
             }
         }
         v
+    }
+
+    /// The control API's live token set, which [`Gateway::reload`] replaces
+    /// when the config file's `[[api.tokens]]` change; give it to
+    /// [`crate::api::ApiState::new`].
+    pub fn api_tokens(&self) -> Arc<crate::api::Tokens> {
+        self.api_tokens.clone()
     }
 
     /// A new front session handler (one per client session).

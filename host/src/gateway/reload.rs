@@ -1,14 +1,16 @@
-//! Config reload: apply backend additions, removals and edits from the
-//! config file without a restart. A bad file is refused whole and the
-//! running config stays in force. Live sessions learn of the change through
-//! the usual catalog path (`docs/freshness.md`).
+//! Config reload: apply backend additions, removals and edits, and the
+//! control API's tokens, from the config file without a restart. A bad
+//! file is refused whole and the running config stays in force. Live
+//! sessions learn of backend changes through the usual catalog path
+//! (`docs/freshness.md`). Every other key that differs is named in the
+//! summary as needing a restart ([`restart_only_changes`]).
 
 use std::sync::Arc;
 
 use super::Gateway;
 use super::backends::BackendSet;
 use crate::backend::BackendUpdate;
-use crate::config::{Config, ConfigError};
+use crate::config::{ApiConfig, Config, ConfigError};
 use crate::health::HealthState;
 
 /// What a reload changed.
@@ -17,7 +19,10 @@ pub struct ReloadSummary {
     pub added: Vec<String>,
     pub removed: Vec<String>,
     pub changed: Vec<String>,
-    /// Top-level keys that differ but take effect only after a restart.
+    /// Keys outside the backend list that changed and are in force now
+    /// (`api.tokens`).
+    pub applied: Vec<&'static str>,
+    /// Keys that differ but take effect only after a restart.
     pub needs_restart: Vec<&'static str>,
 }
 
@@ -31,7 +36,9 @@ pub enum ReloadError {
 
 impl Gateway {
     /// Reads the config file again and applies what changed in the backend
-    /// list. Only one reload runs at a time.
+    /// list and in `[[api.tokens]]` (compared by name, secret and role: a
+    /// rotated secret is refused from the next request on). Only one
+    /// reload runs at a time.
     pub async fn reload(self: &Arc<Self>) -> Result<ReloadSummary, ReloadError> {
         let _one = self.reloading.lock().await;
         let path = self.config.file.clone();
@@ -77,6 +84,20 @@ impl Gateway {
             }
         }
         self.install(next_set);
+        if self.api_tokens.replace(next.api.tokens.clone()) {
+            if next.api.tokens.is_empty() {
+                // Config validation allows this on a loopback listener only.
+                tracing::warn!(
+                    "control API tokens removed: every caller on loopback now acts as operator `local`"
+                );
+            } else {
+                tracing::info!(
+                    tokens = next.api.tokens.len(),
+                    "control API tokens replaced"
+                );
+            }
+            summary.applied.push("api.tokens");
+        }
         for b in gone {
             if let Ok(mut stops) = spawner.stops.lock()
                 && let Some(stop) = stops.remove(&b.uid)
@@ -102,44 +123,190 @@ impl Gateway {
     }
 }
 
-/// Top-level settings a running gateway does not change.
+/// The keys of `next` that differ from `running` and that a running
+/// gateway does not change: they take effect after a restart.
+///
+/// `next` is taken apart whole, so a new config key does not compile until
+/// it is sorted here: applied by the reload, or compared.
 fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
-    let mut keys = Vec::new();
-    let mut check = |key, differs: bool| {
-        if differs {
-            keys.push(key);
+    let Config {
+        file: _,
+        listen,
+        naming,
+        log_level,
+        log_json,
+        request_timeout,
+        connect_timeout,
+        startup_timeout,
+        max_body_bytes,
+        page_size,
+        allowed_hosts,
+        allowed_origins,
+        data_dir,
+        // Merged into every backend's config: applied with the backends.
+        health: _,
+        restart: _,
+        api:
+            ApiConfig {
+                listen: api_listen,
+                // Applied by the reload.
+                tokens: _,
+                allowed_hosts: api_hosts,
+                allowed_origins: api_origins,
+                failed_tokens,
+            },
+        freshness,
+        poller,
+        plugins,
+        telemetry,
+        limits,
+        store,
+        // Applied by the reload.
+        backends: _,
+    } = next;
+    let r = running;
+    [
+        ("listen", r.listen != *listen),
+        ("naming", r.naming != *naming),
+        ("log_level", r.log_level != *log_level),
+        ("log_format", r.log_json != *log_json),
+        ("request_timeout", r.request_timeout != *request_timeout),
+        ("connect_timeout", r.connect_timeout != *connect_timeout),
+        ("startup_timeout", r.startup_timeout != *startup_timeout),
+        ("max_body_bytes", r.max_body_bytes != *max_body_bytes),
+        ("page_size", r.page_size != *page_size),
+        ("allowed_hosts", r.allowed_hosts != *allowed_hosts),
+        ("allowed_origins", r.allowed_origins != *allowed_origins),
+        ("data_dir", r.data_dir != *data_dir),
+        ("api.listen", r.api.listen != *api_listen),
+        ("api.allowed_hosts", r.api.allowed_hosts != *api_hosts),
+        ("api.allowed_origins", r.api.allowed_origins != *api_origins),
+        (
+            "api.failed_token_limit",
+            r.api.failed_tokens.limit != failed_tokens.limit,
+        ),
+        (
+            "api.failed_token_window",
+            r.api.failed_tokens.window != failed_tokens.window,
+        ),
+        (
+            "api.failed_token_cooldown",
+            r.api.failed_tokens.cooldown != failed_tokens.cooldown,
+        ),
+        ("freshness", r.freshness != *freshness),
+        ("poller", r.poller != *poller),
+        ("plugins", r.plugins != *plugins),
+        ("telemetry", r.telemetry != *telemetry),
+        ("limits", r.limits != *limits),
+        ("store", r.store != *store),
+    ]
+    .into_iter()
+    .filter_map(|(key, differs)| differs.then_some(key))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    const TOKEN: &str = "4f9c2b7e1a0d8c3f6b5e9a2d7c1f0e8b";
+
+    fn config(text: &str) -> Config {
+        Config::parse(text, Path::new("vigil.toml")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn base(extra: &str) -> String {
+        format!(
+            "{extra}\n[api]\nlisten = \"127.0.0.1:8081\"\n[[api.tokens]]\nname = \"ops\"\nrole = \"operator\"\ntoken = \"{TOKEN}\"\n"
+        )
+    }
+
+    #[test]
+    fn an_unchanged_file_needs_nothing() {
+        assert!(restart_only_changes(&config(&base("")), &config(&base(""))).is_empty());
+    }
+
+    #[test]
+    fn every_top_level_key_is_compared() {
+        let running = config(&base(""));
+        for (line, key) in [
+            ("listen = \"127.0.0.1:9999\"", "listen"),
+            ("naming = \"none\"", "naming"),
+            ("separator = \".\"", "naming"),
+            ("log_level = \"debug\"", "log_level"),
+            ("log_format = \"json\"", "log_format"),
+            ("request_timeout = \"5s\"", "request_timeout"),
+            ("connect_timeout = \"5s\"", "connect_timeout"),
+            ("startup_timeout = \"30s\"", "startup_timeout"),
+            ("max_body_bytes = 2048", "max_body_bytes"),
+            ("page_size = 10", "page_size"),
+            ("allowed_hosts = [\"vigil.example\"]", "allowed_hosts"),
+            (
+                "allowed_origins = [\"https://app.example\"]",
+                "allowed_origins",
+            ),
+            ("[freshness]\ndebounce = \"1s\"", "freshness"),
+            ("[poller]\ninterval = \"1m\"", "poller"),
+            ("[plugins]\ndir = \"plugins\"", "plugins"),
+            (
+                "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"",
+                "telemetry",
+            ),
+        ] {
+            let next = config(&base(line));
+            assert_eq!(restart_only_changes(&running, &next), [key], "{line}");
         }
-    };
-    check("listen", running.listen != next.listen);
-    check("naming", running.naming != next.naming);
-    check("log_level", running.log_level != next.log_level);
-    check(
-        "request_timeout",
-        running.request_timeout != next.request_timeout,
-    );
-    check(
-        "connect_timeout",
-        running.connect_timeout != next.connect_timeout,
-    );
-    check(
-        "max_body_bytes",
-        running.max_body_bytes != next.max_body_bytes,
-    );
-    check("page_size", running.page_size != next.page_size);
-    check("allowed_hosts", running.allowed_hosts != next.allowed_hosts);
-    check(
-        "allowed_origins",
-        running.allowed_origins != next.allowed_origins,
-    );
-    check("data_dir", running.data_dir != next.data_dir);
-    check(
-        "api",
-        running.api.listen != next.api.listen || running.api.tokens.len() != next.api.tokens.len(),
-    );
-    check("freshness", running.freshness != next.freshness);
-    check("poller", running.poller != next.poller);
-    check("plugins", running.plugins != next.plugins);
-    check("telemetry", running.telemetry != next.telemetry);
-    check("store", running.store != next.store);
-    keys
+        // The compiled-plugin cache lives in the data directory.
+        let next = config(&base("data_dir = \"elsewhere\""));
+        assert_eq!(
+            restart_only_changes(&running, &next),
+            ["data_dir", "plugins"]
+        );
+    }
+
+    #[test]
+    fn api_keys_but_tokens_need_a_restart() {
+        let running = config(&base(""));
+        for (line, key) in [
+            ("listen = \"127.0.0.1:9998\"", "api.listen"),
+            ("allowed_hosts = [\"vigil.example\"]", "api.allowed_hosts"),
+            (
+                "allowed_origins = [\"https://app.example\"]",
+                "api.allowed_origins",
+            ),
+            ("failed_token_limit = 3", "api.failed_token_limit"),
+            ("failed_token_window = \"5m\"", "api.failed_token_window"),
+            (
+                "failed_token_cooldown = \"5m\"",
+                "api.failed_token_cooldown",
+            ),
+        ] {
+            let text = base("").replace("listen = \"127.0.0.1:8081\"", line);
+            let text = if key == "api.listen" {
+                text
+            } else {
+                text.replace("[api]\n", "[api]\nlisten = \"127.0.0.1:8081\"\n")
+            };
+            assert_eq!(
+                restart_only_changes(&running, &config(&text)),
+                [key],
+                "{line}"
+            );
+        }
+        // A rotated secret (same count, same name) needs no restart: the
+        // reload applies it.
+        let rotated = base("").replace(TOKEN, "8b0e1f7c2d9a5e6b3f8c0d1a7e2b9c4f");
+        assert!(restart_only_changes(&running, &config(&rotated)).is_empty());
+    }
+
+    #[test]
+    fn health_and_restart_tables_go_with_the_backends() {
+        let running = config(&base(""));
+        let next = config(&base(
+            "[health]\nunhealthy_threshold = 5\n[restart]\nbase = \"2s\"",
+        ));
+        assert!(restart_only_changes(&running, &next).is_empty());
+    }
 }

@@ -39,7 +39,7 @@ pub async fn run(gw: Arc<Gateway>, shutdown: CancellationToken) {
         }
         match gw.reload().await {
             Ok(s) => {
-                tracing::info!(cause, added = ?s.added, removed = ?s.removed, changed = ?s.changed, "config reloaded");
+                tracing::info!(cause, added = ?s.added, removed = ?s.removed, changed = ?s.changed, applied = ?s.applied, "config reloaded");
                 if !s.needs_restart.is_empty() {
                     tracing::warn!(keys = ?s.needs_restart, "config changes that take effect only after a restart of vigil");
                 }

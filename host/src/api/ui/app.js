@@ -614,11 +614,13 @@
 
   async function act(card, action) {
     if (card.busy) return;
-    const init = { method: "POST", headers: authHeaders() };
+    // X-Vigil-Request: the API refuses actions without it (or a token),
+    // since a page on another origin cannot send it without a preflight.
+    const init = { method: "POST", headers: authHeaders({ "X-Vigil-Request": "1" }) };
     if (action === "quarantine") {
       const input = $(".quarantine-input", card.actions);
       const reason = (input && input.value.trim()) || DEFAULT_QUARANTINE_REASON;
-      init.headers = authHeaders({ "Content-Type": "application/json" });
+      init.headers = authHeaders({ "X-Vigil-Request": "1", "Content-Type": "application/json" });
       init.body = JSON.stringify({ reason });
     }
     // Disabling the clicked button drops its focus: give it back afterwards.

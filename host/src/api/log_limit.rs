@@ -1,0 +1,60 @@
+//! [`LogLimit`]: at most one log line per interval for a kind of event
+//! anyone on the network can cause (refused cross-origin requests,
+//! lockouts), with the count of the events not logged.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Decides whether an event gets its own log line.
+#[derive(Debug)]
+pub(super) struct LogLimit {
+    every: Duration,
+    last: Option<Instant>,
+    /// Events since the last line that got none.
+    suppressed: u64,
+}
+
+// === impl LogLimit ===
+
+impl LogLimit {
+    pub(super) fn new(every: Duration) -> Self {
+        LogLimit {
+            every,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(n)`: log this event, saying `n` more happened since the last
+    /// line; `None`: count it and stay silent.
+    pub(super) fn admit(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < self.every => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_interval_with_the_count_in_between() {
+        let start = Instant::now();
+        let mut limit = LogLimit::new(Duration::from_secs(10));
+        assert_eq!(limit.admit(start), Some(0));
+        for s in 1..10 {
+            assert_eq!(limit.admit(start + Duration::from_secs(s)), None);
+        }
+        assert_eq!(limit.admit(start + Duration::from_secs(10)), Some(9));
+        assert_eq!(limit.admit(start + Duration::from_secs(30)), Some(0));
+    }
+}
