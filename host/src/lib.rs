@@ -11,6 +11,8 @@
 //!   reconnect with backoff, forward requests, relay what backends send.
 //! - [`gateway`] is the front MCP server: sessions, routing, fan-out of
 //!   `list_changed`, over streamable HTTP or stdio.
+//! - [`redact`] masks secrets (configured values, URL credentials) in every
+//!   log line, reason and forwarded error.
 //!
 //! Data flows one way: backend supervisors send updates to the gateway,
 //! which rebuilds the catalog snapshot and notifies sessions; sessions read
@@ -21,7 +23,8 @@
 //! use tokio_util::{sync::CancellationToken, task::TaskTracker};
 //! let config = vigil::config::Config::load("vigil.toml".as_ref())?;
 //! let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
-//! let gw = vigil::gateway::Gateway::start(config, None, &tracker, shutdown.clone()).await?;
+//! let redactor = vigil::redact::Redactor::default();
+//! let gw = vigil::gateway::Gateway::start(config, None, redactor, &tracker, shutdown.clone()).await?;
 //! vigil::gateway::http::serve(gw, shutdown).await?;
 //! # Ok(()) }
 //! ```
@@ -40,8 +43,10 @@ pub mod freshness;
 pub mod gateway;
 pub mod health;
 pub mod limits;
+pub mod logging;
 pub mod metrics;
 pub mod plugins;
+pub mod redact;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

@@ -42,6 +42,7 @@ use crate::freshness::debounce::Debouncer;
 use crate::freshness::poller::Listing;
 use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Transition, advertisable};
+use crate::redact::Redactor;
 use crate::runtime::Runtime;
 use crate::runtime::container::ContainerRuntime;
 use crate::runtime::process::{ProcessRuntime, StderrTail};
@@ -100,6 +101,9 @@ pub struct Gateway {
     plugins: OnceLock<Option<Arc<crate::plugins::Plugins>>>,
     /// Durable health state and audit log, when configured.
     pub store: Option<Arc<dyn Store>>,
+    /// Masks secrets in reasons, forwarded errors (and, shared with the log
+    /// writer, logs); kept in step with the backend set.
+    redactor: Redactor,
 }
 
 /// What the update task knows of each backend's catalog.
@@ -185,10 +189,11 @@ impl Gateway {
     pub async fn start(
         config: Config,
         store: Option<Arc<dyn Store>>,
+        redactor: Redactor,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Result<Arc<Gateway>, StartError> {
-        Self::launch(config, store, tracker, shutdown)
+        Self::launch(config, store, redactor, tracker, shutdown)
             .await
             .settle(tracker)
             .await
@@ -198,9 +203,12 @@ impl Gateway {
     /// can already answer the control API (its backends report `starting`)
     /// but serves MCP only after [`Startup::settle`]. Health state that must
     /// survive a restart (quarantine, counts) is restored from `store`.
+    /// `redactor` gets the config's secrets now and after every reload;
+    /// share it with whatever else must mask them (the log writer).
     pub async fn launch(
         config: Config,
         store: Option<Arc<dyn Store>>,
+        redactor: Redactor,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Startup {
@@ -227,6 +235,7 @@ impl Gateway {
             events: events.clone(),
             plugins: OnceLock::new(),
             store: store.clone(),
+            redactor,
         });
         let restored = match &store {
             Some(store) => {
@@ -252,6 +261,7 @@ impl Gateway {
             .map(|b| gw.new_backend(b))
             .collect();
         gw.install(BackendSet::new(backends));
+        gw.refresh_secrets(&[]);
         let (updates_tx, updates_rx) = mpsc::unbounded_channel();
         let plugins = gw.start_plugins(tracker, &shutdown);
         let _ = gw.plugins.set(plugins.clone());
@@ -620,34 +630,33 @@ impl Gateway {
             .spawn(tracing::Instrument::instrument(supervisor.run(stop), span));
     }
 
-    /// Values that must never appear in reasons: env values, header values
-    /// and API tokens from the config.
-    /// Masks every secret of the current backend set (built once per set,
-    /// not per backend: it reads every backend's config).
+    /// The reason sanitizer every supervisor uses (it masks with the
+    /// gateway's current secrets).
     fn sanitizer(&self) -> Sanitizer {
-        Sanitizer::new(self.secrets().iter().map(String::as_str))
+        Sanitizer::new(self.redactor.clone())
     }
 
-    /// Values that must never appear in reasons shown outside: API tokens
-    /// and every backend's env, headers and container env.
-    fn secrets(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .config
-            .api
-            .tokens
-            .iter()
-            .map(|t| t.secret.clone())
-            .collect();
-        for b in self.backends().iter() {
-            match &b.config.transport {
-                Transport::Stdio { env, .. } => v.extend(env.values().cloned()),
-                Transport::Http { headers, .. } => v.extend(headers.values().cloned()),
-            }
-            if let RuntimeKind::Container(spec) = &b.config.runtime {
-                v.extend(spec.env.values().cloned());
-            }
+    /// What masks secrets in text leaving the gateway.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// Makes the secrets of the current backend set (and the API tokens)
+    /// the ones masked everywhere, and warns about credentials too short
+    /// to be masked. `retiring`: backends a reload replaced or removed,
+    /// whose secrets stay masked while they shut down (their last stderr
+    /// lines and logs come after the swap). Built once per backend set: it
+    /// reads every backend's config.
+    fn refresh_secrets(&self, retiring: &[Arc<Backend>]) {
+        use crate::redact::configured;
+        let set = self.backends();
+        let current = set.iter().map(|b| &b.config);
+        for warning in configured::too_short(&self.config.api.tokens, current.clone()) {
+            tracing::warn!("{warning}");
         }
-        v
+        let all = current.chain(retiring.iter().map(|b| &b.config));
+        self.redactor
+            .replace(configured::secrets(&self.config.api.tokens, all));
     }
 
     /// A new front session handler (one per client session).

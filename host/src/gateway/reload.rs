@@ -77,6 +77,7 @@ impl Gateway {
             }
         }
         self.install(next_set);
+        self.refresh_secrets(&gone);
         for b in gone {
             if let Ok(mut stops) = spawner.stops.lock()
                 && let Some(stop) = stops.remove(&b.uid)
