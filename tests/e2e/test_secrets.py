@@ -44,7 +44,17 @@ from harness import (
     start_python_backend,
     stdio_backend,
 )
-from support import DEADLINE, SDK_READ_TIMEOUT, ControlApi, call_error, call_text, poll, unwrapped_failures
+from support import (
+    DEADLINE,
+    SDK_READ_TIMEOUT,
+    ControlApi,
+    Inbox,
+    call_error,
+    call_text,
+    http_session,
+    poll,
+    unwrapped_failures,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +65,8 @@ HEADER_KEY = "header-key-3456"
 BEARER = "bearer-tok-7890"
 ENV_TOKEN = "env-token-2468"
 RELOAD_TOKEN = "reload-token-1357"
-SECRETS = [USERINFO_PW, QUERY_KEY, LEAKY_QUERY, HEADER_KEY, BEARER, ENV_TOKEN, RELOAD_TOKEN]
+LOG_TOKEN = "log-token-8642"
+SECRETS = [USERINFO_PW, QUERY_KEY, LEAKY_QUERY, HEADER_KEY, BEARER, ENV_TOKEN, RELOAD_TOKEN, LOG_TOKEN]
 SHORT_KEY_WARNING = (
     "backends.late.env.API_KEY: the value is shorter than 6 characters, so Vigil cannot mask it"
     " in logs, reasons and errors; use a longer secret"
@@ -175,6 +186,19 @@ async def test_a_reload_masks_the_secrets_of_the_backends_it_adds(
     )
     assert leaks(log) == [], [line for line in log.splitlines() if leaks(line)][:5]
     assert SHORT_KEY_WARNING in log
+
+
+async def test_a_backends_log_messages_reach_clients_masked(vigil: Gateways, demo_bin: Path) -> None:
+    # The demo backend's `log` tool sends its message as an MCP log
+    # notification: here, a value the config holds as the backend's secret.
+    demo = stdio_backend("demo", demo_bin, demo_stdio_args("demo")) | {"env": {"DEMO_TOKEN": LOG_TOKEN}}
+    gw = vigil([demo])
+    logs = Inbox()
+    async with http_session(gw.url, logging_callback=logs) as s:
+        await call_text(s, "demo__log", {"level": "error", "message": f"calling upstream with {LOG_TOKEN}"})
+        [entry] = await logs.wait_for(lambda p: "calling upstream" in json.dumps(p.data), "the log notification")
+    assert entry.data == "calling upstream with ***", entry
+    assert leaks(gw.proc.stderr()) == []
 
 
 async def _read(gw: Vigil) -> str:

@@ -120,6 +120,8 @@ struct Entries {
 struct Fanout {
     sessions: Arc<Sessions>,
     refresh: mpsc::UnboundedSender<Arc<str>>,
+    /// A backend's log messages are its log lines: masked like Vigil's.
+    redactor: Redactor,
 }
 
 impl Downstream for Fanout {
@@ -130,8 +132,9 @@ impl Downstream for Fanout {
         &self,
         _backend: &Arc<str>,
         session: Option<u64>,
-        params: rmcp::model::LoggingMessageNotificationParam,
+        mut params: rmcp::model::LoggingMessageNotificationParam,
     ) -> futures::future::BoxFuture<'static, ()> {
+        self.redactor.mask_json(&mut params.data);
         self.sessions.log(session, params)
     }
     fn resource_updated(&self, _backend: &Arc<str>, session: Option<u64>, uri: String) {
@@ -218,6 +221,7 @@ impl Gateway {
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
             sessions: sessions.clone(),
             refresh: refresh_tx,
+            redactor: redactor.clone(),
         });
         // Room for a mass restart of a thousand backends (three transitions
         // each) before a listener counts as behind.
