@@ -53,8 +53,10 @@ pub fn mask_urls(text: &str) -> Cow<'_, str> {
 /// then letters, digits, `+`, `-` or `.`.
 fn has_scheme(before: &str) -> bool {
     let scheme_start = before
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     before[scheme_start..]
         .chars()
         .next()
@@ -190,6 +192,27 @@ mod tests {
             "two: ws://a@h/x and redis://:pw@db:6379/0?x=1 end",
             "two: ws://***@h/x and redis://***@db:6379/0?x=*** end",
         );
+    }
+
+    #[test]
+    fn any_text_is_handled_without_a_panic() {
+        // Every sequence of three of these pieces: multi-byte characters
+        // around and inside URLs, cut-off URLs, separators at every place.
+        let pieces = [
+            "é", "://", "http", "?", "=", "&", "#", "@", " ", "\"", "ß://", "a", "→", "/", ")",
+        ];
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    for d in pieces {
+                        let text = format!("{a}{b}{c}{d}");
+                        let _ = mask_urls(&text);
+                    }
+                }
+            }
+        }
+        check("é://x?a=b", "é://x?a=b");
+        check("naïve→http://h?k=v", "naïve→http://h?k=***");
     }
 
     #[test]
