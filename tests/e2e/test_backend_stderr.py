@@ -120,7 +120,7 @@ async def test_a_line_without_newline_is_cut_and_marked_and_memory_stays_bounded
 
     marker = "x" * KEPT + f"… [{FLOOD_BYTES - KEPT} bytes dropped]"
     cut = [line for line in lines if "xxxx" in line]
-    assert len(cut) == 1 and marker in cut[0], f"expected one line ending in the cut marker, got {[c[-200:] for c in cut]}"
+    assert len(cut) == 1 and marker in cut[0], f"expected one line ending in the cut marker: {[c[-200:] for c in cut]}"
     assert max(len(line) for line in lines) < 2 * KEPT, "a stderr line was logged longer than the cut"
 
     # The reader went on past the cut: "flood over" came after it.

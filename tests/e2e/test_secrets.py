@@ -241,4 +241,5 @@ async def test_session_ids_stay_out_of_the_log(
     log = gw.proc.stderr()
     assert "demo__echo" in log or "catalog changed" in log, "Vigil logged nothing: the check below would be empty"
     found = [sid for sid in ids if sid in log]
-    assert found == [], f"session ids in Vigil's log: {[line for line in log.splitlines() if any(s in line for s in found)][:3]}"
+    lines = [line for line in log.splitlines() if any(s in line for s in found)]
+    assert found == [], f"session ids in Vigil's log: {lines[:3]}"
