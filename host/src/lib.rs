@@ -13,6 +13,8 @@
 //!   `list_changed`, over streamable HTTP or stdio.
 //! - [`origin`] decides which `Host` and `Origin` a listener answers (DNS
 //!   rebinding and cross-origin protection), for `/mcp` and the control API.
+//! - [`redact`] masks secrets (configured values, URL credentials) in every
+//!   log line, reason and forwarded error.
 //!
 //! Data flows one way: backend supervisors send updates to the gateway,
 //! which rebuilds the catalog snapshot and notifies sessions; sessions read
@@ -23,7 +25,8 @@
 //! use tokio_util::{sync::CancellationToken, task::TaskTracker};
 //! let config = vigil::config::Config::load("vigil.toml".as_ref())?;
 //! let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
-//! let gw = vigil::gateway::Gateway::start(config, None, &tracker, shutdown.clone()).await?;
+//! let redactor = vigil::redact::Redactor::default();
+//! let gw = vigil::gateway::Gateway::start(config, None, redactor, &tracker, shutdown.clone()).await?;
 //! vigil::gateway::http::serve(gw, shutdown).await?;
 //! # Ok(()) }
 //! ```
@@ -42,10 +45,12 @@ pub mod freshness;
 pub mod gateway;
 pub mod health;
 pub mod limits;
+pub mod logging;
 pub mod metrics;
 pub mod origin;
 pub mod plugins;
 pub mod private_fs;
+pub mod redact;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

@@ -174,6 +174,8 @@ fn main() -> ExitCode {
     let config = match Config::load(&arg.config) {
         Ok(c) => c,
         Err(e) => {
+            // A refused `url` is quoted: without its credentials.
+            let e = vigil::redact::url::mask_urls(&e.to_string()).into_owned();
             eprintln!("error: invalid config\n{e}");
             return ExitCode::from(2);
         }
@@ -209,9 +211,18 @@ fn main() -> ExitCode {
                 "required: serve and stdio refuse to start if it cannot be opened"
             }
         );
+        for warning in vigil::redact::configured::too_short(&config.api.tokens, &config.backends) {
+            eprintln!("warning: {warning}");
+        }
         return ExitCode::SUCCESS;
     }
-    let exporter = match init_logging(&config) {
+    // One set of secrets for the log and the gateway; the gateway keeps it
+    // current across config reloads.
+    let redactor = vigil::redact::Redactor::new(vigil::redact::configured::secrets(
+        &config.api.tokens,
+        &config.backends,
+    ));
+    let exporter = match vigil::logging::init(&config, redactor.clone()) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("error: {e}");
@@ -226,7 +237,7 @@ fn main() -> ExitCode {
         }
     };
     let stdio = matches!(cli.command, Command::Stdio(_));
-    let result = runtime.block_on(run(config, stdio));
+    let result = runtime.block_on(run(config, redactor.clone(), stdio));
     // Outside the runtime: the last export blocks.
     if let Some(e) = exporter {
         e.shutdown();
@@ -234,13 +245,13 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", redactor.mask(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
+async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
@@ -253,7 +264,8 @@ async fn run(config: Config, stdio: bool) -> anyhow::Result<()> {
     }
     let store = open_store(&config).await?;
     let api = config.api.clone();
-    let startup = Gateway::launch(config, store.clone(), &tracker, shutdown.clone()).await;
+    let startup =
+        Gateway::launch(config, store.clone(), redactor, &tracker, shutdown.clone()).await;
     // The control API answers while backends start (they show `starting`).
     let api_state = vigil::api::ApiState::new(
         startup.gateway.clone(),
@@ -320,35 +332,4 @@ async fn on_signal(shutdown: CancellationToken) {
     let _ = ctrl_c.await;
     tracing::info!("shutting down");
     shutdown.cancel();
-}
-
-/// Logs to stderr, human or JSON, filtered by `log_level` (or `RUST_LOG`);
-/// with `[telemetry]`, tool-call spans also go to the OTLP collector.
-fn init_logging(
-    config: &Config,
-) -> Result<Option<vigil::telemetry::Exporter>, vigil::telemetry::TelemetryError> {
-    use std::io::IsTerminal;
-
-    use tracing_subscriber::EnvFilter;
-    use tracing_subscriber::prelude::*;
-
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let fmt = if config.log_json {
-        fmt.json().boxed()
-    } else {
-        fmt.boxed()
-    };
-    let (otel, exporter) = match vigil::telemetry::layer(&config.telemetry)? {
-        Some((layer, exporter)) => (Some(layer), Some(exporter)),
-        None => (None, None),
-    };
-    tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
-        .with(otel)
-        .init();
-    Ok(exporter)
 }

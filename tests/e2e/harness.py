@@ -243,7 +243,8 @@ class Procs:
     dir: Path
     started: list[Proc] = field(default_factory=list)
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+    def start(self, name: str, argv: list[str], env: dict[str, str | None] | None = None) -> Proc:
+        """Run `argv` with the test environment plus `env` (a `None` value removes that variable)."""
         n = sum(1 for p in self.started if p.name == name or p.name.startswith(name + "."))
         label = name if n == 0 else f"{name}.{n}"
         out = self.dir / f"{label}.stdout"
@@ -251,8 +252,11 @@ class Procs:
         full_env = dict(os.environ)
         full_env.setdefault("RUST_LOG", os.environ.get("VIGIL_E2E_RUST_LOG", "info,vigil=debug"))
         full_env.setdefault("RUST_BACKTRACE", "1")
-        if env:
-            full_env.update(env)
+        for key, value in (env or {}).items():
+            if value is None:
+                full_env.pop(key, None)
+            else:
+                full_env[key] = value
         with open(out, "wb") as o, open(err, "wb") as e:
             popen = subprocess.Popen(
                 [str(a) for a in argv],
@@ -490,7 +494,7 @@ class Gateways:
         naming: str = "prefix",
         separator: str = "__",
         api: dict[str, Any] | None = None,
-        env: dict[str, str] | None = None,
+        env: dict[str, str | None] | None = None,
         **extra: Any,
     ) -> Vigil:
         # Most tests watch several catalog changes in a row; the default
@@ -513,7 +517,7 @@ class Gateways:
                 return gw
         pytest.fail("could not find free ports for vigil", pytrace=False)
 
-    def serve_again(self, gw: Vigil, *, env: dict[str, str] | None = None) -> Vigil:
+    def serve_again(self, gw: Vigil, *, env: dict[str, str | None] | None = None) -> Vigil:
         """Stop `gw` with SIGTERM, then serve the same config file again (same ports, same data_dir)."""
         gw.proc.terminate()
         assert gw.api_port is not None
@@ -523,7 +527,7 @@ class Gateways:
         return again
 
     def _serve(
-        self, config: Path, port: int, api_port: int, *, wait_for_api: bool, env: dict[str, str] | None
+        self, config: Path, port: int, api_port: int, *, wait_for_api: bool, env: dict[str, str | None] | None
     ) -> Vigil | None:
         """`vigil serve --config CONFIG` until it answers; None if a port was taken (pick others)."""
         proc = self.procs.start("vigil", [self.vigil_bin, "serve", "--config", config], env=env)

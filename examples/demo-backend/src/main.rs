@@ -16,6 +16,8 @@
 //! cargo run -p vigil-demo-backend -- --transport http --endpoints 100
 //! # with extra tools that follow a file
 //! cargo run -p vigil-demo-backend -- --tools-file tools.json
+//! # writing "stderr tick N" to stderr every 50 ms (dies when stderr breaks)
+//! cargo run -p vigil-demo-backend -- --stderr-every 50
 //! ```
 //!
 //! Set `RUST_LOG` (default `info,rmcp=warn`) to change how much is logged.
@@ -82,6 +84,13 @@ struct Args {
     /// server name, the extra tools and the counter. `/mcp` is served as well.
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     endpoints: u32,
+
+    /// Write `stderr tick N` to stderr every MS milliseconds. A write that
+    /// fails ends the process with status 141, as the default SIGPIPE action
+    /// ends a C, Go or shell program whose stderr reader went away (tests
+    /// use it to see that the reader keeps reading).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    stderr_every: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -121,6 +130,9 @@ async fn main() -> anyhow::Result<()> {
         None => Vec::new(),
     };
     let hub = Arc::new(Hub::new(args.name.clone(), initial_tools));
+    if let Some(ms) = args.stderr_every {
+        tokio::spawn(tick_stderr(std::time::Duration::from_millis(ms)));
+    }
     if let Some(watcher) = watcher {
         tokio::spawn(watcher.run(hub.clone(), shutdown.child_token()));
     }
@@ -131,6 +143,19 @@ async fn main() -> anyhow::Result<()> {
     };
     shutdown.cancel();
     result
+}
+
+/// Writes a numbered line to stderr every `every`, and exits with status 141
+/// when a write fails (see `--stderr-every`).
+async fn tick_stderr(every: std::time::Duration) {
+    use std::io::Write as _;
+    let mut tick = tokio::time::interval(every);
+    for n in 1u64.. {
+        tick.tick().await;
+        if writeln!(std::io::stderr(), "stderr tick {n}").is_err() {
+            std::process::exit(141);
+        }
+    }
 }
 
 /// Serves one client over stdin/stdout until it disconnects.

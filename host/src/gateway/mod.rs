@@ -42,6 +42,7 @@ use crate::freshness::debounce::Debouncer;
 use crate::freshness::poller::Listing;
 use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Transition, advertisable};
+use crate::redact::Redactor;
 use crate::runtime::Runtime;
 use crate::runtime::container::ContainerRuntime;
 use crate::runtime::process::{ProcessRuntime, StderrTail};
@@ -103,6 +104,9 @@ pub struct Gateway {
     /// The control API's tokens in force: `config.api.tokens` at start,
     /// replaced by each config reload that changes them.
     api_tokens: Arc<crate::api::Tokens>,
+    /// Masks secrets in reasons, forwarded errors (and, shared with the log
+    /// writer, logs); kept in step with the backend set.
+    redactor: Redactor,
 }
 
 /// What the update task knows of each backend's catalog.
@@ -119,6 +123,8 @@ struct Entries {
 struct Fanout {
     sessions: Arc<Sessions>,
     refresh: mpsc::UnboundedSender<Arc<str>>,
+    /// A backend's log messages are its log lines: masked like Vigil's.
+    redactor: Redactor,
 }
 
 impl Downstream for Fanout {
@@ -129,8 +135,9 @@ impl Downstream for Fanout {
         &self,
         _backend: &Arc<str>,
         session: Option<u64>,
-        params: rmcp::model::LoggingMessageNotificationParam,
+        mut params: rmcp::model::LoggingMessageNotificationParam,
     ) {
+        self.redactor.mask_json(&mut params.data);
         self.sessions.log(session, params)
     }
     fn resource_updated(&self, _backend: &Arc<str>, session: Option<u64>, uri: String) {
@@ -188,10 +195,11 @@ impl Gateway {
     pub async fn start(
         config: Config,
         store: Option<Arc<dyn Store>>,
+        redactor: Redactor,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Result<Arc<Gateway>, StartError> {
-        Self::launch(config, store, tracker, shutdown)
+        Self::launch(config, store, redactor, tracker, shutdown)
             .await
             .settle(tracker)
             .await
@@ -201,9 +209,12 @@ impl Gateway {
     /// can already answer the control API (its backends report `starting`)
     /// but serves MCP only after [`Startup::settle`]. Health state that must
     /// survive a restart (quarantine, counts) is restored from `store`.
+    /// `redactor` gets the config's secrets now and after every reload;
+    /// share it with whatever else must mask them (the log writer).
     pub async fn launch(
         config: Config,
         store: Option<Arc<dyn Store>>,
+        redactor: Redactor,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Startup {
@@ -213,6 +224,7 @@ impl Gateway {
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
             sessions: sessions.clone(),
             refresh: refresh_tx,
+            redactor: redactor.clone(),
         });
         // Room for a mass restart of a thousand backends (three transitions
         // each) before a listener counts as behind.
@@ -231,6 +243,7 @@ impl Gateway {
             store: store.clone(),
             api_tokens: Arc::new(crate::api::Tokens::new(config.api.tokens.clone())),
             config,
+            redactor,
         });
         let restored = match &store {
             Some(store) => restore(store.clone(), &gw.config).await,
@@ -243,6 +256,7 @@ impl Gateway {
             .map(|b| gw.new_backend(b))
             .collect();
         gw.install(BackendSet::new(backends));
+        gw.refresh_secrets(&[]);
         let (updates_tx, updates_rx) = mpsc::unbounded_channel();
         let plugins = gw.start_plugins(tracker, &shutdown);
         let _ = gw.plugins.set(plugins.clone());
@@ -646,33 +660,34 @@ impl Gateway {
             .spawn(tracing::Instrument::instrument(supervisor.run(stop), span));
     }
 
-    /// Values that must never appear in reasons: env values, header values
-    /// and API tokens from the config.
-    /// Masks every secret of the current backend set (built once per set,
-    /// not per backend: it reads every backend's config).
+    /// The reason sanitizer every supervisor uses (it masks with the
+    /// gateway's current secrets).
     fn sanitizer(&self) -> Sanitizer {
-        Sanitizer::new(self.secrets().iter().map(String::as_str))
+        Sanitizer::new(self.redactor.clone())
     }
 
-    /// Values that must never appear in reasons shown outside: API tokens
-    /// (those in force) and every backend's env, headers and container env.
-    fn secrets(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .api_tokens
-            .current()
-            .iter()
-            .map(|t| t.secret.clone())
-            .collect();
-        for b in self.backends().iter() {
-            match &b.config.transport {
-                Transport::Stdio { env, .. } => v.extend(env.values().cloned()),
-                Transport::Http { headers, .. } => v.extend(headers.values().cloned()),
-            }
-            if let RuntimeKind::Container(spec) = &b.config.runtime {
-                v.extend(spec.env.values().cloned());
-            }
+    /// What masks secrets in text leaving the gateway.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// Makes the secrets of the current backend set (and the API tokens)
+    /// the ones masked everywhere, and warns about credentials too short
+    /// to be masked. `retiring`: backends a reload replaced or removed,
+    /// whose secrets stay masked while they shut down (their last stderr
+    /// lines and logs come after the swap). Built once per backend set: it
+    /// reads every backend's config.
+    fn refresh_secrets(&self, retiring: &[Arc<Backend>]) {
+        use crate::redact::configured;
+        let set = self.backends();
+        let current = set.iter().map(|b| &b.config);
+        // The tokens in force: a reload may have rotated them.
+        let tokens = self.api_tokens.current();
+        for warning in configured::too_short(&tokens, current.clone()) {
+            tracing::warn!("{warning}");
         }
-        v
+        let all = current.chain(retiring.iter().map(|b| &b.config));
+        self.redactor.replace(configured::secrets(&tokens, all));
     }
 
     /// The control API's live token set, which [`Gateway::reload`] replaces

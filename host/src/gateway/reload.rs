@@ -98,6 +98,7 @@ impl Gateway {
             }
             summary.applied.push("api.tokens");
         }
+        self.refresh_secrets(&gone);
         for b in gone {
             if let Ok(mut stops) = spawner.stops.lock()
                 && let Some(stop) = stops.remove(&b.uid)

@@ -109,8 +109,22 @@ impl FrontSession {
         backend.shared().ok_or_else(|| down(backend))
     }
 
-    /// Forwards one request to `backend` and returns its answer.
+    /// Forwards one request to `backend` and returns its answer. Every
+    /// error on this path is masked before the client gets it (the one
+    /// place for that): backends quote what they were sent (headers, URLs)
+    /// in their JSON-RPC errors, and connection errors name URLs.
     async fn forward(
+        &self,
+        backend: &Arc<str>,
+        request: ClientRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, McpError> {
+        self.forward_unmasked(backend, request, ctx)
+            .await
+            .map_err(|e| self.gw.redactor().mask_error(e))
+    }
+
+    async fn forward_unmasked(
         &self,
         backend: &Arc<str>,
         request: ClientRequest,

@@ -25,6 +25,9 @@ use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
 use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 
+// A session id is a bearer credential: logs name a session by its tag.
+use crate::redact::session_tag;
+
 /// How long an answer waits for the client to resume a stream Vigil closed.
 /// Longer than the `retry` (3 s) clients are told to wait.
 const RESUME_WAIT: Duration = Duration::from_secs(10);
@@ -89,17 +92,17 @@ impl StreamSessions {
             .subscribe();
         let closed = match handle.close_sse_stream(stream, self.retry).await {
             Ok(()) => {
-                tracing::debug!(%session, request = %request, "closed the client's stream like the backend did; waiting for the client to resume");
+                tracing::debug!(session = %session_tag(&session), request = %request, "closed the client's stream like the backend did; waiting for the client to resume");
                 if tokio::time::timeout(RESUME_WAIT, resumed.changed())
                     .await
                     .is_err()
                 {
-                    tracing::info!(%session, "client did not resume its stream within {RESUME_WAIT:?}");
+                    tracing::info!(session = %session_tag(&session), "client did not resume its stream within {RESUME_WAIT:?}");
                 }
                 true
             }
             Err(e) => {
-                tracing::debug!(%session, error = %e, "could not close the client's stream");
+                tracing::debug!(session = %session_tag(&session), error = %e, "could not close the client's stream");
                 false
             }
         };

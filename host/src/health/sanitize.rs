@@ -1,46 +1,27 @@
 //! Failure reasons leave the process (API, logs, alerts) only after this:
-//! configured secrets are masked, control characters dropped, length capped.
+//! secrets masked (configured ones and URL credentials, see
+//! [`crate::redact`]), control characters dropped, length capped.
+
+use crate::redact::Redactor;
 
 /// Longest reason kept, in characters.
 const MAX_REASON: usize = 500;
-/// Shorter values are not treated as secrets (they would mask ordinary words).
-const MIN_SECRET: usize = 6;
 
-/// Masks known secret values in free text.
+/// Cleans free text into a reason fit to show.
 #[derive(Debug, Clone, Default)]
 pub struct Sanitizer {
-    /// Shared: every supervisor holds a clone.
-    secrets: std::sync::Arc<[String]>,
+    /// Shared with the gateway, which keeps its secrets current.
+    redactor: Redactor,
 }
 
 impl Sanitizer {
-    /// `values`: env values, header values and tokens from the config.
-    pub fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut secrets: Vec<String> = values
-            .into_iter()
-            .flat_map(|v| {
-                // "Bearer abc..." → also mask the bare credential.
-                let bare = v.split_whitespace().last().unwrap_or(v).to_owned();
-                [v.to_owned(), bare]
-            })
-            .filter(|v| v.chars().count() >= MIN_SECRET)
-            .collect();
-        // Longest first, so a value containing another is masked whole.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        secrets.dedup();
-        Self {
-            secrets: secrets.into(),
-        }
+    pub fn new(redactor: Redactor) -> Self {
+        Self { redactor }
     }
 
     pub fn clean(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for s in self.secrets.iter() {
-            if out.contains(s.as_str()) {
-                out = out.replace(s.as_str(), "***");
-            }
-        }
-        let mut out: String = out
+        let masked = self.redactor.mask(text);
+        let mut out: String = masked
             .chars()
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect::<String>()
@@ -57,14 +38,19 @@ impl Sanitizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redact::Secrets;
 
     #[test]
-    fn secrets_are_masked_whole_and_bare() {
-        let s = Sanitizer::new(["Bearer sk-live-123456", "hunter2secret", "abc"]);
-        let out = s.clean("401 with Authorization: Bearer sk-live-123456; retry with sk-live-123456; pw=hunter2secret; abc stays");
+    fn secrets_and_url_credentials_are_masked() {
+        let s = Sanitizer::new(Redactor::new(Secrets::new([
+            "Bearer sk-live-123456",
+            "hunter2secret",
+            "abc",
+        ])));
+        let out = s.clean("401 with Authorization: Bearer sk-live-123456; retry with sk-live-123456; pw=hunter2secret; abc stays; url (http://h/mcp?api_key=k-1)");
         assert_eq!(
             out,
-            "401 with Authorization: ***; retry with ***; pw=***; abc stays"
+            "401 with Authorization: ***; retry with ***; pw=***; abc stays; url (http://h/mcp?api_key=***)"
         );
     }
 

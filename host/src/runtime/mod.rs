@@ -8,6 +8,7 @@
 //!   MCP over the container's HTTP port; death seen from the events stream.
 //! - [`remote`]: an HTTP backend Vigil does not own: nothing to start, never
 //!   restarted.
+//! - [`stderr`]: a process's stderr, read to its end in bounded lines.
 //!
 //! [`Runtime`] is the seam for other engines (a Kubernetes runtime driving
 //! Deployments would be one more implementation).
@@ -15,6 +16,7 @@
 pub mod container;
 pub mod process;
 pub mod remote;
+pub mod stderr;
 
 use std::collections::BTreeMap;
 

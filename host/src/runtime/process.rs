@@ -2,8 +2,9 @@
 //!
 //! The child runs in its own process group, so stopping it also stops what
 //! it spawned. Its exit is seen the moment it happens (the waiter task owns
-//! the child's `wait`), with exit code or signal; its stderr is logged under
-//! `vigil::backend::stderr` and the last lines are kept for error reasons.
+//! the child's `wait`), with exit code or signal; its stderr is read to the
+//! end, logged under `vigil::backend::stderr` and the last lines are kept
+//! for error reasons (see `stderr.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -14,7 +15,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::AsyncBufReadExt;
 use tokio::sync::{oneshot, watch};
 
 use super::{Endpoint, Exit, Inspection, Runtime, RuntimeError, Started, describe_exit};
@@ -40,7 +40,7 @@ impl StderrTail {
         self.0.lock().ok().and_then(|l| l.back().cloned())
     }
 
-    fn push(&self, line: String) {
+    pub(crate) fn push(&self, line: String) {
         if let Ok(mut t) = self.0.lock() {
             if t.len() == STDERR_TAIL {
                 t.pop_front();
@@ -144,7 +144,7 @@ impl ProcessRuntime {
             ));
         };
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(pump_stderr(
+            tokio::spawn(super::stderr::pump(
                 self.backend.clone(),
                 stderr,
                 self.stderr.clone(),
@@ -204,14 +204,6 @@ impl ProcessRuntime {
 fn signal_group(pid: u32, sig: Signal) {
     if let Ok(pid) = i32::try_from(pid) {
         let _ = killpg(Pid::from_raw(pid), sig);
-    }
-}
-
-async fn pump_stderr(backend: Arc<str>, stderr: tokio::process::ChildStderr, tail: StderrTail) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(target: "vigil::backend::stderr", backend = %backend, "{line}");
-        tail.push(line);
     }
 }
 
