@@ -628,8 +628,9 @@ impl Gateway {
         Sanitizer::new(self.secrets().iter().map(String::as_str))
     }
 
-    /// Values that must never appear in reasons shown outside: API tokens
-    /// and every backend's env, headers and container env.
+    /// Values that must never appear in reasons shown outside: API tokens,
+    /// every backend's env, headers and container env, and the values its
+    /// `${NAME}` references took.
     fn secrets(&self) -> Vec<String> {
         let mut v: Vec<String> = self
             .config
@@ -646,6 +647,9 @@ impl Gateway {
             if let RuntimeKind::Container(spec) = &b.config.runtime {
                 v.extend(spec.env.values().cloned());
             }
+            // Values taken from Vigil's environment, wherever they went
+            // (`args`, `url`): the secrets of a `${NAME}` reference.
+            v.extend(b.config.substituted.iter().cloned());
         }
         v
     }
