@@ -9,7 +9,7 @@
 
 mod backend;
 mod error;
-mod expand;
+pub(crate) mod expand;
 mod freshness;
 mod health;
 mod plugins;
@@ -23,7 +23,6 @@ use std::time::Duration;
 
 pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport, is_backend_name};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
-pub(crate) use expand::{escape as escape_refs, is_var_name};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{ApiConfig, ApiToken, HealthConfig, Readiness, RestartPolicy, Role, ToolProbe};
 pub use plugins::{PluginProbe, PluginsConfig};
