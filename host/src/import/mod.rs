@@ -208,15 +208,22 @@ pub fn read(file: &Path) -> Result<String, ImportError> {
         file: file.to_owned(),
         source,
     };
+    let too_large = || ImportError::TooLarge {
+        file: file.to_owned(),
+    };
     let f = std::fs::File::open(file).map_err(read_err)?;
-    let mut bytes = Vec::new();
+    if f.metadata().is_ok_and(|m| m.is_file() && m.len() > MAX_FILE_BYTES) {
+        return Err(too_large());
+    }
+    // Room for the limit and one byte more, reserved once: an endless
+    // stream (a device, a pipe) fills it and stops, with no doubling
+    // copies on the way.
+    let mut bytes = Vec::with_capacity(MAX_FILE_BYTES as usize + 1);
     f.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(read_err)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(ImportError::TooLarge {
-            file: file.to_owned(),
-        });
+        return Err(too_large());
     }
     String::from_utf8(bytes).map_err(|e| {
         let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
