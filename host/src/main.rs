@@ -164,7 +164,11 @@ fn import_command(file: &Path, out: Option<&Path>, force: bool) -> ExitCode {
         imported.backends.join(", ")
     );
     if !imported.vars.is_empty() {
-        let them = if imported.vars.len() == 1 { "it" } else { "them" };
+        let them = if imported.vars.len() == 1 {
+            "it"
+        } else {
+            "them"
+        };
         eprintln!(
             "it reads {} from the environment: set {them} for `vigil check` and `vigil serve`",
             imported.vars.join(", ")

@@ -190,11 +190,12 @@ impl Problems {
                 let url = b.url.clone().unwrap_or_default();
                 if url.is_empty() {
                     self.add(format!("{at}.url"), "missing: an http backend needs its MCP endpoint, like url = \"http://127.0.0.1:3902/mcp\"");
-                } else if !(url.starts_with("http://") || url.starts_with("https://"))
+                } else if !(url.starts_with("http://")
+                    || url.starts_with("https://")
                     // Not after a reference problem at this key, nor for a
                     // disabled backend's unexpanded references.
-                    && !self.has(&format!("{at}.url"))
-                    && (enabled || !url.contains("${"))
+                    || self.has(&format!("{at}.url"))
+                    || (!enabled && url.contains("${")))
                 {
                     self.add(
                         format!("{at}.url"),

@@ -129,7 +129,7 @@ pub fn map(
             "disabled" => match value {
                 JsonValue::Boolean(true) => {
                     enabled = false;
-                    notes.push(Note::note(
+                    notes.push(Note::info(
                         at,
                         "imported as enabled = false (kept in the file, not started)",
                     ));
@@ -447,7 +447,7 @@ fn args(at: &JsonPath, value: JsonValue<'_>, notes: &mut Vec<Note>) -> Result<Ve
         match (&item, json::scalar_text(&item)) {
             (JsonValue::String(_), Some(s)) => out.push(s),
             (_, Some(s)) => {
-                notes.push(Note::note(
+                notes.push(Note::info(
                     at.index(i),
                     format!("written as the string \"{s}\""),
                 ));
@@ -484,7 +484,7 @@ fn pairs(
         match (&v, json::scalar_text(&v)) {
             (JsonValue::String(_), Some(s)) => out.push((k.into_owned(), s)),
             (_, Some(s)) => {
-                notes.push(Note::note(here, format!("written as the string \"{s}\"")));
+                notes.push(Note::info(here, format!("written as the string \"{s}\"")));
                 out.push((k.into_owned(), s));
             }
             (_, None) => notes.push(Note::warning(

@@ -61,7 +61,7 @@ pub struct Note {
 }
 
 impl Note {
-    pub(crate) fn note(path: JsonPath, message: impl Into<String>) -> Self {
+    pub(crate) fn info(path: JsonPath, message: impl Into<String>) -> Self {
         Self {
             level: Level::Note,
             path,
@@ -212,7 +212,9 @@ pub fn read(file: &Path) -> Result<String, ImportError> {
         file: file.to_owned(),
     };
     let f = std::fs::File::open(file).map_err(read_err)?;
-    if f.metadata().is_ok_and(|m| m.is_file() && m.len() > MAX_FILE_BYTES) {
+    if f.metadata()
+        .is_ok_and(|m| m.is_file() && m.len() > MAX_FILE_BYTES)
+    {
         return Err(too_large());
     }
     // Room for the limit and one byte more, reserved once: an endless
@@ -351,7 +353,7 @@ fn name_backends(backends: &mut [entry::Backend]) -> Vec<String> {
     }
     for (i, message) in renames {
         let path = backends[i].path.clone();
-        backends[i].notes.insert(0, Note::note(path, message));
+        backends[i].notes.insert(0, Note::info(path, message));
     }
     assigned.into_iter().map(|(n, _)| n).collect()
 }

@@ -168,7 +168,7 @@ fn reference(
             .filter(|i| !i.password)
             .and_then(|i| i.default.as_deref())
             .filter(|d| !d.contains('}') && !d.contains('$'));
-        notes.push(Note::note(
+        notes.push(Note::info(
             path.clone(),
             format!(
                 "`${{input:{id}}}` ({asked}) is now `${{{name}}}`: set {name} in Vigil's environment"
@@ -191,7 +191,7 @@ fn reference(
                 } else {
                     ws.to_string_lossy().into_owned()
                 };
-                notes.push(Note::note(
+                notes.push(Note::info(
                     path.clone(),
                     format!("`${{{inner}}}` is written as {}", quoted(&resolved)),
                 ));

@@ -188,7 +188,7 @@ mod tests {
                 ],
                 cwd: Some("/srv".into()),
             },
-            notes: vec![Note::note(
+            notes: vec![Note::info(
                 JsonPath::root().key("mcpServers").key("git hub"),
                 "named `git-hub`\n(control)",
             )],

@@ -136,7 +136,7 @@ pub fn locate<'a>(root: Option<JsonValue<'a>>, file: &Path) -> Result<Located<'a
         });
     }
     if !others.is_empty() {
-        found.notes.push(Note::note(
+        found.notes.push(Note::info(
             top,
             format!("not imported: {} (not MCP servers)", list(&others)),
         ));
@@ -216,7 +216,7 @@ fn inputs(path: &JsonPath, value: JsonValue<'_>, notes: &mut Vec<Note>) -> Vec<I
                 ("default", JsonValue::String(s)) => input.default = Some(s.into_owned()),
                 // What VS Code shows; Vigil asks nobody.
                 ("type" | "options", _) => {}
-                (_, _) => notes.push(Note::note(
+                (_, _) => notes.push(Note::info(
                     at.key(&key),
                     "not read (VS Code's prompt settings have no Vigil equivalent)",
                 )),
