@@ -13,7 +13,7 @@
 //! the file become Vigil's `${NAME}` (see `config/expand.rs`), which Vigil
 //! expands from its own environment when it loads the config.
 //!
-//! The steps are pure functions, each in its module: [`json`] parses the
+//! The steps are pure functions, each in its module: `json` parses the
 //! text (JSON with comments) keeping paths; `source` finds the shape and
 //! its server blocks; `entry` maps one server (with `refs` for the
 //! reference syntax and `secrets` for literal credentials); `names` makes
@@ -22,7 +22,7 @@
 //! reads the environment or the network.
 
 mod entry;
-pub mod json;
+mod json;
 mod names;
 mod output;
 mod refs;
