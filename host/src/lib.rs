@@ -9,6 +9,7 @@
 //!   view with its routing tables; pure data, no I/O.
 //! - [`backend`] owns MCP client connections to backends: start, handshake,
 //!   reconnect with backoff, forward requests, relay what backends send.
+//! - [`import`] turns an MCP client's server list into `[[backends]]`.
 //! - [`gateway`] is the front MCP server: sessions, routing, fan-out of
 //!   `list_changed`, over streamable HTTP or stdio.
 //! - [`origin`] decides which `Host` and `Origin` a listener answers (DNS
@@ -44,6 +45,7 @@ pub mod config;
 pub mod freshness;
 pub mod gateway;
 pub mod health;
+pub mod import;
 pub mod limits;
 pub mod logging;
 pub mod metrics;

@@ -47,6 +47,27 @@ enum Command {
     /// Validate a config file and print what it defines, without starting
     /// anything. Exits 2 with every problem listed if the file is bad.
     Check(ConfigArg),
+    /// Turn an MCP client's server list into a Vigil config.
+    ///
+    /// Reads the `mcpServers` JSON of Claude Desktop
+    /// (claude_desktop_config.json), Cursor (.cursor/mcp.json) or Claude
+    /// Code (.mcp.json), or VS Code's `servers` (.vscode/mcp.json, or
+    /// `mcp.servers` in settings.json), and writes one [[backends]] per
+    /// server. Every field not carried over exactly is reported on stderr
+    /// with its JSON path; `${env:NAME}`, `${NAME}` and `${input:ID}`
+    /// references stay references (`${NAME}`, read from Vigil's environment
+    /// at load). Exits 2 if the file cannot be imported or --out exists.
+    Import {
+        /// The client's config file.
+        file: PathBuf,
+        /// Write the config to this file instead of stdout; an existing
+        /// file is refused unless --force.
+        #[arg(long, value_name = "FILE.toml")]
+        out: Option<PathBuf>,
+        /// Replace the --out file if it exists.
+        #[arg(long, requires = "out")]
+        force: bool,
+    },
     /// Work with WebAssembly plugins (see docs/plugins.md).
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -83,6 +104,90 @@ enum PluginCommand {
 enum KindArg {
     Probe,
     Notifier,
+}
+
+/// `vigil import`: notes and errors on stderr, the config on stdout or in
+/// `--out`; 0 when written, 2 when the file cannot be imported or `--out`
+/// exists, 1 when writing failed.
+fn import_command(file: &Path, out: Option<&Path>, force: bool) -> ExitCode {
+    use std::io::Write;
+
+    use vigil::import::{ImportError, OutputError};
+
+    let imported = match vigil::import::import_file(file) {
+        Ok(i) => i,
+        Err(e) => {
+            if let ImportError::NothingImported { notes, .. } = &e {
+                for n in notes {
+                    eprintln!("{}", n.in_file(file));
+                }
+            }
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for n in &imported.notes {
+        eprintln!("{}", n.in_file(file));
+    }
+    match out {
+        None => {
+            // Written, not print!: a closed pipe is not worth a panic.
+            if std::io::stdout()
+                .lock()
+                .write_all(imported.toml.as_bytes())
+                .is_err()
+            {
+                return ExitCode::FAILURE;
+            }
+        }
+        Some(path) => {
+            if let Err(e) =
+                vigil::import::write_config(path, &imported.toml, force, imported.literal_secrets)
+            {
+                eprintln!("error: {e}");
+                return match e {
+                    OutputError::Exists { .. } => ExitCode::from(2),
+                    _ => ExitCode::FAILURE,
+                };
+            }
+        }
+    }
+    let skipped = match imported.skipped {
+        0 => String::new(),
+        n => format!("; {n} not imported (see the warnings)"),
+    };
+    let to = out.map_or_else(|| "stdout".to_owned(), |p| p.display().to_string());
+    eprintln!(
+        "imported {} backend(s) from {} to {to}: {}{skipped}",
+        imported.backends.len(),
+        file.display(),
+        imported.backends.join(", ")
+    );
+    if !imported.vars.is_empty() {
+        let them = if imported.vars.len() == 1 {
+            "it"
+        } else {
+            "them"
+        };
+        eprintln!(
+            "it reads {} from the environment: set {them} for `vigil check` and `vigil serve`",
+            imported.vars.join(", ")
+        );
+    }
+    if imported.literal_secrets {
+        let private = if out.is_some() {
+            " (written readable by you only)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "it holds literal values that look like secrets{private}: keep it out of shared places, or replace them with ${{NAME}} references"
+        );
+    }
+    if let Some(path) = out {
+        eprintln!("next: vigil check --config {}", path.display());
+    }
+    ExitCode::SUCCESS
 }
 
 fn plugin_command(cmd: PluginCommand) -> ExitCode {
@@ -160,6 +265,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let arg = match cli.command {
         Command::Plugin(cmd) => return plugin_command(cmd),
+        Command::Import { file, out, force } => {
+            return import_command(&file, out.as_deref(), force);
+        }
         Command::Operator(cmd) => {
             return match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt.block_on(vigil::cli::run(cmd)),

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -526,6 +527,15 @@ class Gateways:
             pytest.fail("the new vigil could not listen on the ports of the one it replaced", pytrace=False)
         return again
 
+    def serve_file(self, write: Callable[[int, int], Path], *, env: dict[str, str] | None = None) -> Vigil:
+        """Serve a config the test wrote itself: `write(port, api_port)` writes it and returns its path."""
+        for _attempt in range(3):
+            port, api_port = free_port(), free_port()
+            gw = self._serve(write(port, api_port), port, api_port, wait_for_api=False, env=env)
+            if gw is not None:
+                return gw
+        pytest.fail("could not find free ports for vigil", pytrace=False)
+
     def _serve(
         self, config: Path, port: int, api_port: int, *, wait_for_api: bool, env: dict[str, str | None] | None
     ) -> Vigil | None:
@@ -543,8 +553,10 @@ class Gateways:
         return gw
 
 
-def run_vigil(vigil_bin: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run `vigil ARGS` to completion (bounded by the deadline; a hang fails)."""
+def run_vigil(
+    vigil_bin: Path, args: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `vigil ARGS` to completion (bounded by the deadline; a hang fails); `env` adds variables."""
     proc = subprocess.Popen(
         [str(vigil_bin), *args],
         stdin=subprocess.DEVNULL,
@@ -553,6 +565,7 @@ def run_vigil(vigil_bin: Path, args: list[str], cwd: Path) -> subprocess.Complet
         text=True,
         cwd=cwd,
         start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
     try:
         out, err = proc.communicate(timeout=DEADLINE)

@@ -63,8 +63,10 @@ struct Args {
     listen: SocketAddr,
 
     /// Server name: reported in serverInfo, used in resource URIs
-    /// (`demo://NAME/...`) and returned by the `whoami` tool.
-    #[arg(long, default_value = "demo")]
+    /// (`demo://NAME/...`) and returned by the `whoami` tool. Also read
+    /// from the environment, so a test can see what environment a
+    /// launcher gave the server.
+    #[arg(long, env = "VIGIL_DEMO_NAME", default_value = "demo")]
     name: String,
 
     /// JSON file of extra tools, `{"notify": bool, "tools": [{"name", "description"}]}`,

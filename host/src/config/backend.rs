@@ -4,9 +4,25 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::expand::{self, RefError};
 use super::health::{HealthConfig, RestartPolicy};
 use super::raw::RawBackend;
 use super::{Problems, RESERVED_HEADERS, reqwest_header_invalid};
+
+/// Whether `name` may name a backend: letters, digits, `-` and `_` (it
+/// appears in prefixed tool names, log fields and control-API paths).
+pub fn is_backend_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// Where `${NAME}` references in a backend's values come from: Vigil's
+/// environment for an enabled backend; nowhere for a disabled one, whose
+/// references are only checked for syntax (its variables need not be set
+/// until it is enabled).
+type Lookup<'a> = Option<&'a dyn Fn(&str) -> Option<String>>;
 
 /// How the gateway speaks MCP to a backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +82,8 @@ pub struct BackendConfig {
     /// logs, errors and the control API's paths.
     pub name: String,
     /// `transport` (`stdio` | `http`) with its keys: `command`, `args`, `env`,
-    /// `cwd` for stdio; `url`, `headers` for http.
+    /// `cwd` for stdio; `url`, `headers` for http. Their `${NAME}`
+    /// references are already expanded (see `config/expand.rs`).
     pub transport: Transport,
     /// `runtime`: `process` (stdio default), `remote` (http default) or
     /// `container` (http, with `image`, `command`, `args`, `env`, `labels`,
@@ -89,6 +106,10 @@ pub struct BackendConfig {
     /// `probes`: probe plugins run against this backend, each on its own
     /// schedule, feeding its health like the built-in probe.
     pub probes: Vec<super::PluginProbe>,
+    /// The values `${NAME}` references took from the environment, wherever
+    /// they went (`args` and `url` included): secrets to mask like header
+    /// values.
+    pub substituted: Vec<String>,
 }
 
 impl Problems {
@@ -98,18 +119,19 @@ impl Problems {
         b: RawBackend,
         health: &HealthConfig,
         restart: &RestartPolicy,
+        env: &dyn Fn(&str) -> Option<String>,
     ) -> Option<BackendConfig> {
         let before = self.0.len();
+        let enabled = b.enabled.unwrap_or(true);
+        let mut substituted = Vec::new();
+        let b = self.expand_backend(at, b, enabled.then_some(env), &mut substituted);
         let name = b.name.clone().unwrap_or_default();
         if name.is_empty() {
             self.add(
                 format!("{at}.name"),
                 "missing: every backend needs a name, like name = \"files\"",
             );
-        } else if !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
+        } else if !is_backend_name(&name) {
             self.add(
                 format!("{at}.name"),
                 format!("`{name}` may only hold letters, digits, `-` and `_`"),
@@ -168,7 +190,13 @@ impl Problems {
                 let url = b.url.clone().unwrap_or_default();
                 if url.is_empty() {
                     self.add(format!("{at}.url"), "missing: an http backend needs its MCP endpoint, like url = \"http://127.0.0.1:3902/mcp\"");
-                } else if !(url.starts_with("http://") || url.starts_with("https://")) {
+                } else if !(url.starts_with("http://")
+                    || url.starts_with("https://")
+                    // Not after a reference problem at this key, nor for a
+                    // disabled backend's unexpanded references.
+                    || self.has(&format!("{at}.url"))
+                    || (!enabled && url.contains("${")))
+                {
                     self.add(
                         format!("{at}.url"),
                         format!("`{url}` must start with http:// or https://"),
@@ -282,7 +310,75 @@ impl Problems {
             forward_auth,
             session_idle,
             probes,
+            substituted,
         })
+    }
+
+    /// `b` with the `${NAME}` references of its `command`, `args`, `env`,
+    /// `cwd`, `url` and `headers` expanded from `lookup`; a problem at the
+    /// key for each that cannot be.
+    fn expand_backend(
+        &mut self,
+        at: &str,
+        mut b: RawBackend,
+        lookup: Lookup<'_>,
+        noted: &mut Vec<String>,
+    ) -> RawBackend {
+        b.command = b
+            .command
+            .map(|v| self.expand_value(&format!("{at}.command"), v, lookup, noted));
+        b.args = std::mem::take(&mut b.args)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| self.expand_value(&format!("{at}.args[{i}]"), v, lookup, noted))
+            .collect();
+        b.env = std::mem::take(&mut b.env)
+            .into_iter()
+            .map(|(k, v)| {
+                let v = self.expand_value(&format!("{at}.env.{k}"), v, lookup, noted);
+                (k, v)
+            })
+            .collect();
+        b.cwd = b
+            .cwd
+            .map(|v| self.expand_value(&format!("{at}.cwd"), v, lookup, noted));
+        b.url = b
+            .url
+            .map(|v| self.expand_value(&format!("{at}.url"), v, lookup, noted));
+        b.headers = std::mem::take(&mut b.headers)
+            .into_iter()
+            .map(|(k, v)| {
+                let v = self.expand_value(&format!("{at}.headers.{k}"), v, lookup, noted);
+                (k, v)
+            })
+            .collect();
+        b
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|p| p.key == key)
+    }
+
+    fn expand_value(
+        &mut self,
+        key: &str,
+        value: String,
+        lookup: Lookup<'_>,
+        noted: &mut Vec<String>,
+    ) -> String {
+        let errors: Vec<RefError> = match lookup {
+            Some(env) => {
+                match expand::expand_noting(&value, env, &mut |v| noted.push(v.to_owned())) {
+                    Ok(v) => return v,
+                    Err(errors) => errors,
+                }
+            }
+            None => expand::check(&value),
+        };
+        for e in errors {
+            self.add(key, e.to_string());
+        }
+        value
     }
 
     fn refuse<const N: usize>(&mut self, at: &str, why: &str, keys: [(&str, bool); N]) {

@@ -10,6 +10,7 @@
 mod api;
 mod backend;
 mod error;
+pub(crate) mod expand;
 mod freshness;
 mod health;
 mod limits;
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use api::{ApiConfig, ApiToken, FailedTokens, Role};
-pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport};
+pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport, is_backend_name};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};
@@ -136,6 +137,16 @@ impl Config {
     /// Parses and validates config text; `path` is used in messages and to
     /// place the default `data_dir`.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Self::parse_with_env(text, path, &|k| std::env::var(k).ok())
+    }
+
+    /// [`Config::parse`] with an explicit environment (for tests and for
+    /// checking generated configs).
+    pub fn parse_with_env(
+        text: &str,
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| line_of(text, s.start));
             ConfigError::invalid(
@@ -147,11 +158,12 @@ impl Config {
                 }],
             )
         })?;
-        Self::from_raw(raw, path)
+        Self::from_raw_with_env(raw, path, env)
     }
 
     /// Validates a raw config, collecting every problem. Token secrets
-    /// named by `token_env` are read from the process environment.
+    /// named by `token_env` and `${NAME}` references in backends are read
+    /// from the process environment.
     pub fn from_raw(raw: RawConfig, path: &Path) -> Result<Config, ConfigError> {
         Self::from_raw_with_env(raw, path, &|k| std::env::var(k).ok())
     }
@@ -257,7 +269,7 @@ impl Config {
         for (i, b) in raw.backends.into_iter().enumerate() {
             let at = format!("backends[{i}]");
             let enabled = b.enabled.unwrap_or(true);
-            if let Some(backend) = p.backend(&at, b, &health, &restart) {
+            if let Some(backend) = p.backend(&at, b, &health, &restart, env) {
                 if !seen.insert(backend.name.clone()) {
                     p.add(
                         format!("{at}.name"),

@@ -528,3 +528,167 @@ fn weak_tokens_are_refused_naming_the_key_never_the_secret() {
     );
     assert!(parse(&token(STRONG)).is_ok());
 }
+
+#[test]
+fn backend_values_expand_references_from_the_environment() {
+    let c = with_env(
+        r#"
+        [[backends]]
+        name = "files"
+        transport = "stdio"
+        command = "${BIN_DIR}/server"
+        args = ["--token", "${TOKEN}", "--price=$5"]
+        env = { API_KEY = "${TOKEN}", MODE = "${MODE:-fast}", LITERAL = "$${TOKEN}" }
+        cwd = "${HOME}/work"
+        [[backends]]
+        name = "remote"
+        transport = "http"
+        url = "${BASE:-https://api.example.com}/mcp?key=${TOKEN}"
+        headers = { Authorization = "Bearer ${TOKEN}" }
+        "#,
+        &[
+            ("TOKEN", "s3cret"),
+            ("BIN_DIR", "/opt/bin"),
+            ("HOME", "/home/me"),
+        ],
+    )
+    .unwrap();
+    let Transport::Stdio {
+        command,
+        args,
+        env,
+        cwd,
+    } = &c.backends[0].transport
+    else {
+        panic!("stdio expected")
+    };
+    assert_eq!(command, "/opt/bin/server");
+    assert_eq!(args, &["--token", "s3cret", "--price=$5"]);
+    assert_eq!(env["API_KEY"], "s3cret");
+    assert_eq!(env["MODE"], "fast");
+    assert_eq!(
+        env["LITERAL"], "${TOKEN}",
+        "a double dollar writes a literal reference"
+    );
+    assert_eq!(cwd.as_deref(), Some(Path::new("/home/me/work")));
+    let Transport::Http { url, headers, .. } = &c.backends[1].transport else {
+        panic!("http expected")
+    };
+    assert_eq!(url, "https://api.example.com/mcp?key=s3cret");
+    assert_eq!(headers["Authorization"], "Bearer s3cret");
+    assert_eq!(
+        c.backends[0].substituted,
+        ["/opt/bin", "s3cret", "s3cret", "/home/me"],
+        "values taken from the environment are kept to be masked; defaults are not"
+    );
+    assert_eq!(c.backends[1].substituted, ["s3cret", "s3cret"]);
+}
+
+#[test]
+fn an_unset_variable_is_refused_naming_the_key_and_the_variable() {
+    let e = with_env(
+        r#"
+        [[backends]]
+        name = "files"
+        transport = "stdio"
+        command = "srv"
+        env = { GITHUB_PERSONAL_ACCESS_TOKEN = "${GITHUB_TOKEN}" }
+        [[backends]]
+        name = "remote"
+        transport = "http"
+        url = "${BASE}/mcp"
+        headers = { Authorization = "Bearer ${API_TOKEN}" }
+        "#,
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        e,
+        [
+            "vigil.toml: backends[0].env.GITHUB_PERSONAL_ACCESS_TOKEN: environment variable `GITHUB_TOKEN` is not set (referenced as `${GITHUB_TOKEN}`): set it in Vigil's environment, or give a default like `${GITHUB_TOKEN:-value}`",
+            "vigil.toml: backends[1].url: environment variable `BASE` is not set (referenced as `${BASE}`): set it in Vigil's environment, or give a default like `${BASE:-value}`",
+            "vigil.toml: backends[1].headers.Authorization: environment variable `API_TOKEN` is not set (referenced as `${API_TOKEN}`): set it in Vigil's environment, or give a default like `${API_TOKEN:-value}`",
+        ]
+        .join("\n")
+    );
+}
+
+#[test]
+fn other_reference_syntax_is_refused_with_the_fix() {
+    let e = with_env(
+        r#"
+        [[backends]]
+        name = "files"
+        transport = "stdio"
+        command = "srv"
+        env = { KEY = "${env:KEY}", OPEN = "${KEY" }
+        "#,
+        &[("KEY", "v")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(
+            "backends[0].env.KEY: `${env:KEY}` is not a variable reference: write `${NAME}`"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("backends[0].env.OPEN: `${` is not closed by `}`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_disabled_backend_needs_no_variables_but_correct_syntax() {
+    let c = with_env(
+        r#"
+        [[backends]]
+        name = "later"
+        transport = "http"
+        enabled = false
+        url = "${BASE}/mcp"
+        headers = { Authorization = "Bearer ${NOT_SET_YET}" }
+        "#,
+        &[],
+    )
+    .unwrap();
+    assert!(c.backends.is_empty());
+    let e = with_env(
+        r#"
+        [[backends]]
+        name = "later"
+        transport = "stdio"
+        enabled = false
+        command = "srv"
+        env = { KEY = "${input:key}" }
+        "#,
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("backends[0].env.KEY: `${input:key}` is not a variable reference"),
+        "{e}"
+    );
+}
+
+#[test]
+fn values_without_references_are_unchanged() {
+    let c = with_env(
+        r#"
+        [[backends]]
+        name = "files"
+        transport = "stdio"
+        command = "srv"
+        args = ["$HOME", "a$b", "{x}", "$"]
+        "#,
+        &[],
+    )
+    .unwrap();
+    let Transport::Stdio { args, .. } = &c.backends[0].transport else {
+        panic!("stdio expected")
+    };
+    assert_eq!(args, &["$HOME", "a$b", "{x}", "$"]);
+}

@@ -76,6 +76,11 @@ pub fn configured<'a>(
                 add(format!("env.{k}"), v, false);
             }
         }
+        // Values `${NAME}` references took from Vigil's environment,
+        // wherever they went (a command line, a URL path).
+        for v in &b.substituted {
+            add("${...}".to_owned(), v, false);
+        }
     }
     out
 }
