@@ -47,6 +47,8 @@ pub mod gateway;
 pub mod health;
 pub mod import;
 pub mod limits;
+pub mod listener;
+pub(crate) mod log_limit;
 pub mod logging;
 pub mod metrics;
 pub mod origin;

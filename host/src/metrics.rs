@@ -15,6 +15,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -28,6 +29,19 @@ pub struct BackendLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabel {
     pub plugin: String,
+}
+
+/// A listener's label (`mcp` or `api`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: String,
+}
+
+/// A connection the listener cut off, and why (the `[limits]` key).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CutLabel {
+    pub listener: String,
+    pub reason: String,
 }
 
 /// A health transition's labels.
@@ -65,6 +79,10 @@ pub struct Metrics {
     pub plugin_failures: Family<PluginLabel, Counter>,
     pub plugin_call_duration: Hist<PluginLabel>,
     pub notifications_sent: Family<PluginLabel, Counter>,
+    pub connections_open: Family<ListenerLabel, Gauge>,
+    pub connections_refused: Family<ListenerLabel, Counter>,
+    pub connections_cut: Family<CutLabel, Counter>,
+    pub sessions_refused: Counter,
 }
 
 /// The process's metrics.
@@ -87,6 +105,10 @@ pub fn get() -> &'static Metrics {
         plugin_failures: Family::default(),
         plugin_call_duration: Family::new_with_constructor(latency_buckets),
         notifications_sent: Family::default(),
+        connections_open: Family::default(),
+        connections_refused: Family::default(),
+        connections_cut: Family::default(),
+        sessions_refused: Counter::default(),
     })
 }
 
@@ -111,7 +133,55 @@ impl CallMetrics {
     }
 }
 
+/// One listener's connection series, looked up once per listener.
+#[derive(Clone, Debug)]
+pub struct ListenerMetrics {
+    name: String,
+    open: Gauge,
+    pub refused: Counter,
+}
+
+/// Counts a connection open until dropped.
+pub struct OpenConnection(Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl ListenerMetrics {
+    /// A connection was accepted; it counts as open until the guard drops.
+    pub fn opened(&self) -> OpenConnection {
+        self.open.inc();
+        OpenConnection(self.open.clone())
+    }
+
+    /// A connection was cut off for passing `reason` (a `[limits]` key).
+    pub fn cut(&self, reason: &str) {
+        get()
+            .connections_cut
+            .get_or_create(&CutLabel {
+                listener: self.name.clone(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+}
+
 impl Metrics {
+    /// The connection series of listener `name`.
+    pub fn listener(&self, name: &str) -> ListenerMetrics {
+        let l = ListenerLabel {
+            listener: name.to_owned(),
+        };
+        ListenerMetrics {
+            name: name.to_owned(),
+            open: self.connections_open.get_or_create(&l).clone(),
+            refused: self.connections_refused.get_or_create(&l).clone(),
+        }
+    }
+
     /// The `tools/call` series of `backend`.
     pub fn calls_of(&self, backend: &str) -> CallMetrics {
         let l = backend_label(backend);
@@ -245,6 +315,26 @@ impl Metrics {
             "Duration of plugin calls, instantiation included",
             Unit::Seconds,
             self.plugin_call_duration.clone(),
+        );
+        r.register(
+            "connections",
+            "Open connections per listener (mcp, api)",
+            self.connections_open.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Connections refused (503) because the listener was at its [limits] connection cap",
+            self.connections_refused.clone(),
+        );
+        r.register(
+            "connections_cut",
+            "Connections the listener cut off, by the [limits] bound they passed (read_timeout, write_timeout)",
+            self.connections_cut.clone(),
+        );
+        r.register(
+            "sessions_refused",
+            "MCP sessions refused because limits.max_sessions were open",
+            self.sessions_refused.clone(),
         );
         r.register(
             "notifications_sent",

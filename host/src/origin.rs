@@ -194,6 +194,10 @@ pub fn host_entry_problem(entry: &str) -> Option<String> {
     if trimmed.is_empty() {
         return Some("must not be empty: write a host name such as \"localhost\"".into());
     }
+    // A bare IPv6 address (`::1`) is a host; so is its bracketed form.
+    if trimmed.parse::<std::net::Ipv6Addr>().is_ok() {
+        return None;
+    }
     if trimmed.contains("://") || trimmed.contains('/') {
         return Some(format!(
             "`{entry}` is not a host: write the name (and port) only, like \"vigil.example.com\" or \"vigil.example.com:8081\""

@@ -30,7 +30,7 @@ use axum::response::Response;
 use tokio::time::Instant;
 
 use super::ApiError;
-use super::log_limit::LogLimit;
+use crate::log_limit::LogLimit;
 use crate::origin::{HostRule, OriginRule, Refusal};
 
 /// The header first-party clients send on mutating requests.

@@ -11,7 +11,6 @@ mod auth;
 mod error;
 pub mod events;
 mod guard;
-mod log_limit;
 mod metrics;
 mod router;
 #[cfg(test)]

@@ -75,6 +75,8 @@ pub struct ApiState {
     pub allowed_origins: Vec<String>,
     /// `[api] failed_token_*`: the cool-down after repeated unknown tokens.
     pub failed_tokens: FailedTokens,
+    /// `[limits] api_connections` and the listener timeouts.
+    pub limits: crate::config::ListenerLimits,
 }
 
 // === impl ApiState ===
@@ -95,7 +97,14 @@ impl ApiState {
             allowed_hosts: api.allowed_hosts.clone(),
             allowed_origins: api.allowed_origins.clone(),
             failed_tokens: api.failed_tokens,
+            limits: crate::config::LimitsConfig::default().api,
         }
+    }
+
+    /// With the listener bounds of `[limits]` (the defaults otherwise).
+    pub fn with_limits(mut self, limits: crate::config::ListenerLimits) -> Self {
+        self.limits = limits;
+        self
     }
 }
 
@@ -204,10 +213,22 @@ pub async fn serve_on(
     } else {
         tracing::info!(%address, tokens = tokens.len(), "serving the control API");
     }
-    // The peer address keys the failed-token cool-down (see `throttle.rs`).
-    let app = build(state, shutdown.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
+    let limits = state.limits;
+    let refusal = serde_json::json!({
+        "error": format!(
+            "the control API is at its connection limit (limits.api_connections = {}): retry in a moment, or raise the limit",
+            limits.connections
+        ),
+    });
+    // The listener gives every request its peer address (`ConnectInfo`),
+    // which keys the failed-token cool-down (see `throttle.rs`).
+    let listener_ = crate::listener::Listener {
+        name: "api",
+        limits,
+        refusal: ("application/json", refusal.to_string()),
+    };
+    listener_
+        .serve(listener, build(state, shutdown.clone()), shutdown)
         .await
 }
 

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::log_limit::LogLimit;
 use crate::config::FailedTokens;
+use crate::log_limit::LogLimit;
 
 /// Addresses tracked at most.
 pub const MAX_CLIENTS: usize = 4096;

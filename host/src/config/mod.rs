@@ -237,12 +237,16 @@ impl Config {
                 .map(String::from)
                 .to_vec()
         });
+        // The rule the listeners apply (`crate::origin`), so what passes
+        // here is what they understand: `"*"` included.
         for (i, o) in allowed_origins.iter().enumerate() {
-            if o != "null" && !o.contains("://") {
-                p.add(
-                    format!("allowed_origins[{i}]"),
-                    format!("`{o}` needs a scheme, like \"https://{o}\""),
-                );
+            if let Some(problem) = crate::origin::origin_entry_problem(o) {
+                p.add(format!("allowed_origins[{i}]"), problem);
+            }
+        }
+        for (i, h) in allowed_hosts.iter().enumerate() {
+            if let Some(problem) = crate::origin::host_entry_problem(h) {
+                p.add(format!("allowed_hosts[{i}]"), problem);
             }
         }
 

@@ -692,3 +692,20 @@ fn values_without_references_are_unchanged() {
     };
     assert_eq!(args, &["$HOME", "a$b", "{x}", "$"]);
 }
+
+#[test]
+fn a_wildcard_origin_or_host_is_accepted_and_a_bad_entry_named() {
+    let c = parse("allowed_origins = [\"*\"]\nallowed_hosts = [\"*\"]\n").unwrap();
+    assert_eq!(c.allowed_origins, ["*"]);
+    let e = err("allowed_origins = [\"example.com\"]\nallowed_hosts = [\"http://x/\"]\n");
+    assert!(
+        e.contains(
+            "allowed_origins[0]: `example.com` needs a scheme, like \"https://example.com\""
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("allowed_hosts[0]: `http://x/` is not a host"),
+        "{e}"
+    );
+}

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
 use super::streams::StreamSessions;
+use crate::log_limit::LogLimit;
 use crate::origin::{HostRule, OriginRule};
 
 /// The axum router serving MCP at `/mcp`.
@@ -33,16 +34,108 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         hosts: HostRule::new(&c.allowed_hosts),
         origins: OriginRule::new(&c.allowed_origins, false),
     });
-    let streams = Arc::new(StreamSessions::new(http.sse_retry));
+    let streams = Arc::new(StreamSessions::new(http.sse_retry, c.limits.max_sessions));
     let _ = gw.streams.set(streams.clone());
+    let cap = Arc::new(SessionCap {
+        streams: streams.clone(),
+        max_body_bytes: c.max_body_bytes,
+        log: std::sync::Mutex::new(LogLimit::new(std::time::Duration::from_secs(10))),
+    });
     let factory_gw = gw.clone();
     let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), streams, http);
     Router::new()
         .nest_service("/mcp", service)
+        .route_layer(axum::middleware::from_fn_with_state(cap, session_cap))
         .route_layer(axum::middleware::from_fn_with_state(guard, guard_request))
         .layer(axum::middleware::from_fn(
             super::http_errors::jsonrpc_errors,
         ))
+}
+
+/// What [`session_cap`] needs.
+struct SessionCap {
+    streams: Arc<StreamSessions>,
+    max_body_bytes: usize,
+    log: std::sync::Mutex<LogLimit>,
+}
+
+/// Refuses a new session (an `initialize` without `Mcp-Session-Id`) while
+/// `[limits] max_sessions` are open: HTTP 503 and a JSON-RPC error that
+/// names the limit. Costs nothing below the limit; at it, a request
+/// without a session id is read here to tell an `initialize` from a
+/// stateless (2026-07-28) request, which is served as usual.
+async fn session_cap(
+    axum::extract::State(cap): axum::extract::State<Arc<SessionCap>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.method() != http::Method::POST
+        || req.headers().contains_key("mcp-session-id")
+        || !cap.streams.is_full().await
+    {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, cap.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => {
+            return (
+                http::StatusCode::PAYLOAD_TOO_LARGE,
+                format!("could not read the request body: {e}"),
+            )
+                .into_response();
+        }
+    };
+    let Some(id) = initialize_id(&bytes) else {
+        return next
+            .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+            .await;
+    };
+    crate::metrics::get().sessions_refused.inc();
+    let max = cap.streams.max_sessions();
+    let admitted = cap
+        .log
+        .lock()
+        .map(|mut l| l.admit(tokio::time::Instant::now()))
+        .unwrap_or(None);
+    if let Some(more) = admitted {
+        tracing::warn!(
+            max_sessions = max,
+            more,
+            "refusing new MCP sessions: limits.max_sessions are open"
+        );
+    }
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32000,
+            "message": format!(
+                "{} (limits.max_sessions = {max}): close sessions you no longer use (HTTP DELETE), retry later, or raise the limit",
+                super::streams::SESSIONS_FULL
+            ),
+        }
+    });
+    (
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        [
+            (http::header::CONTENT_TYPE, "application/json"),
+            (http::header::RETRY_AFTER, "1"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The id of a JSON-RPC `initialize` request, if `body` is one.
+fn initialize_id(body: &[u8]) -> Option<serde_json::Value> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        method: Option<String>,
+        id: Option<serde_json::Value>,
+    }
+    let peek: Peek = serde_json::from_slice(body).ok()?;
+    (peek.method.as_deref() == Some("initialize")).then(|| peek.id.unwrap_or_default())
 }
 
 /// `allowed_hosts` and `allowed_origins` of `/mcp`.
@@ -68,17 +161,28 @@ async fn guard_request(
     }
 }
 
-/// Serves until `shutdown`.
+/// Serves until `shutdown`, within `[limits]` (see [`crate::listener`]).
 pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = tokio::net::TcpListener::bind(gw.config.listen).await?;
-    tracing::info!(address = %listener.local_addr()?, "serving MCP over streamable HTTP at /mcp");
-    // Small SSE writes must not wait for the client's delayed ACK (Nagle).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
+    let tcp = tokio::net::TcpListener::bind(gw.config.listen).await?;
+    tracing::info!(address = %tcp.local_addr()?, "serving MCP over streamable HTTP at /mcp");
+    let limits = gw.config.limits.mcp;
+    let refusal = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32000,
+            "message": format!(
+                "Vigil is at its connection limit for /mcp (limits.connections = {}): retry in a moment, close connections you do not use, or raise the limit",
+                limits.connections
+            ),
+        }
     });
-    let app = router(gw, shutdown.clone());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
+    let listener = crate::listener::Listener {
+        name: "mcp",
+        limits,
+        refusal: ("application/json", refusal.to_string()),
+    };
+    listener
+        .serve(tcp, router(gw, shutdown.clone()), shutdown)
         .await
 }

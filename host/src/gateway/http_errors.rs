@@ -26,7 +26,9 @@ pub async fn jsonrpc_errors(req: Request, next: Next) -> Response {
         *response.status_mut() = StatusCode::OK;
         return response;
     }
-    if !(status.is_client_error()) || is_json(&response) {
+    // rmcp answers a session it could not create (see `streams.rs`) with 500.
+    let server_error = status == StatusCode::INTERNAL_SERVER_ERROR;
+    if !(status.is_client_error() || server_error) || is_json(&response) {
         return response;
     }
     let (mut parts, body) = response.into_parts();
@@ -34,8 +36,20 @@ pub async fn jsonrpc_errors(req: Request, next: Next) -> Response {
         return Response::from_parts(parts, Body::empty());
     };
     let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+    if server_error && !text.contains(super::streams::SESSIONS_FULL) {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
     let (status, code, message) = classify(status, &text);
-    tracing::warn!(%method, status = status.as_u16(), code, reason = %message, "rejected MCP request");
+    // Anyone who can reach /mcp can cause these: one line per interval
+    // at WARN, each at DEBUG.
+    tracing::debug!(%method, status = status.as_u16(), code, reason = %message, "rejected MCP request");
+    if let Some(more) = rejected_log()
+        .lock()
+        .map(|mut l| l.admit(tokio::time::Instant::now()))
+        .unwrap_or(None)
+    {
+        tracing::warn!(%method, status = status.as_u16(), code, reason = %message, more, "rejected MCP request (and `more` since the last such line)");
+    }
     let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
     parts.status = status;
     parts.headers.insert(
@@ -44,6 +58,17 @@ pub async fn jsonrpc_errors(req: Request, next: Next) -> Response {
     );
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(body.to_string()))
+}
+
+/// The one rate limit of "rejected MCP request" lines.
+fn rejected_log() -> &'static std::sync::Mutex<crate::log_limit::LogLimit> {
+    static LOG: std::sync::OnceLock<std::sync::Mutex<crate::log_limit::LogLimit>> =
+        std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        std::sync::Mutex::new(crate::log_limit::LogLimit::new(
+            std::time::Duration::from_secs(10),
+        ))
+    })
 }
 
 fn is_json(r: &Response) -> bool {
@@ -86,6 +111,16 @@ fn classify(status: StatusCode, text: &str) -> (StatusCode, i32, String) {
             )
         };
     }
+    if let Some(at) = text.find(super::streams::SESSIONS_FULL) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            -32000,
+            format!(
+                "{}: close sessions you no longer use (HTTP DELETE), retry later, or raise the limit",
+                &text[at..]
+            ),
+        );
+    }
     let message = if text.is_empty() {
         status.canonical_reason().unwrap_or("error").to_owned()
     } else {
@@ -115,6 +150,21 @@ mod tests {
             "fail to deserialize request body unrecognized JSON-RPC message",
         );
         assert_eq!((s, c), (StatusCode::BAD_REQUEST, -32600));
+    }
+
+    #[test]
+    fn a_session_rmcp_could_not_create_for_the_limit_is_a_503() {
+        let (s, c, m) = classify(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Encounter an error when create session: Vigil is at its session limit (limits.max_sessions = 3)",
+        );
+        assert_eq!((s, c), (StatusCode::SERVICE_UNAVAILABLE, -32000));
+        assert!(
+            m.starts_with(
+                "Vigil is at its session limit (limits.max_sessions = 3): close sessions"
+            ),
+            "{m}"
+        );
     }
 
     #[test]

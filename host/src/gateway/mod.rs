@@ -14,6 +14,7 @@
 //! changes.
 
 mod backends;
+mod bad_params;
 mod control;
 pub mod http;
 mod http_errors;

@@ -658,6 +658,10 @@ impl ServerHandler for FrontSession {
         r: CustomRequest,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
+        // A method MCP defines lands here when its params do not parse.
+        if let Some(e) = super::bad_params::invalid_params(&r.method, r.params.as_ref()) {
+            return Err(e);
+        }
         Err(McpError::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!(

@@ -34,6 +34,8 @@ const RESUME_WAIT: Duration = Duration::from_secs(10);
 
 pub struct StreamSessions {
     inner: LocalSessionManager,
+    /// `[limits] max_sessions`.
+    max_sessions: usize,
     retry: Option<Duration>,
     /// The HTTP stream of each routed request still running.
     streams: Mutex<HashMap<(SessionId, RequestId), u64>>,
@@ -58,14 +60,39 @@ fn routed_request(message: &ClientJsonRpcMessage) -> Option<RequestId> {
     }
 }
 
+/// Why a session request could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error(transparent)]
+    Local(#[from] LocalSessionManagerError),
+    /// `max_sessions` sessions are open (see [`StreamSessions::is_full`]).
+    #[error("{SESSIONS_FULL} (limits.max_sessions = {max})")]
+    Full { max: usize },
+}
+
+/// The start of the error a client gets when no session can be opened;
+/// `http_errors` recognises it.
+pub const SESSIONS_FULL: &str = "Vigil is at its session limit";
+
 impl StreamSessions {
-    pub fn new(retry: Option<Duration>) -> Self {
+    pub fn new(retry: Option<Duration>, max_sessions: usize) -> Self {
         Self {
             inner: LocalSessionManager::default(),
+            max_sessions,
             retry,
             streams: Mutex::default(),
             resumes: Mutex::default(),
         }
+    }
+
+    /// Whether `max_sessions` sessions are open: a new one is refused.
+    pub async fn is_full(&self) -> bool {
+        self.inner.sessions.read().await.len() >= self.max_sessions
+    }
+
+    /// `[limits] max_sessions`.
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
     }
 
     /// Forgets a finished request's stream.
@@ -119,11 +146,19 @@ impl StreamSessions {
 }
 
 impl SessionManager for StreamSessions {
-    type Error = LocalSessionManagerError;
+    type Error = StreamError;
     type Transport = WorkerTransport<LocalSessionWorker>;
 
+    /// As rmcp's, within `max_sessions` (the `/mcp` router refuses most
+    /// such requests before they get here, with a clearer answer).
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        self.inner.create_session().await
+        if self.is_full().await {
+            crate::metrics::get().sessions_refused.inc();
+            return Err(StreamError::Full {
+                max: self.max_sessions,
+            });
+        }
+        Ok(self.inner.create_session().await?)
     }
 
     async fn initialize_session(
@@ -131,16 +166,16 @@ impl SessionManager for StreamSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        self.inner.initialize_session(id, message).await
+        Ok(self.inner.initialize_session(id, message).await?)
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
-        self.inner.has_session(id).await
+        Ok(self.inner.has_session(id).await?)
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         lock(&self.streams).retain(|(s, _), _| s != id);
-        self.inner.close_session(id).await
+        Ok(self.inner.close_session(id).await?)
     }
 
     /// As rmcp's, plus noting the stream of each routed request.
@@ -157,14 +192,18 @@ impl SessionManager for StreamSessions {
             .get(id)
             .cloned()
             .ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))?;
-        let receiver = handle.establish_request_wise_channel().await?;
+        let receiver = handle
+            .establish_request_wise_channel()
+            .await
+            .map_err(LocalSessionManagerError::from)?;
         if let (Some(request), Some(stream)) = (routed_request(&message), receiver.http_request_id)
         {
             lock(&self.streams).insert((id.clone(), request), stream);
         }
         handle
             .push_message(message, receiver.http_request_id)
-            .await?;
+            .await
+            .map_err(LocalSessionManagerError::from)?;
         Ok(ReceiverStream::new(receiver.inner))
     }
 
@@ -173,14 +212,14 @@ impl SessionManager for StreamSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
-        self.inner.accept_message(id, message).await
+        Ok(self.inner.accept_message(id, message).await?)
     }
 
     async fn create_standalone_stream(
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        self.inner.create_standalone_stream(id).await
+        Ok(self.inner.create_standalone_stream(id).await?)
     }
 
     /// As rmcp's, then wakes an answer waiting for this session to resume.

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 /// Decides whether an event gets its own log line.
 #[derive(Debug)]
-pub(super) struct LogLimit {
+pub(crate) struct LogLimit {
     every: Duration,
     last: Option<Instant>,
     /// Events since the last line that got none.
@@ -18,7 +18,7 @@ pub(super) struct LogLimit {
 // === impl LogLimit ===
 
 impl LogLimit {
-    pub(super) fn new(every: Duration) -> Self {
+    pub(crate) fn new(every: Duration) -> Self {
         LogLimit {
             every,
             last: None,
@@ -28,7 +28,7 @@ impl LogLimit {
 
     /// `Some(n)`: log this event, saying `n` more happened since the last
     /// line; `None`: count it and stay silent.
-    pub(super) fn admit(&mut self, now: Instant) -> Option<u64> {
+    pub(crate) fn admit(&mut self, now: Instant) -> Option<u64> {
         match self.last {
             Some(last) if now.saturating_duration_since(last) < self.every => {
                 self.suppressed += 1;
