@@ -496,6 +496,7 @@ class Gateways:
         separator: str = "__",
         api: dict[str, Any] | None = None,
         env: dict[str, str | None] | None = None,
+        open_files: int | None = None,
         **extra: Any,
     ) -> Vigil:
         # Most tests watch several catalog changes in a row; the default
@@ -513,7 +514,9 @@ class Gateways:
             }
             config = self.dir / "vigil.toml"
             config.write_text(render_config(top, backends), encoding="utf-8")
-            gw = self._serve(config, port, api_port, wait_for_api=api is not None, env=env)
+            gw = self._serve(
+                config, port, api_port, wait_for_api=api is not None, env=env, open_files=open_files
+            )
             if gw is not None:
                 return gw
         pytest.fail("could not find free ports for vigil", pytrace=False)
@@ -537,10 +540,23 @@ class Gateways:
         pytest.fail("could not find free ports for vigil", pytrace=False)
 
     def _serve(
-        self, config: Path, port: int, api_port: int, *, wait_for_api: bool, env: dict[str, str | None] | None
+        self,
+        config: Path,
+        port: int,
+        api_port: int,
+        *,
+        wait_for_api: bool,
+        env: dict[str, str | None] | None,
+        open_files: int | None = None,
     ) -> Vigil | None:
-        """`vigil serve --config CONFIG` until it answers; None if a port was taken (pick others)."""
-        proc = self.procs.start("vigil", [self.vigil_bin, "serve", "--config", config], env=env)
+        """`vigil serve --config CONFIG` until it answers; None if a port was taken (pick others).
+
+        `open_files` caps vigil's descriptors (soft and hard limit, so it cannot raise them).
+        """
+        argv: list[Any] = [self.vigil_bin, "serve", "--config", config]
+        if open_files is not None:
+            argv = ["prlimit", f"--nofile={open_files}", "--", *argv]
+        proc = self.procs.start("vigil", argv, env=env)
         gw = Vigil(port, proc, config, api_port)
         try:
             wait_http(gw.url, proc, "vigil")

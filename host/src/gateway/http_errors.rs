@@ -13,6 +13,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::json;
 
+/// How rmcp's answer to a request body it could not read begins.
+const BODY_UNREAD: &str = "Failed to read request body";
+
 /// Longest error body rewritten; larger ones pass through untouched.
 const MAX_ERROR_BODY: usize = 16 * 1024;
 
@@ -36,7 +39,10 @@ pub async fn jsonrpc_errors(req: Request, next: Next) -> Response {
         return Response::from_parts(parts, Body::empty());
     };
     let text = String::from_utf8_lossy(&bytes).trim().to_owned();
-    if server_error && !text.contains(super::streams::SESSIONS_FULL) {
+    if server_error
+        && !text.contains(super::streams::SESSIONS_FULL)
+        && !text.starts_with(BODY_UNREAD)
+    {
         return Response::from_parts(parts, Body::from(bytes));
     }
     let (status, code, message) = classify(status, &text);
@@ -110,6 +116,16 @@ fn classify(status: StatusCode, text: &str) -> (StatusCode, i32, String) {
                 format!("Invalid Request: the body is JSON but not a JSON-RPC message ({detail})"),
             )
         };
+    }
+    // A body that did not arrive (the listener's read_timeout) is the
+    // client's doing, not the server's: 408 (rmcp says 500).
+    if text.starts_with(BODY_UNREAD) {
+        let status = if text.contains("read_timeout") {
+            StatusCode::REQUEST_TIMEOUT
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        return (status, INVALID_REQUEST, text.to_owned());
     }
     if let Some(at) = text.find(super::streams::SESSIONS_FULL) {
         return (
