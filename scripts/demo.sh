@@ -1,15 +1,37 @@
 #!/usr/bin/env bash
-# Runs the Vigil demo: builds the workspace, starts an HTTP demo backend and
-# serves examples/demo.toml on http://127.0.0.1:8080/mcp until Ctrl-C.
+# Runs the Vigil demo: builds the workspace and the demo's WebAssembly
+# plugins, starts an HTTP demo backend and an alert receiver, and serves
+# examples/demo.toml on http://127.0.0.1:8080/mcp until Ctrl-C.
+#
+# Shares its build with scripts/test.sh (scripts/env.sh): run after the
+# tests, it rebuilds nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/vigil-target}"
+# shellcheck source=scripts/env.sh
+. scripts/env.sh
 command -v cargo >/dev/null || { echo "cargo is needed: install Rust (https://rustup.rs)"; exit 1; }
+command -v python3 >/dev/null || { echo "python3 is needed for the demo's alert receiver (Debian: apt-get install python3)"; exit 1; }
 cargo build --workspace --quiet
+# The probe and the notifier of examples/demo.toml (the first time this
+# adds the wasm32-wasip2 target and takes a few minutes).
+plugins=$(mktemp -d)
+trap 'rm -rf "$plugins"' EXIT
+bash scripts/build-plugins.sh "$plugins" >/dev/null
+cp "$plugins/tool-call.wasm" "$plugins/webhook.wasm" examples/demo-plugins/
 BIN="$CARGO_TARGET_DIR/debug"
 export PATH="$BIN:$PATH"
 vigil-demo-backend --transport http --listen 127.0.0.1:3902 --name remote &
 BACKEND=$!
-trap 'kill $BACKEND 2>/dev/null || true' EXIT
-echo "Vigil demo: connect an MCP client to http://127.0.0.1:8080/mcp; dashboard at http://127.0.0.1:8081/ui (Ctrl-C stops)"
+python3 examples/alert-receiver.py 3903 &
+RECEIVER=$!
+trap 'kill $BACKEND $RECEIVER 2>/dev/null || true; rm -rf "$plugins"' EXIT
+cat <<'TEXT'
+Vigil demo
+  MCP endpoint:  http://127.0.0.1:8080/mcp   (tools: files__echo, remote__add, ...)
+  dashboard:     http://127.0.0.1:8081/ui
+  plugins:       tool-call probes each backend every 10 s; webhook sends each
+                 health transition to the alert receiver, whose ALERT lines print here
+  try:           pkill -9 -f 'vigil-demo-backend.*files'   (an alert, a restart, a recovery)
+  stop:          Ctrl-C
+TEXT
 vigil serve --config examples/demo.toml

@@ -6,11 +6,11 @@
 # 1. `cargo build --workspace` (binaries for the end-to-end tests)
 # 2. `cargo test --workspace`, then the unit tests of the guest SDK and the
 #    first-party plugins (workspaces of their own)
-# 3. the end-to-end tests in tests/e2e (pytest + the official MCP Python SDK,
-#    in a venv under ~/.cache/vigil/venv, created or refreshed as needed);
-#    they build the WebAssembly plugins from source (scripts/build-plugins.sh,
-#    scripts/build-test-plugins.sh; `rustup target add wasm32-wasip2` as needed)
-# 4. tests/conformance/compare.sh, when it exists
+# 3. setup: the Python venv (~/.cache/vigil/venv: pytest + the official MCP
+#    Python SDK) and the WebAssembly plugins and example probes built from
+#    source with their toolchains (plugins_env), so no test waits on an install
+# 4. the end-to-end tests in tests/e2e
+# 5. tests/conformance/compare.sh, when it exists
 #
 # Works from a fresh Debian machine with Rust and cargo; idempotent.
 # Environment:
@@ -23,10 +23,9 @@ set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/vigil-target}"
-# Incremental artifacts only help edit-compile loops; in a kept target dir
-# they grow by gigabytes per run.
-export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# CARGO_TARGET_DIR and CARGO_INCREMENTAL, shared with scripts/demo.sh.
+# shellcheck source=scripts/env.sh
+. scripts/env.sh
 
 # The kept target directory collects a linked test binary (hundreds of MB with
 # debug info) for every version of every test crate ever built. Those not
@@ -107,6 +106,38 @@ node_env() {
   fi
 }
 
+# The WebAssembly side of the e2e tests, from source, before any test runs:
+# the wasm32-wasip2 target, the first-party and test plugins, the Python and
+# C example probes with their toolchains (componentize-py, Debian's clang and
+# wasi-libc), and a first build of a `vigil plugin new` crate, so that no
+# test spends its deadline on an install or a cold build. The tests find the
+# results through VIGIL_BUILT_PLUGINS and VIGIL_BUILT_EXAMPLES.
+plugins_env() {
+  local built="$HOME/.cache/vigil/e2e-built"
+  mkdir -p "$built/plugins" "$built/examples" || return 1
+  # Fresh components every run; the compiled-code cache beside them stays.
+  rm -f "$built"/plugins/*.wasm "$built"/examples/*.wasm
+  env -u CARGO_TARGET_DIR bash scripts/build-plugins.sh "$built/plugins" &&
+    env -u CARGO_TARGET_DIR bash scripts/build-test-plugins.sh "$built/plugins" &&
+    env -u CARGO_TARGET_DIR bash examples/python-probe/build.sh "$built/examples" &&
+    env -u CARGO_TARGET_DIR bash examples/c-probe/build.sh "$built/examples" &&
+    scaffold_warmup || return 1
+  export VIGIL_BUILT_PLUGINS="$built/plugins" VIGIL_BUILT_EXAMPLES="$built/examples"
+}
+
+# Builds a crate made by `vigil plugin new` once, in the plugins' target
+# directory, so the e2e test that does the same compiles only its own crate.
+scaffold_warmup() {
+  local dir status
+  dir=$(mktemp -d) || return 1
+  (cd "$dir" && "$CARGO_TARGET_DIR/debug/vigil" plugin new warmup --kind probe >/dev/null &&
+    cd warmup && CARGO_TARGET_DIR="${VIGIL_PLUGINS_TARGET_DIR:-$HOME/.cache/vigil-plugins-target}" \
+      cargo build --release --target wasm32-wasip2 --quiet)
+  status=$?
+  rm -rf "$dir"
+  return $status
+}
+
 e2e() {
   # Exit code 5 ("no tests collected") is a failure too: the suite is never empty.
   # shellcheck disable=SC2086
@@ -151,7 +182,9 @@ if [ "${results[-1]}" = PASS ]; then
   step guest-tests guest_tests
   step browser-env browser_env
   step python-env python_env
-  if [ "${results[-1]}" = PASS ]; then
+  python_ok=${results[-1]}
+  step plugins-env plugins_env
+  if [ "$python_ok" = PASS ] && [ "${results[-1]}" = PASS ]; then
     step e2e e2e
   else
     record e2e SKIPPED
@@ -163,7 +196,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance ABSENT
   fi
 else
-  for name in container-engine cargo-test guest-tests browser-env python-env e2e conformance; do record "$name" SKIPPED; done
+  for name in container-engine cargo-test guest-tests browser-env python-env plugins-env e2e conformance; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

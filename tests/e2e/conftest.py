@@ -78,12 +78,21 @@ def run_build_scripts(out: Path, scripts: list[str]) -> None:
             pytest.fail(f"{script} failed:\n{done.stdout}\n{done.stderr}", pytrace=False)
 
 
+def prebuilt(variable: str) -> Path | None:
+    """The directory `scripts/test.sh` built into before the tests ran, if it did."""
+    value = os.environ.get(variable)
+    return Path(value) if value and Path(value).is_dir() else None
+
+
 @pytest.fixture(scope="session")
 def built_plugins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every plugin of plugins/ and tests/plugins, built for wasm32-wasip2 into one directory.
 
-    Built from source in the test run (warm caches make it take seconds).
+    Built from source: by `scripts/test.sh` in its setup step
+    (`VIGIL_BUILT_PLUGINS`), or here when the tests run on their own.
     """
+    if (done := prebuilt("VIGIL_BUILT_PLUGINS")) is not None:
+        return done
     out = tmp_path_factory.mktemp("built-plugins")
     run_build_scripts(out, ["scripts/build-plugins.sh", "scripts/build-test-plugins.sh"])
     return out
@@ -95,7 +104,11 @@ def built_examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Each build script installs its own toolchain on first use (a venv with
     componentize-py; Debian's clang-19 and wasi-libc) and reuses it after.
+    `scripts/test.sh` runs them in its setup step (`VIGIL_BUILT_EXAMPLES`),
+    so no test waits for a toolchain install.
     """
+    if (done := prebuilt("VIGIL_BUILT_EXAMPLES")) is not None:
+        return done
     out = tmp_path_factory.mktemp("built-examples")
     run_build_scripts(out, ["examples/python-probe/build.sh", "examples/c-probe/build.sh"])
     return out

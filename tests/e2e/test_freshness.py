@@ -93,7 +93,8 @@ async def test_a_failed_backend_leaves_every_session_with_one_notification(
     vigil: Gateways, demo_http: Callable[..., DemoHttp], demo_bin: Path
 ) -> None:
     beta = demo_http("beta")
-    window = 0.5
+    # Long enough that five failures noticed on a busy machine fall in one window.
+    window = 2.0
     gw = vigil(
         [http_backend("beta", beta.url), stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))],
         restart={"base": "30s"},  # beta stays down for the whole test
@@ -118,8 +119,16 @@ async def test_a_failed_backend_leaves_every_session_with_one_notification(
         assert after == [1, 1, 1], f"notifications per session after the failure: {after}"
 
 
-async def test_five_backends_failing_together_make_one_fan_out(vigil: Gateways, procs: Procs, demo_bin: Path) -> None:
-    """Five endpoints of one backend process: killing it takes them all down at once."""
+async def test_five_backends_failing_together_make_at_most_two_notifications(
+    vigil: Gateways, procs: Procs, demo_bin: Path
+) -> None:
+    """Five endpoints of one backend process: killing it takes them all down at once.
+
+    Each supervisor notices on its own, so the five failures reach the
+    gateway a few milliseconds apart: the first is delivered at once (the
+    leading edge), the others within the window are coalesced into one
+    trailing delivery. Five failures, at most two notifications per session.
+    """
     port = free_port()
     host = procs.start(
         "demo-five",
@@ -128,7 +137,8 @@ async def test_five_backends_failing_together_make_one_fan_out(vigil: Gateways, 
     from harness import wait_http
 
     wait_http(f"http://127.0.0.1:{port}/mcp/4", host, "the five endpoints")
-    window = 0.5
+    # Long enough that five failures noticed on a busy machine fall in one window.
+    window = 2.0
     gw = vigil(
         [http_backend(f"b{i}", f"http://127.0.0.1:{port}/mcp/{i}") for i in range(5)],
         restart={"base": "30s"},
@@ -145,7 +155,7 @@ async def test_five_backends_failing_together_make_one_fan_out(vigil: Gateways, 
             await wait_for_tools(session, set(), absent=prefixed("b0", DEMO_TOOLS) | prefixed("b4", DEMO_TOOLS))
         await quiet(window * 3)
         after = [changes(inbox) - seen for (_, inbox), seen in zip(sessions, before, strict=True)]
-        assert after == [1, 1], f"notifications per session when five backends failed together: {after}"
+        assert all(1 <= n <= 2 for n in after), f"notifications per session when five backends failed together: {after}"
 
 
 async def test_twenty_changes_in_one_window_give_at_most_two_notifications(

@@ -138,12 +138,13 @@ async def test_the_control_api_answers_while_mcp_is_saturated(vigil: Gateways, d
         open_files=512,
         limits={"connections": 300, "api_connections": 16, "idle_timeout": "120s", "read_timeout": "120s"},
     )
-    hogs = []
-    refused = []
-    for _ in range(600):
-        s = connect(gw.port)
-        hogs.append(s)
+    hogs = [connect(gw.port) for _ in range(600)]
+    # The control API has its own room: it answers with /mcp saturated.
+    api = ControlApi(gw.api_base)
+    with anyio.fail_after(DEADLINE):
+        assert [i["name"] for i in await api.instances()] == ["alpha"]
     # 300 are held; every further one is answered 503 and closed.
+    refused = []
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline and len(refused) < 300:
         for s in list(hogs):
@@ -158,10 +159,6 @@ async def test_the_control_api_answers_while_mcp_is_saturated(vigil: Gateways, d
     assert first.startswith("HTTP/1.1 503 Service Unavailable"), first
     body = json.loads(first.split("\r\n\r\n", 1)[1])
     assert "limits.connections = 300" in body["error"]["message"], body
-    # The control API has its own room.
-    api = ControlApi(gw.api_base)
-    with anyio.fail_after(DEADLINE):
-        assert [i["name"] for i in await api.instances()] == ["alpha"]
     assert metric(gw.api_base, "vigil_connections", 'listener="mcp"') == 300
     assert open_fds(gw.proc.pid) < 512 - 64, f"{open_fds(gw.proc.pid)} descriptors open of 512"
     # Once the hogs go, MCP clients are served again.
@@ -227,6 +224,8 @@ async def test_a_client_that_reads_no_answers_is_cut_off_and_its_buffers_freed(v
             f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
         )
         readers.append(s)
+    peak = max(rss_bytes(gw.proc.pid) for _ in range(3))
+    print(f"unread answers: baseline {baseline / MiB:.0f} MiB, with 60 unread {peak / MiB:.0f} MiB")
     # Nobody reads: after write_timeout Vigil cuts every one of them...
     await poll(
         lambda: anyio.to_thread.run_sync(metric, gw.api_base, "vigil_connections_cut_total", 'listener="mcp",reason="write_timeout"'),
