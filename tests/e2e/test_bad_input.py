@@ -306,3 +306,26 @@ def test_help_exits_zero(vigil_bin: Path, tmp_path: Path) -> None:
     serve = run_vigil(vigil_bin, ["serve", "--help"], tmp_path)
     assert serve.returncode == 0, serve.stderr
     assert "--config" in serve.stdout, serve.stdout
+
+
+def test_a_wildcard_origin_is_accepted_by_check_and_serve(
+    vigil: Callable[..., Vigil], vigil_bin: Path, demo_bin: Path, tmp_path: Path
+) -> None:
+    """`allowed_origins = ["*"]` is documented; before, `vigil check` refused it (no scheme)."""
+    config = tmp_path / "wild.toml"
+    config.write_text(
+        render_config({"listen": listen(), "allowed_origins": ["*"]}, base_backends(demo_bin)), encoding="utf-8"
+    )
+    done = run_vigil(vigil_bin, ["check", "--config", str(config)], tmp_path)
+    assert done.returncode == 0, f"vigil check refused allowed_origins = [\"*\"]:\n{done.stderr}"
+    # Served, any Origin is accepted (the rule the listener applies is the one check applies).
+    gw = vigil(base_backends(demo_bin), allowed_origins=["*"])
+    r = httpx.post(
+        gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, "Origin": "https://anywhere.example"}, timeout=DEADLINE
+    )
+    assert r.status_code == 200, r.text
+    # Control: an entry without a scheme is still refused, naming it.
+    check_rejected(
+        vigil_bin, tmp_path, render_config({"listen": listen(), "allowed_origins": ["example.com"]}, base_backends(demo_bin)),
+        "allowed_origins[0]", "needs a scheme",
+    )
