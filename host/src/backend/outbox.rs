@@ -102,6 +102,8 @@ struct Shared {
     /// session that is never relayed anything (a stateless request) costs
     /// no task.
     started: std::sync::atomic::AtomicBool,
+    /// Whether the writer is handing a notification to the client now.
+    delivering: std::sync::atomic::AtomicBool,
 }
 
 /// The handle of one session's queue; clones share it. The writer task
@@ -126,6 +128,7 @@ impl Outbox {
             capacity: capacity.max(1),
             stop: stop.clone(),
             started: std::sync::atomic::AtomicBool::new(false),
+            delivering: std::sync::atomic::AtomicBool::new(false),
         });
         Self {
             shared,
@@ -184,6 +187,18 @@ impl Outbox {
     /// Waits (at most two seconds) until this client has been handed
     /// everything queued so far.
     pub async fn flush(&self) {
+        // The common case, once per call: nothing queued, nothing on its way.
+        {
+            let q = self.lock();
+            if q.notes.is_empty()
+                && !self
+                    .shared
+                    .delivering
+                    .load(std::sync::atomic::Ordering::Acquire)
+            {
+                return;
+            }
+        }
         let (tx, rx) = oneshot::channel();
         self.push(Note::Flush(tx));
         let _ = tokio::time::timeout(FLUSH_WAIT, rx).await;
@@ -209,7 +224,13 @@ async fn write(shared: std::sync::Weak<Shared>, stop: CancellationToken) {
             let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             let dropped = std::mem::take(&mut q.dropped);
             let channel = q.channel.clone();
-            (q.notes.pop_front(), dropped, channel)
+            let note = q.notes.pop_front();
+            // Set under the lock, so a flush never sees an empty queue
+            // while a note is between the queue and the client.
+            shared
+                .delivering
+                .store(note.is_some(), std::sync::atomic::Ordering::Release);
+            (note, dropped, channel)
         };
         let (note, dropped, channel) = next;
         if dropped > 0
@@ -243,11 +264,14 @@ async fn write(shared: std::sync::Weak<Shared>, stop: CancellationToken) {
             }
             continue;
         };
-        drop(shared);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = deliver(note, channel.as_ref()) => {}
         }
+        shared
+            .delivering
+            .store(false, std::sync::atomic::Ordering::Release);
+        drop(shared);
     }
 }
 

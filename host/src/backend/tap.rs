@@ -36,9 +36,14 @@ enum Item {
 }
 
 /// The sending side, held by the tapped transport and the connection.
-/// Also carries the "transport ended" signal.
+/// Also carries the "transport ended" signal, and how many notifications
+/// are queued or being handed over (so a flush with none costs nothing).
 #[derive(Clone)]
-pub struct Relay(mpsc::Sender<Item>, CancellationToken);
+pub struct Relay(
+    mpsc::Sender<Item>,
+    CancellationToken,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
 
 impl Relay {
     /// Starts the relay worker for one backend connection.
@@ -49,8 +54,16 @@ impl Relay {
         session: Option<u64>,
     ) -> Relay {
         let (tx, rx) = mpsc::channel(RELAY_BACKLOG);
-        tokio::spawn(run(rx, inflight, downstream, backend, session));
-        Relay(tx, CancellationToken::new())
+        let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        tokio::spawn(run(
+            rx,
+            inflight,
+            downstream,
+            backend,
+            session,
+            pending.clone(),
+        ));
+        Relay(tx, CancellationToken::new(), pending)
     }
 
     /// Resolves once the tapped transport has ended (peer gone, process
@@ -67,6 +80,9 @@ impl Relay {
     /// to the outboxes it is for (not to the clients: see
     /// [`Outbox::flush`](super::Outbox::flush)).
     pub async fn flush(&self) {
+        if self.2.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return;
+        }
         let (tx, rx) = oneshot::channel();
         if self.0.send(Item::Flush(tx)).await.is_ok() {
             let _ = rx.await;
@@ -74,7 +90,9 @@ impl Relay {
     }
 
     fn queue(&self, item: Item) {
+        self.2.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         if self.0.try_send(item).is_err() {
+            self.2.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             crate::metrics::get().relay_dropped.inc();
         }
     }
@@ -86,23 +104,27 @@ async fn run(
     downstream: Arc<dyn Downstream>,
     backend: Arc<str>,
     session: Option<u64>,
+    pending: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     while let Some(item) = rx.recv().await {
+        let counted = !matches!(item, Item::Flush(_));
         match item {
             Item::Progress(mut p) => {
-                let Some(call) = inflight.by_token_soon(&p.progress_token).await else {
-                    continue;
-                };
-                let Some(token) = call.progress_token else {
-                    continue;
-                };
-                p.progress_token = token;
-                call.outbox.progress(call.peer, p);
+                // Progress for no call, or for a call that asked for none, is dropped.
+                if let Some(call) = inflight.by_token_soon(&p.progress_token).await
+                    && let Some(token) = call.progress_token
+                {
+                    p.progress_token = token;
+                    call.outbox.progress(call.peer, p);
+                }
             }
             Item::Log(p) => downstream.log(&backend, session, p),
             Item::Flush(done) => {
                 let _ = done.send(());
             }
+        }
+        if counted {
+            pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
 }
