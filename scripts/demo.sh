@@ -5,11 +5,27 @@
 #
 # Shares its build with scripts/test.sh (scripts/env.sh): run after the
 # tests, it rebuilds nothing.
+#
+#   bash scripts/demo.sh           # the demo
+#   bash scripts/demo.sh --check   # build as the demo does, check its config, exit;
+#                                  # fails if a workspace crate had to be compiled
+#                                  # (scripts/test.sh runs it after its own build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
 command -v cargo >/dev/null || { echo "cargo is needed: install Rust (https://rustup.rs)"; exit 1; }
+if [ "${1:-}" = --check ]; then
+  rebuilt=$(cargo build --workspace 2>&1 | sed -n 's/^ *Compiling \([^ ]*\) .*(\(.*\))$/\1/p' | grep -v '^$' || true)
+  if [ -n "$rebuilt" ]; then
+    echo "demo: the demo's build compiled again what was built already: $(echo $rebuilt)" >&2
+    echo "demo: scripts/demo.sh and scripts/test.sh must build with the same settings (scripts/env.sh)" >&2
+    exit 1
+  fi
+  "$CARGO_TARGET_DIR/debug/vigil" check --config examples/demo.toml
+  echo "demo: nothing to rebuild; examples/demo.toml is valid"
+  exit 0
+fi
 command -v python3 >/dev/null || { echo "python3 is needed for the demo's alert receiver (Debian: apt-get install python3)"; exit 1; }
 cargo build --workspace --quiet
 # The probe and the notifier of examples/demo.toml (the first time this

@@ -3,7 +3,8 @@
 #
 #   bash scripts/test.sh
 #
-# 1. `cargo build --workspace` (binaries for the end-to-end tests)
+# 1. `cargo build --workspace` (binaries for the end-to-end tests), and
+#    `scripts/demo.sh --check`: the demo finds that build complete
 # 2. `cargo test --workspace`, then the unit tests of the guest SDK and the
 #    first-party plugins (workspaces of their own)
 # 3. setup: the Python venv (~/.cache/vigil/venv: pytest + the official MCP
@@ -177,6 +178,8 @@ container_env() {
 
 step build cargo build --workspace
 if [ "${results[-1]}" = PASS ]; then
+  # The demo builds with the same settings: it must find nothing to rebuild.
+  step demo-check bash scripts/demo.sh --check
   step container-engine container_env
   step cargo-test cargo test --workspace
   step guest-tests guest_tests
@@ -196,7 +199,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance ABSENT
   fi
 else
-  for name in container-engine cargo-test guest-tests browser-env python-env plugins-env e2e conformance; do record "$name" SKIPPED; done
+  for name in demo-check container-engine cargo-test guest-tests browser-env python-env plugins-env e2e conformance; do record "$name" SKIPPED; done
 fi
 
 banner "summary"
