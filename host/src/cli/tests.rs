@@ -620,6 +620,8 @@ fn plugin_info(name: &str, state: &'static str) -> crate::plugins::PluginInfo {
         consecutive_failures: 0,
         last_error: None,
         last_duration_ms: Some(2),
+        limit_hits: 0,
+        last_limit: None,
         loaded_at: SystemTime::UNIX_EPOCH,
         from_cache: false,
     }

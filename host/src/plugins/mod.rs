@@ -18,6 +18,7 @@
 //! it means "cannot tell" (`unknown`), never a restart of the backend.
 
 mod bindings;
+mod budget;
 pub mod engine;
 mod host_impl;
 pub mod inspect;
@@ -39,7 +40,7 @@ use wasmtime::component::{InstancePre, Linker};
 use engine::PluginEngine;
 use inspect::Inspection;
 use manifest::Manifest;
-pub use sandbox::Target;
+pub use sandbox::{LimitHit, Target};
 
 /// Which world a plugin implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -106,6 +107,10 @@ pub struct PluginInfo {
     pub last_error: Option<String>,
     /// Milliseconds of the last call.
     pub last_duration_ms: Option<u64>,
+    /// Calls that ran into one of the plugin's limits.
+    pub limit_hits: u64,
+    /// The last limit hit: what happened, and the key to raise.
+    pub last_limit: Option<String>,
     #[serde(with = "crate::health::unix_ms")]
     pub loaded_at: SystemTime,
     /// Whether the compiled code came from the on-disk cache.
@@ -123,6 +128,7 @@ struct Loaded {
     loaded_at: SystemTime,
     from_cache: bool,
     stats: Mutex<Stats>,
+    budget: Arc<budget::Budget>,
 }
 
 #[derive(Default)]
@@ -132,6 +138,8 @@ struct Stats {
     consecutive: u32,
     last_error: Option<String>,
     last_duration: Option<Duration>,
+    limit_hits: u64,
+    last_limit: Option<String>,
     /// Why the plugin was disabled (too many consecutive failures).
     disabled: Option<String>,
 }
@@ -303,6 +311,7 @@ impl Plugins {
             file: file.to_owned(),
             sha256,
             inspection,
+            budget: Arc::new(budget::Budget::new(&manifest)),
             manifest,
             pre,
             loaded_at: SystemTime::now(),
@@ -335,6 +344,8 @@ impl Plugins {
                     consecutive_failures: s.consecutive,
                     last_error: s.last_error.clone(),
                     last_duration_ms: s.last_duration.map(|d| d.as_millis() as u64),
+                    limit_hits: s.limit_hits,
+                    last_limit: s.last_limit.clone(),
                     loaded_at: p.loaded_at,
                     from_cache: p.from_cache,
                 },
@@ -359,6 +370,8 @@ impl Plugins {
                     consecutive_failures: 0,
                     last_error: Some(r.reason.clone()),
                     last_duration_ms: None,
+                    limit_hits: 0,
+                    last_limit: None,
                     loaded_at: r.at,
                     from_cache: false,
                 },
@@ -415,9 +428,14 @@ impl Plugins {
             label,
             config.into_iter().collect(),
             Some(target),
+            p.budget.clone(),
         );
         let pre = p.pre.clone();
-        let (outcome, took) = run_call(&p, store, async move |store| {
+        let Call {
+            outcome,
+            took,
+            limit,
+        } = run_call(&p, store, async move |store| {
             let instance = bindings::probe::ProbePre::new(pre)?
                 .instantiate_async(&mut *store)
                 .await?;
@@ -427,7 +445,7 @@ impl Plugins {
         let max = p.manifest.limits.max_string;
         match outcome {
             Ok(report) => {
-                self.record(&p, Ok(()), took);
+                self.record(&p, Ok(()), took, limit.as_ref());
                 use bindings::probe::vigil::plugin::types::Status;
                 let cut = |s: String| sandbox::bounded(s, max);
                 ProbeResult {
@@ -444,7 +462,7 @@ impl Plugins {
                 }
             }
             Err(why) => {
-                self.record(&p, Err(why.clone()), took);
+                self.record(&p, Err(why.clone()), took, limit.as_ref());
                 unknown(format!("the call failed: {why}"))
             }
         }
@@ -489,9 +507,14 @@ impl Plugins {
             name.to_owned(),
             p.manifest.config.clone().into_iter().collect(),
             None,
+            p.budget.clone(),
         );
         let pre = p.pre.clone();
-        let (outcome, took) = run_call(&p, store, async move |store| {
+        let Call {
+            outcome,
+            took,
+            limit,
+        } = run_call(&p, store, async move |store| {
             let instance = bindings::notifier::NotifierPre::new(pre)?
                 .instantiate_async(&mut *store)
                 .await?;
@@ -504,19 +527,19 @@ impl Plugins {
         match outcome {
             // A trap, deadline or memory exhaustion: the plugin's fault.
             Err(why) => {
-                self.record(&p, Err(why.clone()), took);
+                self.record(&p, Err(why.clone()), took, limit.as_ref());
                 Err(why)
             }
             // The plugin ran and says delivery failed (receiver down, say):
             // not a plugin failure, but the caller retries.
             Ok(Err(why)) => {
-                self.record(&p, Ok(()), took);
+                self.record(&p, Ok(()), took, limit.as_ref());
                 let why = sandbox::bounded(why, p.manifest.limits.max_string);
                 lock(&p.stats).last_error = Some(why.clone());
                 Err(why)
             }
             Ok(Ok(())) => {
-                self.record(&p, Ok(()), took);
+                self.record(&p, Ok(()), took, limit.as_ref());
                 Ok(())
             }
         }
@@ -524,11 +547,21 @@ impl Plugins {
 
     /// Counts a call; disables the plugin after its manifest's number of
     /// consecutive failures.
-    fn record(&self, p: &Loaded, outcome: Result<(), String>, took: Duration) {
+    fn record(
+        &self,
+        p: &Loaded,
+        outcome: Result<(), String>,
+        took: Duration,
+        limit: Option<&LimitHit>,
+    ) {
         crate::metrics::get().plugin_call(&p.name, outcome.is_ok(), took);
         let mut s = lock(&p.stats);
         s.calls += 1;
         s.last_duration = Some(took);
+        if let Some(hit) = limit {
+            s.limit_hits += 1;
+            s.last_limit = Some(hit.to_string());
+        }
         match outcome {
             Ok(()) => s.consecutive = 0,
             Err(why) => {
@@ -616,7 +649,7 @@ async fn run_call<T>(
     p: &Loaded,
     mut store: wasmtime::Store<sandbox::State>,
     call: impl AsyncFnOnce(&mut wasmtime::Store<sandbox::State>) -> wasmtime::Result<T>,
-) -> (Result<T, String>, Duration) {
+) -> Call<T> {
     let deadline = p.manifest.limits.deadline;
     let t0 = tokio::time::Instant::now();
     let outcome = match tokio::time::timeout(deadline + engine::TICK * 2, call(&mut store)).await {
@@ -634,7 +667,19 @@ async fn run_call<T>(
         )),
         _ => outcome,
     };
-    (outcome, t0.elapsed())
+    Call {
+        outcome,
+        took: t0.elapsed(),
+        limit: store.data_mut().limit_hit.take(),
+    }
+}
+
+/// What [`run_call`] saw of one call.
+struct Call<T> {
+    outcome: Result<T, String>,
+    took: Duration,
+    /// The first limit the call ran into, if any.
+    limit: Option<LimitHit>,
 }
 
 /// What a failed call says: the deadline, the memory cap, or the trap.

@@ -14,6 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use super::bindings;
+use super::budget::Budget;
 use super::engine::PluginEngine;
 use super::manifest::{Manifest, allows};
 use crate::backend::Connection;
@@ -42,6 +43,42 @@ pub struct State {
     /// failure (a probe's `unknown`), not as whatever the plugin concludes
     /// from a timeout it never asked for.
     pub(super) cut_short: Option<String>,
+    /// The first limit this call ran into (later ones are not logged).
+    pub(super) limit_hit: Option<LimitHit>,
+    /// What every call of this plugin shares (per-plugin caps).
+    pub(super) budget: Arc<Budget>,
+}
+
+/// A limit a call ran into: the manifest key (or host limit) and what
+/// happened, for the log, `/api/v1/plugins` and the call's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitHit {
+    /// `limits.http_concurrency`, say: what an operator would raise.
+    pub key: &'static str,
+    pub detail: String,
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.detail, self.key)
+    }
+}
+
+impl State {
+    /// Records that this call ran into `key`. The first hit of a call is
+    /// logged (a WARN naming the limit) and reported; later ones only
+    /// counted, so a plugin hammering a limit cannot flood the log.
+    pub(super) fn hit_limit(&mut self, key: &'static str, detail: impl Into<String>) {
+        if self.limit_hit.is_some() {
+            return;
+        }
+        let hit = LimitHit {
+            key,
+            detail: detail.into(),
+        };
+        tracing::warn!(plugin = %self.label, limit = key, "plugin call hit a limit: {}", hit.detail);
+        self.limit_hit = Some(hit);
+    }
 }
 
 /// `wasi:http` policy of one call.
@@ -145,6 +182,7 @@ pub fn store(
     label: String,
     config: Vec<(String, String)>,
     target: Option<Target>,
+    budget: Arc<Budget>,
 ) -> Store<State> {
     // No preopened directories, no environment, no arguments, no network
     // (sockets stay denied: wasmtime-wasi's default).
@@ -171,6 +209,8 @@ pub fn store(
         target,
         deadline: tokio::time::Instant::now() + manifest.limits.deadline,
         cut_short: None,
+        limit_hit: None,
+        budget,
     };
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|s| &mut s.limits);
