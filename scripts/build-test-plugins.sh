@@ -64,3 +64,22 @@ for name in "${names[@]}"; do
     mv -f "$tmp" "$out_dir/$name.wasm"
     printf '%-18s %9d bytes  %s\n' "$name" "$(wc -c <"$out_dir/$name.wasm")" "$out_dir/$name.wasm"
 done
+
+# Hand-written components no compiler makes (tests/plugins/memories): WAT
+# text assembled with the `wasmtime` Python package of the test venv
+# (tests/e2e/requirements.txt). NAME MEMORIES PAGES per variant.
+python="${VIGIL_WAT_PYTHON:-$HOME/.cache/vigil/venv/bin/python}"
+[ -x "$python" ] || python=python3
+"$python" -c 'import wasmtime' 2>/dev/null || {
+    echo "assembling tests/plugins/memories needs the wasmtime Python package: $python -m pip install -r $repo/tests/e2e/requirements.txt" >&2
+    exit 1
+}
+while read -r name memories pages; do
+    tmp="$out_dir/.$name.wasm.$$"
+    "$python" memories/assemble.py memories/memories.wat.in "$memories" "$pages" "$tmp"
+    mv -f "$tmp" "$out_dir/$name.wasm"
+    printf '%-18s %9d bytes  %s\n' "$name" "$(wc -c <"$out_dir/$name.wasm")" "$out_dir/$name.wasm"
+done <<'VARIANTS'
+two-memories 2 192
+many-memories 4 192
+VARIANTS

@@ -26,6 +26,7 @@
 //! target/release/vigil-bench events --backends 1000 --streams 100
 //! ```
 
+mod busy_plugins;
 mod events;
 mod fanout;
 mod load;
@@ -82,6 +83,9 @@ enum Command {
     /// compiled-code cache, instantiate + call time of a trivial probe,
     /// calls per second on one core, memory per loaded plugin.
     Plugins(plugins::PluginArgs),
+    /// MCP tools/call latency through Vigil while probe plugins spin until
+    /// their deadlines beside it, against the same Vigil without them.
+    BusyPlugins(busy_plugins::BusyArgs),
     /// The control API's event stream (`GET /api/v1/events`, the
     /// dashboard's feed): one Vigil with many backends, many open streams;
     /// time to `hello`, transition delivery latency, Vigil's CPU with 0 and
@@ -160,6 +164,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Probes(args)) => main_probes(args),
         Some(Command::Fanout(args)) => main_fanout(args),
         Some(Command::Plugins(args)) => main_plugins(args),
+        Some(Command::BusyPlugins(args)) => run_async(None, busy_plugins::run(&args)),
         Some(Command::Events(args)) => main_events(args),
     }
 }

@@ -25,7 +25,7 @@ import anyio
 import httpx
 
 from harness import Gateways, rss_bytes
-from support import ControlApi, http_session
+from support import ControlApi, http_session, text_of
 
 #: Most a single steady client call may take before it counts as failed: a
 #: plugin that stalls the gateway shows up as failures, not as a hang.
@@ -100,8 +100,8 @@ async def steady_load(gw: Gateways, api: ControlApi, tool: str = "demo__echo") -
                 try:
                     with anyio.fail_after(CALL_TIMEOUT):
                         r = await session.call_tool(tool, {"text": f"steady {n}"})
-                    text = "".join(getattr(c, "text", "") for c in r.content)
-                    if r.isError or text != f"steady {n}":
+                    text = text_of(r)
+                    if r.is_error or text != f"steady {n}":
                         load.failures.append(f"call {n}: {text[:200]}")
                     else:
                         load.latencies.append(time.perf_counter() - t0)

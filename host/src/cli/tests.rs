@@ -622,6 +622,7 @@ fn plugin_info(name: &str, state: &'static str) -> crate::plugins::PluginInfo {
         last_duration_ms: Some(2),
         limit_hits: 0,
         last_limit: None,
+        shed: 0,
         loaded_at: SystemTime::UNIX_EPOCH,
         from_cache: false,
     }

@@ -20,6 +20,9 @@ pub struct PluginsConfig {
     /// `cache`: compiled plugins, so restarts do not compile again.
     /// Default: `plugin-cache` in `data_dir`.
     pub cache: PathBuf,
+    /// `threads`: the threads plugin calls run on, apart from the
+    /// gateway's (default: the CPUs, at most 4).
+    pub threads: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -27,6 +30,7 @@ pub struct PluginsConfig {
 pub struct RawPlugins {
     pub dir: Option<String>,
     pub cache: Option<String>,
+    pub threads: Option<usize>,
 }
 
 /// One `probes = [{ plugin = "NAME", every = "10s", ... }]` entry: a probe
@@ -70,7 +74,18 @@ impl Problems {
             Some(c) => base.join(c),
             None => data_dir.join(DEFAULT_PLUGIN_CACHE),
         };
-        PluginsConfig { dir, cache }
+        let threads = match raw.threads {
+            Some(n) if !(1..=64).contains(&n) => {
+                self.add("plugins.threads", format!("{n} is outside 1..=64"));
+                None
+            }
+            n => n,
+        };
+        PluginsConfig {
+            dir,
+            cache,
+            threads,
+        }
     }
 
     pub(super) fn probes(&mut self, at: &str, raw: Vec<toml::Table>) -> Vec<PluginProbe> {

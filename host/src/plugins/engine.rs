@@ -7,8 +7,14 @@
 //!   reserved once, so a call's fresh instance costs microseconds, and many
 //!   plugins fit in modest address space.
 //! - **Epoch interruption**: a ticker thread advances the epoch every
-//!   [`TICK`]; each call's store gets a deadline in ticks and traps when it
-//!   passes, so a busy loop is cut within one tick of its deadline.
+//!   [`TICK`]; at each tick guest code yields to the plugin threads and its
+//!   call's deadline is checked ([`super::sandbox::store`]), so a busy loop
+//!   shares its thread and is cut within one tick of its deadline.
+//! - **Slots for [`MAX_INSTANCES`] calls at once**, each with at most
+//!   [`limiter::MAX_MEMORIES`] memories and [`limiter::MAX_TABLES`] tables
+//!   (a component declaring more is refused at load, see
+//!   [`check_resources`]). Reserving a slot is address space, not memory:
+//!   the pool's reservation grows with it, its resident size does not.
 //! - **Compiled-code cache**: compiling a component takes from milliseconds
 //!   (Rust) to seconds (an interpreter inside, like componentize-py); the
 //!   artifact is kept under `DIR/ENGINE-HASH/CONTENT-SHA256.cwasm` so a
@@ -35,14 +41,17 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use super::limiter;
 use super::manifest::MAX_MEMORY;
 use crate::private_fs::{self, Kind, Loose};
 
 /// How often the epoch advances.
 pub const TICK: Duration = Duration::from_millis(10);
 
-/// Most plugin instances alive at once (each call has its own).
-pub const MAX_INSTANCES: u32 = 64;
+/// Most plugin calls alive at once (each call has its own instance).
+/// Admission ([`super::admission`]) keeps calls within it: a call beyond
+/// waits for a slot instead of failing.
+pub const MAX_INSTANCES: u32 = 256;
 
 pub struct PluginEngine {
     engine: Engine,
@@ -57,14 +66,15 @@ impl PluginEngine {
     /// is created 0700.
     pub fn new(cache: Option<PathBuf>) -> Result<Self, String> {
         let mut pool = PoolingAllocationConfig::default();
+        let memories = limiter::MAX_MEMORIES as u32;
         pool.total_component_instances(MAX_INSTANCES)
             .total_core_instances(MAX_INSTANCES * 16)
-            .total_memories(MAX_INSTANCES * 2)
+            .total_memories(MAX_INSTANCES * memories)
             .total_tables(MAX_INSTANCES * 16)
             .total_stacks(MAX_INSTANCES)
-            .max_core_instances_per_component(32)
-            .max_memories_per_component(4)
-            .max_tables_per_component(32)
+            .max_core_instances_per_component(limiter::MAX_INSTANCES as u32)
+            .max_memories_per_component(memories)
+            .max_tables_per_component(limiter::MAX_TABLES as u32)
             .max_tables_per_module(8)
             .table_elements(100_000)
             .max_memory_size(MAX_MEMORY as usize)
@@ -104,11 +114,6 @@ impl PluginEngine {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
-    }
-
-    /// Epoch ticks for a deadline (at least one).
-    pub fn ticks(deadline: Duration) -> u64 {
-        (deadline.as_millis() / TICK.as_millis()).max(1) as u64 + 1
     }
 
     /// The component in `bytes`, from the cache when compiled before.

@@ -51,7 +51,18 @@ pub struct Limits {
     /// `max_string`: largest string a plugin may return (default 64 KiB);
     /// longer ones are cut.
     pub max_string: usize,
+    /// `host_resources`: most resources one call may hold in the host at
+    /// once (`wasi:http` headers, requests, bodies, streams, pollables;
+    /// default 256, at most [`MAX_HOST_RESOURCES`]). Each is bounded in
+    /// bytes, so this bounds the host memory a call can make Vigil hold.
+    pub host_resources: usize,
+    /// `concurrency`: most calls of this plugin running at once (default 4,
+    /// at most 64); more wait their turn, never fail for it.
+    pub concurrency: u32,
 }
+
+/// Most host resources a manifest may grant one call.
+pub const MAX_HOST_RESOURCES: usize = 4096;
 
 /// `[filter]` of a notifier: which health events it is offered.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -100,6 +111,8 @@ impl Default for Manifest {
                 http_timeout: Duration::from_secs(5),
                 http_max_body: 1 << 20,
                 max_string: 64 << 10,
+                host_resources: 256,
+                concurrency: 4,
             },
             allowed_hosts: Vec::new(),
             config: BTreeMap::new(),
@@ -131,6 +144,8 @@ struct RawLimits {
     http_timeout: Option<String>,
     http_max_body: Option<String>,
     max_string: Option<String>,
+    host_resources: Option<usize>,
+    concurrency: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -267,6 +282,22 @@ impl Manifest {
             16 << 20,
             &mut problems,
         ) as usize;
+        if let Some(n) = l.host_resources {
+            if !(16..=MAX_HOST_RESOURCES).contains(&n) {
+                problems.push(format!(
+                    "limits.host_resources: {n} is outside 16..={MAX_HOST_RESOURCES}"
+                ));
+            } else {
+                m.limits.host_resources = n;
+            }
+        }
+        if let Some(n) = l.concurrency {
+            if !(1..=64).contains(&n) {
+                problems.push(format!("limits.concurrency: {n} is outside 1..=64"));
+            } else {
+                m.limits.concurrency = n;
+            }
+        }
         if let Some(f) = l.failures {
             if f == 0 {
                 problems.push("limits.failures: must be at least 1".into());

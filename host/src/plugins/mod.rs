@@ -17,13 +17,16 @@
 //! A trap, a deadline or memory exhaustion ends that call only; for a probe
 //! it means "cannot tell" (`unknown`), never a restart of the backend.
 
+mod admission;
 mod bindings;
 mod budget;
 pub mod engine;
 mod host_impl;
 pub mod inspect;
+mod limiter;
 pub mod manifest;
 pub mod notify;
+mod runner;
 mod sandbox;
 pub mod scaffold;
 pub mod watch;
@@ -35,7 +38,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{InstancePre, Linker};
+use wasmtime::component::Linker;
 
 use engine::PluginEngine;
 use inspect::Inspection;
@@ -111,6 +114,10 @@ pub struct PluginInfo {
     pub limit_hits: u64,
     /// The last limit hit: what happened, and the key to raise.
     pub last_limit: Option<String>,
+    /// Calls not run because the plugin's own turns
+    /// (`limits.concurrency`) or the host's slots stayed busy for the
+    /// call's whole deadline. Never counted as failures.
+    pub shed: u64,
     #[serde(with = "crate::health::unix_ms")]
     pub loaded_at: SystemTime,
     /// Whether the compiled code came from the on-disk cache.
@@ -124,14 +131,13 @@ struct Loaded {
     sha256: String,
     inspection: Inspection,
     manifest: Manifest,
-    pre: InstancePre<sandbox::State>,
+    pre: World,
     loaded_at: SystemTime,
     from_cache: bool,
     stats: Mutex<Stats>,
     budget: Arc<budget::Budget>,
 }
 
-#[derive(Default)]
 struct Stats {
     calls: u64,
     failures: u64,
@@ -140,8 +146,28 @@ struct Stats {
     last_duration: Option<Duration>,
     limit_hits: u64,
     last_limit: Option<String>,
+    /// Calls not run for want of capacity, and their log lines' limit.
+    shed: u64,
+    shed_log: crate::log_limit::LogLimit,
     /// Why the plugin was disabled (too many consecutive failures).
     disabled: Option<String>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            calls: 0,
+            failures: 0,
+            consecutive: 0,
+            last_error: None,
+            last_duration: None,
+            limit_hits: 0,
+            last_limit: None,
+            shed: 0,
+            shed_log: crate::log_limit::LogLimit::new(Duration::from_secs(10)),
+            disabled: None,
+        }
+    }
 }
 
 /// A file that did not validate (and no older version of it runs).
@@ -154,6 +180,9 @@ struct Rejected {
 pub struct Plugins {
     engine: PluginEngine,
     linker: Linker<sandbox::State>,
+    /// The threads calls run on, apart from the gateway's.
+    runner: runner::Runner,
+    admission: admission::Admission,
     dir: PathBuf,
     loaded: RwLock<BTreeMap<String, Arc<Loaded>>>,
     rejected: RwLock<BTreeMap<String, Rejected>>,
@@ -178,14 +207,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Plugins {
-    /// The registry of `dir`, compiled code cached under `cache`. Loads
-    /// nothing yet: see [`Plugins::scan`].
-    pub fn new(dir: PathBuf, cache: Option<PathBuf>) -> Result<Arc<Self>, PluginsError> {
+    /// The registry of `dir`, compiled code cached under `cache`, calls
+    /// run on `threads` plugin threads (`None`: the default). Loads nothing
+    /// yet: see [`Plugins::scan`].
+    pub fn new(
+        dir: PathBuf,
+        cache: Option<PathBuf>,
+        threads: Option<usize>,
+    ) -> Result<Arc<Self>, PluginsError> {
         let engine = PluginEngine::new(cache).map_err(PluginsError)?;
         let linker = sandbox::linker(&engine).map_err(PluginsError)?;
+        let runner = runner::Runner::new(threads.unwrap_or_else(runner::default_threads))
+            .map_err(PluginsError)?;
         Ok(Arc::new(Self {
             engine,
             linker,
+            runner,
+            admission: admission::Admission::default(),
             dir,
             loaded: RwLock::default(),
             rejected: RwLock::default(),
@@ -346,6 +384,7 @@ impl Plugins {
                     last_duration_ms: s.last_duration.map(|d| d.as_millis() as u64),
                     limit_hits: s.limit_hits,
                     last_limit: s.last_limit.clone(),
+                    shed: s.shed,
                     loaded_at: p.loaded_at,
                     from_cache: p.from_cache,
                 },
@@ -372,6 +411,7 @@ impl Plugins {
                     last_duration_ms: None,
                     limit_hits: 0,
                     last_limit: None,
+                    shed: 0,
                     loaded_at: r.at,
                     from_cache: false,
                 },
@@ -430,18 +470,31 @@ impl Plugins {
             Some(target),
             p.budget.clone(),
         );
-        let pre = p.pre.clone();
+        let World::Probe(pre) = p.pre.clone() else {
+            return unknown(format!("it is a {}, not a probe", p.inspection.kind));
+        };
+        let q = p.clone();
+        let job = async move {
+            run_call(&q, store, async move |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance.vigil_plugin_prober().call_check(store).await
+            })
+            .await
+        };
         let Call {
             outcome,
             took,
             limit,
-        } = run_call(&p, store, async move |store| {
-            let instance = bindings::probe::ProbePre::new(pre)?
-                .instantiate_async(&mut *store)
-                .await?;
-            instance.vigil_plugin_prober().call_check(store).await
-        })
-        .await;
+        } = match self.call(&p, job).await {
+            Ok(call) => call,
+            Err(hit) => {
+                return ProbeResult {
+                    verdict: Verdict::Silent(format!("not run: {hit}")),
+                    latency: None,
+                    detail: None,
+                };
+            }
+        };
         let max = p.manifest.limits.max_string;
         match outcome {
             Ok(report) => {
@@ -509,21 +562,31 @@ impl Plugins {
             None,
             p.budget.clone(),
         );
-        let pre = p.pre.clone();
+        let World::Notifier(pre) = p.pre.clone() else {
+            return Err(format!(
+                "'{name}' is a {}, not a notifier",
+                p.inspection.kind
+            ));
+        };
+        let q = p.clone();
+        let job = async move {
+            run_call(&q, store, async move |store| {
+                let instance = pre.instantiate_async(&mut *store).await?;
+                instance
+                    .vigil_plugin_notify_sink()
+                    .call_notify(store, &wit)
+                    .await
+            })
+            .await
+        };
         let Call {
             outcome,
             took,
             limit,
-        } = run_call(&p, store, async move |store| {
-            let instance = bindings::notifier::NotifierPre::new(pre)?
-                .instantiate_async(&mut *store)
-                .await?;
-            instance
-                .vigil_plugin_notify_sink()
-                .call_notify(store, &wit)
-                .await
-        })
-        .await;
+        } = self
+            .call(&p, job)
+            .await
+            .map_err(|hit| format!("not run: {hit}"))?;
         match outcome {
             // A trap, deadline or memory exhaustion: the plugin's fault.
             Err(why) => {
@@ -542,6 +605,50 @@ impl Plugins {
                 self.record(&p, Ok(()), took, limit.as_ref());
                 Ok(())
             }
+        }
+    }
+
+    /// Admits `job`, one call of `p`, and runs it on the plugin threads.
+    /// `Err`: it was shed (counted and shown, never a failure of the
+    /// plugin's). The job owns its admission: a caller that stops waiting
+    /// frees nothing early, the call still ends by its deadline.
+    async fn call<T: Send + 'static>(
+        &self,
+        p: &Arc<Loaded>,
+        job: impl Future<Output = Call<T>> + Send + 'static,
+    ) -> Result<Call<T>, LimitHit> {
+        let wait = p.manifest.limits.deadline;
+        let ticket = match self
+            .admission
+            .admit(&p.budget.calls, p.budget.concurrency, wait)
+            .await
+        {
+            Ok(t) => t,
+            Err(hit) => {
+                self.shed(p, &hit);
+                return Err(hit);
+            }
+        };
+        let job = async move {
+            let _ticket = ticket;
+            job.await
+        };
+        Ok(self.runner.run(job).await.unwrap_or_else(|why| Call {
+            outcome: Err(why),
+            took: Duration::ZERO,
+            limit: None,
+        }))
+    }
+
+    /// Counts a call that was not run for want of capacity.
+    fn shed(&self, p: &Loaded, hit: &LimitHit) {
+        let mut s = lock(&p.stats);
+        s.shed += 1;
+        s.limit_hits += 1;
+        s.last_limit = Some(hit.to_string());
+        let now = tokio::time::Instant::now();
+        if let Some(more) = s.shed_log.admit(now) {
+            tracing::warn!(plugin = %p.name, limit = %hit.key, shed = s.shed, more, "plugin call shed: {}", hit.detail);
         }
     }
 
@@ -582,8 +689,16 @@ impl Plugins {
 /// A component that passed every check, ready to instantiate.
 struct Validated {
     inspection: Inspection,
-    pre: InstancePre<sandbox::State>,
+    pre: World,
     from_cache: bool,
+}
+
+/// A plugin linked and type-checked against its world once, at load, so a
+/// call only instantiates.
+#[derive(Clone)]
+enum World {
+    Probe(bindings::probe::ProbePre<sandbox::State>),
+    Notifier(bindings::notifier::NotifierPre<sandbox::State>),
 }
 
 /// Compiles (or loads from the cache), inspects, checks against the
@@ -597,6 +712,7 @@ fn validate(
 ) -> Result<Validated, String> {
     let (component, from_cache) = engine.compile(bytes)?;
     let inspection = inspect::inspect(engine.engine(), &component)?;
+    limiter::check(&component, manifest.limits.memory)?;
     if let Some(k) = manifest.kind
         && k != inspection.kind
     {
@@ -608,6 +724,18 @@ fn validate(
     let pre = linker
         .instantiate_pre(&component)
         .map_err(|e| format!("cannot be linked: {e:#}"))?;
+    let typed = |e: wasmtime::Error| {
+        format!(
+            "its exports do not match the {} world: {e:#}",
+            inspection.kind
+        )
+    };
+    let pre = match inspection.kind {
+        Kind::Probe => World::Probe(bindings::probe::ProbePre::new(pre).map_err(typed)?),
+        Kind::Notifier => {
+            World::Notifier(bindings::notifier::NotifierPre::new(pre).map_err(typed)?)
+        }
+    };
     Ok(Validated {
         inspection,
         pre,
@@ -653,7 +781,14 @@ async fn run_call<T>(
     let deadline = p.manifest.limits.deadline;
     let t0 = tokio::time::Instant::now();
     let outcome = match tokio::time::timeout(deadline + engine::TICK * 2, call(&mut store)).await {
-        Ok(r) => r.map_err(|e| describe_trap(&e, deadline)),
+        Ok(r) => r.map_err(|e| match resource_limit(&e, &p.manifest.limits) {
+            Some(hit) => {
+                let why = format!("ran out of host resources: {hit}");
+                store.data_mut().hit_limit(hit.key, hit.detail);
+                why
+            }
+            None => describe_trap(&e, deadline),
+        }),
         Err(_) => Err(format!(
             "did not finish within its deadline of {}",
             humantime::format_duration(deadline)
@@ -667,10 +802,14 @@ async fn run_call<T>(
         )),
         _ => outcome,
     };
+    let data = store.data_mut();
+    if let Some(hit) = data.limits.hit.take() {
+        data.hit_limit(hit.key, hit.detail); // logged like every other limit
+    }
     Call {
         outcome,
         took: t0.elapsed(),
-        limit: store.data_mut().limit_hit.take(),
+        limit: data.limit_hit.take(),
     }
 }
 
@@ -680,6 +819,33 @@ struct Call<T> {
     took: Duration,
     /// The first limit the call ran into, if any.
     limit: Option<LimitHit>,
+}
+
+/// The host-resource limit a trap `e` is, if it is one: the resource
+/// table refusing one more entry, or a header map past its size.
+fn resource_limit(e: &wasmtime::Error, limits: &manifest::Limits) -> Option<LimitHit> {
+    use wasmtime::component::ResourceTableError;
+    e.chain().find_map(|c| {
+        if let Some(ResourceTableError::Full) = c.downcast_ref::<ResourceTableError>() {
+            return Some(LimitHit {
+                key: "limits.host_resources",
+                detail: format!(
+                    "it held {} host resources (headers, requests, bodies, streams, pollables) at once",
+                    limits.host_resources
+                ),
+            });
+        }
+        if let Some(wasmtime_wasi_http::FieldMapError::TotalSizeTooBig) = c.downcast_ref() {
+            return Some(LimitHit {
+                key: "host headers per map",
+                detail: format!(
+                    "it put more than {} KiB into one header map",
+                    sandbox::HEADERS_SIZE >> 10
+                ),
+            });
+        }
+        None
+    })
 }
 
 /// What a failed call says: the deadline, the memory cap, or the trap.
@@ -700,6 +866,9 @@ fn describe_trap(e: &wasmtime::Error, deadline: Duration) -> String {
     // with frames: operators want the cause.
     let cause = e.root_cause().to_string();
     let chain = format!("{e:#}");
+    if cause.starts_with("ran out of its memory limit") {
+        return cause; // the limiter's own words
+    }
     if chain.contains("memory") && (chain.contains("limit") || chain.contains("grow")) {
         return format!("ran out of its memory limit ({cause})");
     }

@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
-use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use super::bindings;
 use super::budget::Budget;
 use super::engine::PluginEngine;
+use super::limiter::Limiter;
 use super::manifest::{Manifest, allows};
 use crate::backend::Connection;
 
@@ -31,7 +32,7 @@ pub struct State {
     http: WasiHttpCtx,
     table: ResourceTable,
     hooks: Hooks,
-    pub(super) limits: StoreLimits,
+    pub(super) limits: Limiter,
     /// The plugin's name (and for probes, the backend) for log lines.
     pub(super) label: String,
     pub(super) config: Vec<(String, String)>,
@@ -76,10 +77,18 @@ impl State {
             key,
             detail: detail.into(),
         };
-        tracing::warn!(plugin = %self.label, limit = key, "plugin call hit a limit: {}", hit.detail);
+        tracing::warn!(plugin = %self.label, limit = %key, "plugin call hit a limit: {}", hit.detail);
         self.limit_hit = Some(hit);
     }
 }
+
+/// Most bytes one `fields` resource (a request's or response's headers) may
+/// hold in the host. wasmtime's default, 128 KiB, times the number of
+/// resources a call may create was the +414 MiB of the first round.
+pub const HEADERS_SIZE: usize = 16 << 10;
+/// Largest write into an outgoing body, and how many such writes the host
+/// buffers before the plugin must wait: at most twice this per body.
+pub const BODY_CHUNK: usize = 64 << 10;
 
 /// `wasi:http` policy of one call.
 struct Hooks {
@@ -108,6 +117,14 @@ impl WasiHttpView for State {
 }
 
 impl WasiHttpHooks for Hooks {
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        BODY_CHUNK
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<wasmtime_wasi_http::WasiBody>,
@@ -187,23 +204,20 @@ pub fn store(
     // No preopened directories, no environment, no arguments, no network
     // (sockets stay denied: wasmtime-wasi's default).
     let wasi = WasiCtxBuilder::new().build();
-    let limits = StoreLimitsBuilder::new()
-        .memory_size(manifest.limits.memory as usize)
-        .instances(64)
-        .tables(64)
-        .memories(4)
-        .trap_on_grow_failure(true)
-        .build();
+    let mut http = WasiHttpCtx::new();
+    http.set_field_size_limit(HEADERS_SIZE);
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(manifest.limits.host_resources);
     let state = State {
         wasi,
-        http: WasiHttpCtx::new(),
-        table: ResourceTable::new(),
+        http,
+        table,
         hooks: Hooks {
             allowed: manifest.allowed_hosts.clone(),
             timeout: manifest.limits.http_timeout,
             max_body: manifest.limits.http_max_body,
         },
-        limits,
+        limits: Limiter::new(manifest.limits.memory as usize),
         label,
         config,
         target,
@@ -214,8 +228,17 @@ pub fn store(
     };
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|s| &mut s.limits);
-    store.set_epoch_deadline(PluginEngine::ticks(manifest.limits.deadline));
-    store.epoch_deadline_trap();
+    // Guest code yields to the plugin threads at every tick (so one busy
+    // plugin holds no thread from the others) and stops at its deadline.
+    let stop_at = std::time::Instant::now() + manifest.limits.deadline;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        Ok(if std::time::Instant::now() >= stop_at {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Yield(1)
+        })
+    });
     store
 }
 
