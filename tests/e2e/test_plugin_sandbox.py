@@ -24,7 +24,7 @@ import pytest
 
 from harness import Gateways, stdio_backend, demo_stdio_args
 from steady import API_BOUND, Report, baseline, p99_bound, steady_load
-from support import ControlApi, Receiver, plugin_dir, plugins_by_name, poll
+from support import ControlApi, Receiver, eprint, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
 
@@ -34,6 +34,7 @@ MIB = 1 << 20
 
 def assert_unharmed(base: Report, under: Report, *, rss_growth: int) -> None:
     """The steady workload's figures under attack against its baseline."""
+    eprint(f"steady load: baseline {base}; with the hostile plugins {under}")
     assert under.calls > 20, f"the steady client barely ran: {under}"
     assert under.failures == [], f"client calls failed: {under.failures[:5]} ({under})"
     assert under.p99 <= p99_bound(base), f"client p99 {under.p99:.3f}s over the bound {p99_bound(base):.3f}s: {under} (baseline {base})"
@@ -48,12 +49,18 @@ HOLD = 5.0
 
 
 def start(
-    vigil: Gateways, demo_bin: Path, d: Path, probes: list[dict[str, object]], *, other: bool = False
+    vigil: Gateways,
+    demo_bin: Path,
+    d: Path,
+    probes: list[dict[str, object]],
+    *,
+    other: bool = False,
+    extra: list[dict[str, object]] = [],  # noqa: B006 - never mutated
 ) -> tuple[object, ControlApi]:
-    """Vigil with the `demo` backend (probed by `probes`), and with `other` a second one to restart."""
+    """Vigil with the `demo` backend (probed by `probes`), `other` (a second one to restart) and `extra`."""
     backend = stdio_backend("demo", demo_bin, demo_stdio_args("demo"))
     backend["probes"] = probes
-    backends = [backend]
+    backends = [backend, *extra]
     if other:
         backends.append(stdio_backend("other", demo_bin, demo_stdio_args("other")))
     gw = vigil(backends, api={}, plugins={"dir": str(d)}, health={"interval": "2s", "timeout": "2s"})
@@ -81,8 +88,11 @@ async def test_busy_plugins_take_no_thread_from_mcp_or_the_api(
     busy = [f"busy-{i}" for i in range(2 * (os.cpu_count() or 2))]
     d = plugin_dir(tmp_path, built_plugins, ["good-probe"])
     probes: list[dict[str, object]] = [{"plugin": "good-probe", "every": "300ms"}]
-    probes += [{"plugin": b, "every": "200ms"} for b in busy]
-    gw, api = start(vigil, demo_bin, d, probes)
+    # Each busy loop probes a backend of its own: their calls run at once.
+    extra = [stdio_backend(b, demo_bin, demo_stdio_args(b)) for b in busy]
+    for b, backend in zip(busy, extra, strict=True):
+        backend["probes"] = [{"plugin": b, "every": "200ms"}]
+    gw, api = start(vigil, demo_bin, d, probes, extra=extra)
     await poll(lambda: good_probe_calls(api), lambda n: n >= 2, "good-probe running")
     base = await baseline(gw, api)
 
@@ -116,27 +126,35 @@ async def test_host_resources_a_call_creates_are_capped(
 
     Before, a 16 MiB plugin made Vigil hold +414 MiB in a 1 s call.
     """
+    # `host-hoard` fills header maps to 120 KiB each (past the host's bound
+    # per map), `hoard-small` to 12 KiB each (so only their number stops it).
+    hoarders = {"host-hoard": 120, "hoard-small": 12}
     d = plugin_dir(tmp_path, built_plugins, ["good-probe"])
-    probes: list[dict[str, object]] = [{"plugin": "good-probe", "every": "300ms"}, {"plugin": "host-hoard", "every": "300ms"}]
+    probes: list[dict[str, object]] = [{"plugin": "good-probe", "every": "300ms"}]
+    probes += [{"plugin": h, "every": "300ms"} for h in hoarders]
     gw, api = start(vigil, demo_bin, d, probes)
     await poll(lambda: good_probe_calls(api), lambda n: n >= 2, "good-probe running")
     base = await baseline(gw, api)
-    (d / "host-hoard.toml").write_text('[limits]\nfailures = 1000\n')
-    shutil.copy(built_plugins / "host-hoard.wasm", d / "host-hoard.wasm")
+    for h, kib in hoarders.items():
+        (d / f"{h}.toml").write_text(f'[limits]\nfailures = 1000\n[config]\nmap_kib = {kib}\n')
+        shutil.copy(built_plugins / "host-hoard.wasm", d / f"{h}.wasm")
     async with steady_load(gw, api) as load:
         hoard = await poll(
             lambda: plugins_by_name(api),
-            lambda p: p.get("host-hoard", {}).get("calls", 0) >= 5,
-            "host-hoard called five times",
+            lambda p: all(p.get(h, {}).get("calls", 0) >= 5 for h in hoarders),
+            "each hoarder called five times",
             timeout=60,
         )
         await anyio.sleep(HOLD)
     under = load.report()
     assert_unharmed(base, under, rss_growth=64 * MIB)
-    h = hoard["host-hoard"]
-    assert "limits.host_resources" in (h["last_limit"] or ""), h
-    assert "host resources" in (h["last_error"] or ""), h
-    assert re.search(r"plugin call hit a limit.*limit=limits\.host_resources", log_of(gw))
+    big, small = hoard["host-hoard"], hoard["hoard-small"]
+    assert "more than 16 KiB into one header map" in (big["last_limit"] or ""), big
+    assert "limits.host_resources" in (small["last_limit"] or ""), small
+    assert "ran out of host resources" in (small["last_error"] or ""), small
+    log = log_of(gw)
+    assert re.search(r"plugin call hit a limit.*limit=limits\.host_resources", log)
+    assert re.search(r"plugin call hit a limit.*limit=host headers per map", log)
     assert (await plugins_by_name(api))["good-probe"]["failures"] == 0
 
 

@@ -6,9 +6,10 @@
 //! linear memory: the first round measured +414 MiB in a 1 s call with a
 //! 16 MiB `limits.memory`.
 //!
-//! What must stop it: the host's cap on resources per call
-//! (`limits.host_resources`) and the byte bounds of each (headers, body
-//! buffers). It reports `unknown` with what it managed if the host refused
+//! What must stop it: the byte bounds of each resource (a header map over
+//! the host's per-map size traps: the default 120 KiB does) and, for maps
+//! under that bound (`map_kib = 12`), the host's cap on resources per call
+//! (`limits.host_resources`). It reports `unknown` with what it managed if the host refused
 //! something without trapping; a trap ends the call, which is the expected
 //! end.
 
@@ -27,14 +28,17 @@ struct HostHoard;
 impl Guest for HostHoard {
     fn check() -> Report {
         let value = vec![b'x'; 4096];
+        let map_kib: u32 = vigil::plugin::host::config()
+            .into_iter()
+            .find(|(k, _)| k == "map_kib")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(120);
         let mut kept_fields = Vec::new();
         let mut header_bytes: u64 = 0;
         let mut kept_requests = Vec::new();
         for round in 0..1_000_000u32 {
             let fields = Fields::new();
-            // 12 KiB per map: under the host's per-map bound, so only the
-            // number of maps (resources) can stop the hoard.
-            for i in 0..3 {
+            for i in 0..map_kib / 4 {
                 if fields.append(&format!("x-hoard-{i}"), &value).is_err() {
                     break;
                 }
