@@ -25,8 +25,9 @@ pub struct Manifest {
     /// `kind`: `"probe"` or `"notifier"`; checked against the component.
     pub kind: Option<Kind>,
     pub limits: Limits,
-    /// `[http] allowed_hosts`: `host`, `host:port` or `host:*`. Empty: no
-    /// outbound HTTP.
+    /// `[http] allowed_hosts`: `host`, `host:port`, `host:*`, a bare IPv6
+    /// address or `[v6]`, `[v6]:port`, `[v6]:*` (see `allow.rs`; every
+    /// entry parsed at load). Empty: no outbound HTTP.
     pub allowed_hosts: Vec<String>,
     /// `[config]`: values the plugin reads through `host.config`.
     pub config: BTreeMap<String, String>,
@@ -276,10 +277,8 @@ impl Manifest {
         }
         m.allowed_hosts = raw.http.unwrap_or_default().allowed_hosts;
         for h in &m.allowed_hosts {
-            if h.is_empty() || h.contains('/') || h.contains("://") {
-                problems.push(format!(
-                    "http.allowed_hosts: `{h}` is not a host: write `example.com`, `example.com:8443` or `127.0.0.1:*`"
-                ));
+            if let Err(why) = super::allow::parse(h) {
+                problems.push(format!("http.allowed_hosts: {why}"));
             }
         }
         for (k, v) in raw.config {
@@ -337,24 +336,7 @@ impl Manifest {
     }
 }
 
-/// Whether `allowed` (manifest entries) lets a request reach `host:port`.
-pub fn allows(allowed: &[String], host: &str, port: u16) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    allowed.iter().any(|entry| {
-        let (h, p) = match entry.rsplit_once(':') {
-            // An IPv6 literal without a port has colons too.
-            Some((h, p)) if !h.is_empty() && (p == "*" || p.parse::<u16>().is_ok()) => (h, Some(p)),
-            _ => (entry.as_str(), None),
-        };
-        let h = h.trim_start_matches('[').trim_end_matches(']');
-        h.eq_ignore_ascii_case(host)
-            && match p {
-                None => port == 80 || port == 443,
-                Some("*") => true,
-                Some(p) => p.parse::<u16>() == Ok(port),
-            }
-    })
-}
+pub use super::allow::allows;
 
 /// "16MiB", "512KiB", "1GiB", "4096" (bytes); also "MB"/"KB" as powers of two.
 fn parse_size(text: &str) -> Option<u64> {
@@ -458,6 +440,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn ipv6_allow_list_entries_load_and_match() {
+        let m = Manifest::parse(
+            "[http]\nallowed_hosts = [\"::1\", \"[fe80::1]:8080\", \"[2001:db8::5]:*\"]\n",
+            "v6.toml",
+        )
+        .unwrap();
+        // http::Uri::host() of http://[::1]:8080/ is "[::1]", brackets kept.
+        let uri: http::Uri = "http://[::1]:8080/".parse().unwrap();
+        assert_eq!(uri.host(), Some("[::1]"));
+        assert!(m.allows("[::1]", 80) && m.allows("[::1]", 443));
+        assert!(
+            !m.allows("[::1]", 8080),
+            "a bare entry means ports 80 and 443"
+        );
+        assert!(m.allows("[fe80::1]", 8080) && !m.allows("[fe80::1]", 443));
+        assert!(m.allows("[2001:db8::5]", 9));
+
+        let e = Manifest::parse(
+            "[http]\nallowed_hosts = [\"::1:8080\", \"[::1\"]\n",
+            "amb.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "amb.toml",
+            "http.allowed_hosts: `::1:8080` is ambiguous: write `[::1]:8080`",
+            "http.allowed_hosts: `[::1` has an unclosed `[`",
+        ] {
+            assert!(e.contains(needle), "{needle} missing from: {e}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!   on-disk cache of compiled code.
 //! - `inspect.rs`: what a component is (kind, `vigil:plugin` version,
 //!   imports) before anything of it runs.
-//! - `manifest.rs`: `NAME.toml`.
+//! - `manifest.rs`: `NAME.toml`; `allow.rs`: its `[http] allowed_hosts`.
 //! - `sandbox.rs`: one call's store (limits, deadline, WASI without files or
 //!   sockets, HTTP to allowed hosts only); `host_impl.rs`: Vigil's side of
 //!   the plugin's imports.
@@ -17,6 +17,7 @@
 //! A trap, a deadline or memory exhaustion ends that call only; for a probe
 //! it means "cannot tell" (`unknown`), never a restart of the backend.
 
+mod allow;
 mod bindings;
 mod budget;
 pub mod engine;
