@@ -7,12 +7,13 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::Problems;
+use crate::plugins::files::{DEFAULT_MAX_PLUGIN, MOST_MAX_PLUGIN};
 
 /// The default `[plugins] cache`, in `data_dir`.
 pub const DEFAULT_PLUGIN_CACHE: &str = "plugin-cache";
 
 /// `[plugins]`.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PluginsConfig {
     /// `dir`: where `NAME.wasm` (+ `NAME.toml`) plugins are loaded from,
     /// relative to the config file. Unset: no plugins.
@@ -20,6 +21,9 @@ pub struct PluginsConfig {
     /// `cache`: compiled plugins, so restarts do not compile again.
     /// Default: `plugin-cache` in `data_dir`.
     pub cache: PathBuf,
+    /// `max_file_bytes`: the largest `NAME.wasm` loaded; a larger file is
+    /// refused by its size, unread. Default 64 MiB, at most 1 GiB.
+    pub max_file_bytes: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -27,6 +31,7 @@ pub struct PluginsConfig {
 pub struct RawPlugins {
     pub dir: Option<String>,
     pub cache: Option<String>,
+    pub max_file_bytes: Option<u64>,
 }
 
 /// One `probes = [{ plugin = "NAME", every = "10s", ... }]` entry: a probe
@@ -70,7 +75,26 @@ impl Problems {
             Some(c) => base.join(c),
             None => data_dir.join(DEFAULT_PLUGIN_CACHE),
         };
-        PluginsConfig { dir, cache }
+        let max_file_bytes = match raw.max_file_bytes {
+            None => DEFAULT_MAX_PLUGIN,
+            Some(n) if n < 1024 => {
+                self.add("plugins.max_file_bytes", "must be at least 1024");
+                DEFAULT_MAX_PLUGIN
+            }
+            Some(n) if n > MOST_MAX_PLUGIN => {
+                self.add(
+                    "plugins.max_file_bytes",
+                    format!("must be at most {MOST_MAX_PLUGIN} (1 GiB): each file is read into memory whole"),
+                );
+                DEFAULT_MAX_PLUGIN
+            }
+            Some(n) => n,
+        };
+        PluginsConfig {
+            dir,
+            cache,
+            max_file_bytes,
+        }
     }
 
     pub(super) fn probes(&mut self, at: &str, raw: Vec<toml::Table>) -> Vec<PluginProbe> {

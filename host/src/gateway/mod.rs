@@ -557,7 +557,11 @@ impl Gateway {
         shutdown: &CancellationToken,
     ) -> Option<Arc<crate::plugins::Plugins>> {
         let dir = self.config.plugins.dir.clone()?;
-        match crate::plugins::Plugins::new(dir, Some(self.config.plugins.cache.clone())) {
+        match crate::plugins::Plugins::new(
+            dir,
+            Some(self.config.plugins.cache.clone()),
+            self.config.plugins.max_file_bytes,
+        ) {
             Ok(p) => {
                 tracker.spawn(crate::plugins::watch::run(p.clone(), shutdown.clone()));
                 tracker.spawn(crate::plugins::notify::run(

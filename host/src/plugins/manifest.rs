@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::Kind;
+use super::{Kind, files};
 use crate::health::HealthState;
 
 /// Largest memory a manifest may grant (the engine reserves this much
@@ -161,16 +161,21 @@ pub struct ManifestError {
 }
 
 impl Manifest {
-    /// Reads `path`; a missing file is the defaults.
+    /// Reads `path` (a regular file of at most [`files::MAX_MANIFEST`],
+    /// never blocking: see `files.rs`); a missing file is the defaults.
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Manifest::parse(&text, &path.display().to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
-            Err(e) => Err(ManifestError {
-                file: path.display().to_string(),
-                problems: vec![format!("cannot read it: {e}")],
-            }),
-        }
+        let refuse = |why: String| ManifestError {
+            file: path.display().to_string(),
+            problems: vec![why],
+        };
+        let bytes = match files::read(path, files::MAX_MANIFEST, "") {
+            Ok(bytes) => bytes,
+            Err(files::ReadError::NotFound) => return Ok(Manifest::default()),
+            Err(e) => return Err(refuse(format!("cannot read it: {e}"))),
+        };
+        let text = String::from_utf8(bytes)
+            .map_err(|e| refuse(format!("cannot read it: it is not UTF-8 text ({e})")))?;
+        Manifest::parse(&text, &path.display().to_string())
     }
 
     pub fn parse(text: &str, file: &str) -> Result<Manifest, ManifestError> {
@@ -473,6 +478,29 @@ mod tests {
         ] {
             assert!(e.contains(needle), "{needle} missing from: {e}");
         }
+    }
+
+    #[test]
+    fn a_manifest_that_is_no_regular_file_or_too_large_is_refused() {
+        let d = crate::private_fs::tests::TempDir::new("manifest-files");
+        let dir = d.path().join("y.toml");
+        std::fs::create_dir(&dir).unwrap();
+        let e = Manifest::load(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("y.toml: cannot read it: it is a directory, not a regular file"),
+            "{e}"
+        );
+        let big = d.path().join("big.toml");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(files::MAX_MANIFEST + 1)
+            .unwrap();
+        let e = Manifest::load(&big).unwrap_err().to_string();
+        assert!(e.contains("more than the 65536 bytes allowed"), "{e}");
+        let bin = d.path().join("bin.toml");
+        std::fs::write(&bin, b"kind = \"\xff\"").unwrap();
+        let e = Manifest::load(&bin).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8"), "{e}");
     }
 
     #[test]
