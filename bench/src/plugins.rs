@@ -98,7 +98,12 @@ fn distinct(bytes: &[u8], n: u32) -> Vec<u8> {
 /// A fresh registry of `dir` with its cache at `cache`, scanned; the scan's
 /// duration.
 async fn load(dir: &Path, cache: &Path) -> anyhow::Result<(Arc<Plugins>, Duration)> {
-    let plugins = Plugins::new(dir.to_owned(), Some(cache.to_owned()), None)?;
+    let plugins = Plugins::new(
+        dir.to_owned(),
+        Some(cache.to_owned()),
+        None,
+        vigil::plugins::files::DEFAULT_MAX_PLUGIN,
+    )?;
     let t0 = Instant::now();
     plugins.scan().await;
     let took = t0.elapsed();

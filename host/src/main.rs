@@ -86,6 +86,9 @@ enum PluginCommand {
         /// Its manifest (default: `NAME.toml` beside the file, if any).
         #[arg(long, value_name = "FILE.toml")]
         manifest: Option<PathBuf>,
+        /// The largest plugin file accepted, as `[plugins] max_file_bytes`.
+        #[arg(long, value_name = "BYTES", default_value_t = vigil::plugins::files::DEFAULT_MAX_PLUGIN)]
+        max_file_bytes: u64,
     },
     /// Create a Rust plugin crate `NAME/` (in the current directory) that
     /// builds as is with `cargo build --release --target wasm32-wasip2`.
@@ -218,39 +221,41 @@ fn plugin_command(cmd: PluginCommand) -> ExitCode {
                 }
             }
         }
-        PluginCommand::Check { file, manifest } => {
-            match vigil::plugins::check_file(&file, manifest.as_deref()) {
-                Ok(c) => {
-                    let i = &c.inspection;
-                    let m = &c.manifest;
-                    println!("{}: ok", file.display());
-                    println!("  world:    {} (vigil:plugin@{})", i.kind, i.version);
-                    println!("  sha256:   {}", c.sha256);
-                    println!("  exports:  {}", i.exports.join(", "));
-                    println!("  imports:");
-                    for name in &i.imports {
-                        println!("    {name}");
-                    }
-                    println!(
-                        "  limits:   memory {} MiB, deadline {}, disabled after {} failures",
-                        m.limits.memory >> 20,
-                        humantime::format_duration(m.limits.deadline),
-                        m.limits.failures
-                    );
-                    let hosts = if m.allowed_hosts.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        m.allowed_hosts.join(", ")
-                    };
-                    println!("  http:     {hosts}");
-                    ExitCode::SUCCESS
+        PluginCommand::Check {
+            file,
+            manifest,
+            max_file_bytes,
+        } => match vigil::plugins::check_file(&file, manifest.as_deref(), max_file_bytes) {
+            Ok(c) => {
+                let i = &c.inspection;
+                let m = &c.manifest;
+                println!("{}: ok", file.display());
+                println!("  world:    {} (vigil:plugin@{})", i.kind, i.version);
+                println!("  sha256:   {}", c.sha256);
+                println!("  exports:  {}", i.exports.join(", "));
+                println!("  imports:");
+                for name in &i.imports {
+                    println!("    {name}");
                 }
-                Err(e) => {
-                    eprintln!("error: {}: {e}", file.display());
-                    ExitCode::from(2)
-                }
+                println!(
+                    "  limits:   memory {} MiB, deadline {}, disabled after {} failures",
+                    m.limits.memory >> 20,
+                    humantime::format_duration(m.limits.deadline),
+                    m.limits.failures
+                );
+                let hosts = if m.allowed_hosts.is_empty() {
+                    "none".to_owned()
+                } else {
+                    m.allowed_hosts.join(", ")
+                };
+                println!("  http:     {hosts}");
+                ExitCode::SUCCESS
             }
-        }
+            Err(e) => {
+                eprintln!("error: {}: {e}", file.display());
+                ExitCode::from(2)
+            }
+        },
     }
 }
 

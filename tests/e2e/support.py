@@ -384,10 +384,15 @@ class ControlApi:
 
 
 class Receiver:
-    """A local HTTP server that records every POST: path, content type, body, receipt time."""
+    """A local HTTP server that records every POST: path, content type, body, receipt time.
 
-    def __init__(self) -> None:
+    `host` is the address it listens on (`"::1"` for an IPv6 receiver),
+    `port` its port (default: a free one).
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         import http.server
+        import socket
         import threading
 
         self.posts: list[tuple[str, str, bytes, float]] = []
@@ -405,7 +410,10 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        self.server = Server((host, port), Handler)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

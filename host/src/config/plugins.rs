@@ -7,12 +7,13 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::Problems;
+use crate::plugins::files::{DEFAULT_MAX_PLUGIN, MOST_MAX_PLUGIN};
 
 /// The default `[plugins] cache`, in `data_dir`.
 pub const DEFAULT_PLUGIN_CACHE: &str = "plugin-cache";
 
 /// `[plugins]`.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PluginsConfig {
     /// `dir`: where `NAME.wasm` (+ `NAME.toml`) plugins are loaded from,
     /// relative to the config file. Unset: no plugins.
@@ -23,6 +24,9 @@ pub struct PluginsConfig {
     /// `threads`: the threads plugin calls run on, apart from the
     /// gateway's (default: the CPUs, at most 4).
     pub threads: Option<usize>,
+    /// `max_file_bytes`: the largest `NAME.wasm` loaded; a larger file is
+    /// refused by its size, unread. Default 64 MiB, at most 1 GiB.
+    pub max_file_bytes: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -31,6 +35,7 @@ pub struct RawPlugins {
     pub dir: Option<String>,
     pub cache: Option<String>,
     pub threads: Option<usize>,
+    pub max_file_bytes: Option<u64>,
 }
 
 /// One `probes = [{ plugin = "NAME", every = "10s", ... }]` entry: a probe
@@ -81,10 +86,26 @@ impl Problems {
             }
             n => n,
         };
+        let max_file_bytes = match raw.max_file_bytes {
+            None => DEFAULT_MAX_PLUGIN,
+            Some(n) if n < 1024 => {
+                self.add("plugins.max_file_bytes", "must be at least 1024");
+                DEFAULT_MAX_PLUGIN
+            }
+            Some(n) if n > MOST_MAX_PLUGIN => {
+                self.add(
+                    "plugins.max_file_bytes",
+                    format!("must be at most {MOST_MAX_PLUGIN} (1 GiB): each file is read into memory whole"),
+                );
+                DEFAULT_MAX_PLUGIN
+            }
+            Some(n) => n,
+        };
         PluginsConfig {
             dir,
             cache,
             threads,
+            max_file_bytes,
         }
     }
 

@@ -292,6 +292,7 @@ fn probe_plugins_parse_with_their_arguments() {
     .unwrap();
     assert_eq!(c.plugins.dir.as_deref(), Some(Path::new("plugins")));
     assert_eq!(c.plugins.cache, c.data_dir.join("plugin-cache"));
+    assert_eq!(c.plugins.max_file_bytes, 64 << 20);
     let p = &c.backends[0].probes[0];
     assert_eq!(p.plugin, "http-readiness");
     assert_eq!(p.every, Some(Duration::from_secs(10)));
@@ -299,6 +300,29 @@ fn probe_plugins_parse_with_their_arguments() {
     assert_eq!(p.args["degraded_ms"], "200");
     assert_eq!(p.args["strict"], "true");
     assert!(!p.args.contains_key("plugin") && !p.args.contains_key("every"));
+}
+
+#[test]
+fn the_plugin_file_cap_is_set_and_bounded() {
+    let with = |n: u64| {
+        format!(
+            "[plugins]\ndir = \"plugins\"\nmax_file_bytes = {n}\n[[backends]]\nname = \"a\"\ntransport = \"stdio\"\ncommand = \"x\"\n"
+        )
+    };
+    assert_eq!(
+        parse(&with(128 << 20)).unwrap().plugins.max_file_bytes,
+        128 << 20
+    );
+    let e = err(&with(10));
+    assert!(
+        e.contains("plugins.max_file_bytes: must be at least 1024"),
+        "{e}"
+    );
+    let e = err(&with(2 << 30));
+    assert!(
+        e.contains("plugins.max_file_bytes: must be at most 1073741824"),
+        "{e}"
+    );
 }
 
 #[test]

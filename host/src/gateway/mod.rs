@@ -561,6 +561,7 @@ impl Gateway {
             dir,
             Some(self.config.plugins.cache.clone()),
             self.config.plugins.threads,
+            self.config.plugins.max_file_bytes,
         ) {
             Ok(p) => {
                 tracker.spawn(crate::plugins::watch::run(p.clone(), shutdown.clone()));

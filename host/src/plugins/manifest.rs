@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::Kind;
+use super::{Kind, files};
 use crate::health::HealthState;
 
 /// Largest memory a manifest may grant (the engine reserves this much
@@ -25,8 +25,9 @@ pub struct Manifest {
     /// `kind`: `"probe"` or `"notifier"`; checked against the component.
     pub kind: Option<Kind>,
     pub limits: Limits,
-    /// `[http] allowed_hosts`: `host`, `host:port` or `host:*`. Empty: no
-    /// outbound HTTP.
+    /// `[http] allowed_hosts`: `host`, `host:port`, `host:*`, a bare IPv6
+    /// address or `[v6]`, `[v6]:port`, `[v6]:*` (see `allow.rs`; every
+    /// entry parsed at load). Empty: no outbound HTTP.
     pub allowed_hosts: Vec<String>,
     /// `[config]`: values the plugin reads through `host.config`.
     pub config: BTreeMap<String, String>,
@@ -175,16 +176,21 @@ pub struct ManifestError {
 }
 
 impl Manifest {
-    /// Reads `path`; a missing file is the defaults.
+    /// Reads `path` (a regular file of at most [`files::MAX_MANIFEST`],
+    /// never blocking: see `files.rs`); a missing file is the defaults.
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Manifest::parse(&text, &path.display().to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
-            Err(e) => Err(ManifestError {
-                file: path.display().to_string(),
-                problems: vec![format!("cannot read it: {e}")],
-            }),
-        }
+        let refuse = |why: String| ManifestError {
+            file: path.display().to_string(),
+            problems: vec![why],
+        };
+        let bytes = match files::read(path, files::MAX_MANIFEST, "") {
+            Ok(bytes) => bytes,
+            Err(files::ReadError::NotFound) => return Ok(Manifest::default()),
+            Err(e) => return Err(refuse(format!("cannot read it: {e}"))),
+        };
+        let text = String::from_utf8(bytes)
+            .map_err(|e| refuse(format!("cannot read it: it is not UTF-8 text ({e})")))?;
+        Manifest::parse(&text, &path.display().to_string())
     }
 
     pub fn parse(text: &str, file: &str) -> Result<Manifest, ManifestError> {
@@ -307,10 +313,8 @@ impl Manifest {
         }
         m.allowed_hosts = raw.http.unwrap_or_default().allowed_hosts;
         for h in &m.allowed_hosts {
-            if h.is_empty() || h.contains('/') || h.contains("://") {
-                problems.push(format!(
-                    "http.allowed_hosts: `{h}` is not a host: write `example.com`, `example.com:8443` or `127.0.0.1:*`"
-                ));
+            if let Err(why) = super::allow::parse(h) {
+                problems.push(format!("http.allowed_hosts: {why}"));
             }
         }
         for (k, v) in raw.config {
@@ -368,24 +372,7 @@ impl Manifest {
     }
 }
 
-/// Whether `allowed` (manifest entries) lets a request reach `host:port`.
-pub fn allows(allowed: &[String], host: &str, port: u16) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    allowed.iter().any(|entry| {
-        let (h, p) = match entry.rsplit_once(':') {
-            // An IPv6 literal without a port has colons too.
-            Some((h, p)) if !h.is_empty() && (p == "*" || p.parse::<u16>().is_ok()) => (h, Some(p)),
-            _ => (entry.as_str(), None),
-        };
-        let h = h.trim_start_matches('[').trim_end_matches(']');
-        h.eq_ignore_ascii_case(host)
-            && match p {
-                None => port == 80 || port == 443,
-                Some("*") => true,
-                Some(p) => p.parse::<u16>() == Ok(port),
-            }
-    })
-}
+pub use super::allow::allows;
 
 /// "16MiB", "512KiB", "1GiB", "4096" (bytes); also "MB"/"KB" as powers of two.
 fn parse_size(text: &str) -> Option<u64> {
@@ -489,6 +476,62 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn ipv6_allow_list_entries_load_and_match() {
+        let m = Manifest::parse(
+            "[http]\nallowed_hosts = [\"::1\", \"[fe80::1]:8080\", \"[2001:db8::5]:*\"]\n",
+            "v6.toml",
+        )
+        .unwrap();
+        // http::Uri::host() of http://[::1]:8080/ is "[::1]", brackets kept.
+        let uri: http::Uri = "http://[::1]:8080/".parse().unwrap();
+        assert_eq!(uri.host(), Some("[::1]"));
+        assert!(m.allows("[::1]", 80) && m.allows("[::1]", 443));
+        assert!(
+            !m.allows("[::1]", 8080),
+            "a bare entry means ports 80 and 443"
+        );
+        assert!(m.allows("[fe80::1]", 8080) && !m.allows("[fe80::1]", 443));
+        assert!(m.allows("[2001:db8::5]", 9));
+
+        let e = Manifest::parse(
+            "[http]\nallowed_hosts = [\"::1:8080\", \"[::1\"]\n",
+            "amb.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "amb.toml",
+            "http.allowed_hosts: `::1:8080` is ambiguous: write `[::1]:8080`",
+            "http.allowed_hosts: `[::1` has an unclosed `[`",
+        ] {
+            assert!(e.contains(needle), "{needle} missing from: {e}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_that_is_no_regular_file_or_too_large_is_refused() {
+        let d = crate::private_fs::tests::TempDir::new("manifest-files");
+        let dir = d.path().join("y.toml");
+        std::fs::create_dir(&dir).unwrap();
+        let e = Manifest::load(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("y.toml: cannot read it: it is a directory, not a regular file"),
+            "{e}"
+        );
+        let big = d.path().join("big.toml");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(files::MAX_MANIFEST + 1)
+            .unwrap();
+        let e = Manifest::load(&big).unwrap_err().to_string();
+        assert!(e.contains("more than the 65536 bytes allowed"), "{e}");
+        let bin = d.path().join("bin.toml");
+        std::fs::write(&bin, b"kind = \"\xff\"").unwrap();
+        let e = Manifest::load(&bin).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   on-disk cache of compiled code.
 //! - `inspect.rs`: what a component is (kind, `vigil:plugin` version,
 //!   imports) before anything of it runs.
-//! - `manifest.rs`: `NAME.toml`.
+//! - `manifest.rs`: `NAME.toml`; `allow.rs`: its `[http] allowed_hosts`.
+//! - `files.rs`: reading the directory's files (regular files only, never
+//!   blocking, up to a cap).
 //! - `sandbox.rs`: one call's store (limits, deadline, WASI without files or
 //!   sockets, HTTP to allowed hosts only); `host_impl.rs`: Vigil's side of
 //!   the plugin's imports.
@@ -18,9 +20,11 @@
 //! it means "cannot tell" (`unknown`), never a restart of the backend.
 
 mod admission;
+mod allow;
 mod bindings;
 mod budget;
 pub mod engine;
+pub mod files;
 mod host_impl;
 pub mod inspect;
 mod limiter;
@@ -184,6 +188,8 @@ pub struct Plugins {
     runner: runner::Runner,
     admission: admission::Admission,
     dir: PathBuf,
+    /// `[plugins] max_file_bytes`: larger `.wasm` files are refused unread.
+    max_file_bytes: u64,
     loaded: RwLock<BTreeMap<String, Arc<Loaded>>>,
     rejected: RwLock<BTreeMap<String, Rejected>>,
     /// Set once the first scan of the directory finished: until then a
@@ -207,13 +213,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Plugins {
-    /// The registry of `dir`, compiled code cached under `cache`, calls
-    /// run on `threads` plugin threads (`None`: the default). Loads nothing
-    /// yet: see [`Plugins::scan`].
+    /// The registry of `dir`, compiled code cached under `cache`, plugin
+    /// files of at most `max_file_bytes`, calls run on `threads` plugin
+    /// threads (`None`: the default). Loads nothing yet: see
+    /// [`Plugins::scan`].
     pub fn new(
         dir: PathBuf,
         cache: Option<PathBuf>,
         threads: Option<usize>,
+        max_file_bytes: u64,
     ) -> Result<Arc<Self>, PluginsError> {
         let engine = PluginEngine::new(cache).map_err(PluginsError)?;
         let linker = sandbox::linker(&engine).map_err(PluginsError)?;
@@ -225,6 +233,7 @@ impl Plugins {
             runner,
             admission: admission::Admission::default(),
             dir,
+            max_file_bytes,
             loaded: RwLock::default(),
             rejected: RwLock::default(),
             scanned: Default::default(),
@@ -237,34 +246,44 @@ impl Plugins {
 
     /// Brings the registry in line with the directory: loads new and
     /// changed `.wasm` files (a changed file replaces the running version
-    /// only once it validated), drops plugins whose file is gone. Compiling
-    /// runs on the blocking pool.
+    /// only once it validated), drops plugins whose file is gone.
+    ///
+    /// Nothing here may hold the watcher for good: files are read by
+    /// [`files::read`] (regular files only, `O_NONBLOCK`, at most the cap),
+    /// on the blocking pool, and a listing or read that still takes longer
+    /// than [`READ_TIMEOUT`] (a hung network mount) is given up on: the
+    /// directory is left as it is, or that file is refused, and the scan
+    /// goes on. Compiling runs on the blocking pool too, without a timeout:
+    /// a large component may take seconds, and it ends.
     pub async fn scan(self: &Arc<Self>) {
         let mut seen = std::collections::BTreeSet::new();
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) => {
+        let dir = self.dir.clone();
+        let listed = tokio::time::timeout(
+            READ_TIMEOUT,
+            tokio::task::spawn_blocking(move || wasm_files(&dir)),
+        )
+        .await;
+        let files = match listed {
+            Ok(Ok(Ok(files))) => files,
+            Ok(Ok(Err(e))) => {
                 tracing::error!(dir = %self.dir.display(), error = %e, "cannot read the plugin directory");
                 return;
             }
+            Ok(Err(e)) => {
+                tracing::error!(dir = %self.dir.display(), error = %e, "listing the plugin directory failed");
+                return;
+            }
+            Err(_) => {
+                tracing::error!(dir = %self.dir.display(), timeout = ?READ_TIMEOUT, "listing the plugin directory takes too long (a hung file system?); trying again at the next change");
+                return;
+            }
         };
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
-            .collect();
-        files.sort();
         for file in files {
             let Some(name) = file.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
                 continue;
             };
             seen.insert(name.clone());
-            let this = self.clone();
-            let f = file.clone();
-            let n = name.clone();
-            let outcome = tokio::task::spawn_blocking(move || this.load_file(&n, &f))
-                .await
-                .unwrap_or_else(|e| Err(format!("loading panicked: {e}")));
+            let outcome = self.load_file(&name, &file).await;
             self.settle(name, file, outcome);
         }
         let gone: Vec<String> = read(&self.loaded)
@@ -315,20 +334,39 @@ impl Plugins {
     }
 
     /// Reads, compiles and validates one plugin; `Ok(None)` when the same
-    /// content already runs.
-    fn load_file(&self, name: &str, file: &Path) -> Result<Option<Loaded>, String> {
-        let bytes =
-            std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    /// content already runs. Reading and compiling run on the blocking
+    /// pool; the read is bounded by [`READ_TIMEOUT`] (see [`Plugins::scan`]).
+    async fn load_file(
+        self: &Arc<Self>,
+        name: &str,
+        file: &Path,
+    ) -> Result<Option<Loaded>, String> {
+        let (f, max) = (file.to_owned(), self.max_file_bytes);
+        let (bytes, manifest) = tokio::time::timeout(
+            READ_TIMEOUT,
+            tokio::task::spawn_blocking(move || read_plugin(&f, max)),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "reading {} took longer than {} (a hung file system?)",
+                file.display(),
+                humantime::format_duration(READ_TIMEOUT)
+            )
+        })?
+        .map_err(|e| format!("reading failed: {e}"))??;
         let sha256 = hex::encode(Sha256::digest(&bytes));
-        let manifest_file = file.with_extension("toml");
-        let manifest = Manifest::load(&manifest_file).map_err(|e| e.to_string())?;
         if let Some(cur) = read(&self.loaded).get(name)
             && cur.sha256 == sha256
             && cur.manifest == manifest
         {
             return Ok(None);
         }
-        self.validate(name, file, bytes, sha256, manifest).map(Some)
+        let (this, n, f) = (self.clone(), name.to_owned(), file.to_owned());
+        tokio::task::spawn_blocking(move || this.validate(&n, &f, bytes, sha256, manifest))
+            .await
+            .unwrap_or_else(|e| Err(format!("loading panicked: {e}")))
+            .map(Some)
     }
 
     fn validate(
@@ -752,9 +790,14 @@ pub struct Checked {
 }
 
 /// Validates a plugin file (and its manifest) as the plugin directory
-/// would, without running any of it: `vigil plugin check`.
-pub fn check_file(file: &Path, manifest: Option<&Path>) -> Result<Checked, String> {
-    let bytes = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+/// would, without running any of it: `vigil plugin check`. `max_file_bytes`
+/// as `[plugins] max_file_bytes`.
+pub fn check_file(
+    file: &Path,
+    manifest: Option<&Path>,
+    max_file_bytes: u64,
+) -> Result<Checked, String> {
+    let bytes = read_wasm(file, max_file_bytes)?;
     let manifest_file = manifest
         .map(Path::to_owned)
         .unwrap_or_else(|| file.with_extension("toml"));
@@ -767,6 +810,39 @@ pub fn check_file(file: &Path, manifest: Option<&Path>) -> Result<Checked, Strin
         manifest,
         sha256: hex::encode(Sha256::digest(&bytes)),
     })
+}
+
+/// Longest the scan waits for the plugin directory's listing or for one
+/// file's read (files are regular files, read without blocking, so only a
+/// hung file system takes this long).
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `.wasm` paths in `dir`, sorted.
+fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// A plugin file's bytes (see `files.rs`), or why not.
+fn read_wasm(file: &Path, max: u64) -> Result<Vec<u8>, String> {
+    files::read(
+        file,
+        max,
+        "; raise [plugins] max_file_bytes (for `vigil plugin check`: --max-file-bytes) if the plugin really is this large",
+    )
+    .map_err(|e| format!("cannot read {}: {e}", file.display()))
+}
+
+/// A plugin's file and its manifest (`NAME.toml` beside it), read.
+fn read_plugin(file: &Path, max: u64) -> Result<(Vec<u8>, Manifest), String> {
+    let bytes = read_wasm(file, max)?;
+    let manifest = Manifest::load(&file.with_extension("toml")).map_err(|e| e.to_string())?;
+    Ok((bytes, manifest))
 }
 
 /// Runs one call of `p` in `store`: instantiation and the export, both

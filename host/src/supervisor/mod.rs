@@ -356,6 +356,8 @@ impl Supervisor {
         // The re-listing in flight, if any; dropped (and aborted) with the
         // instance when it goes down.
         let mut listing: Option<Relisting> = None;
+        // The probe plugin calls in flight, likewise.
+        let mut calls = plugin_probes::Calls::new(self.plugin_probes.len());
         loop {
             let input = tokio::select! {
                 biased;
@@ -453,9 +455,17 @@ impl Supervisor {
                     };
                     self.plugin_probes.fold(input)
                 }
+                // Probe plugin calls run beside the loop, like the listing:
+                // a probe taking its whole deadline holds up no exit, probe
+                // or command. Its verdict is folded in when it comes.
                 _ = tokio::time::sleep_until(self.plugin_probes.next_due().unwrap_or_else(Instant::now)), if self.plugin_probes.next_due().is_some() => {
-                    let degraded = self.builtin_degraded.clone();
-                    match self.run_plugin_probe(conn.as_ref(), degraded).await {
+                    match self.start_plugin_probe(&mut calls, conn.as_ref()) {
+                        Some(input) => input,
+                        None => continue,
+                    }
+                }
+                Some((i, result)) = calls.next(), if !calls.is_empty() => {
+                    match self.plugin_probe_done(i, result) {
                         Some(input) => input,
                         None => continue,
                     }
