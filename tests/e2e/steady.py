@@ -101,7 +101,7 @@ async def steady_load(gw: Gateways, api: ControlApi, tool: str = "demo__echo") -
                     with anyio.fail_after(CALL_TIMEOUT):
                         r = await session.call_tool(tool, {"text": f"steady {n}"})
                     text = "".join(getattr(c, "text", "") for c in r.content)
-                    if r.isError or text != f"steady {n}":
+                    if r.is_error or text != f"steady {n}":
                         load.failures.append(f"call {n}: {text[:200]}")
                     else:
                         load.latencies.append(time.perf_counter() - t0)
