@@ -21,6 +21,7 @@ mod bindings;
 mod budget;
 pub mod engine;
 mod host_impl;
+mod http_limits;
 pub mod inspect;
 pub mod manifest;
 pub mod notify;

@@ -1,7 +1,8 @@
 //! What one plugin call runs in: a fresh [`Store`] whose data is [`State`]
 //! — WASI with no files, no sockets, no environment; `wasi:http` through
 //! [`Hooks`], which lets requests reach only the manifest's allowed hosts,
-//! with a timeout and a cap on the response body; a memory cap; an epoch
+//! with a timeout over the whole response ([`super::http_limits`]) and a cap
+//! on its body; a memory cap; an epoch
 //! deadline — and the host side of the `vigil:plugin` interfaces.
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use super::bindings;
 use super::budget::Budget;
 use super::engine::PluginEngine;
+use super::http_limits::{Bounded, timeout_detail};
 use super::manifest::{Manifest, allows};
 use crate::backend::Connection;
 
@@ -43,8 +45,9 @@ pub struct State {
     /// failure (a probe's `unknown`), not as whatever the plugin concludes
     /// from a timeout it never asked for.
     pub(super) cut_short: Option<String>,
-    /// The first limit this call ran into (later ones are not logged).
-    pub(super) limit_hit: Option<LimitHit>,
+    /// The limits this call ran into: shared with its HTTP hooks and the
+    /// response bodies they hand out, which run outside host calls.
+    pub(super) limit_hit: Arc<HitRecord>,
     /// What every call of this plugin shares (per-plugin caps).
     pub(super) budget: Arc<Budget>,
 }
@@ -64,12 +67,28 @@ impl std::fmt::Display for LimitHit {
     }
 }
 
-impl State {
-    /// Records that this call ran into `key`. The first hit of a call is
-    /// logged (a WARN naming the limit) and reported; later ones only
-    /// counted, so a plugin hammering a limit cannot flood the log.
-    pub(super) fn hit_limit(&mut self, key: &'static str, detail: impl Into<String>) {
-        if self.limit_hit.is_some() {
+/// Where one call records the limits it runs into. The first hit is logged
+/// (a WARN naming the limit) and kept for the call's outcome; later ones
+/// are ignored, so a plugin hammering a limit cannot flood the log.
+#[derive(Debug)]
+pub struct HitRecord {
+    /// The plugin (and for probes, the backend), for the WARN.
+    label: String,
+    first: std::sync::Mutex<Option<LimitHit>>,
+}
+
+impl HitRecord {
+    pub fn new(label: String) -> Arc<Self> {
+        Arc::new(Self {
+            label,
+            first: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Records that the call ran into `key`.
+    pub fn hit(&self, key: &'static str, detail: impl Into<String>) {
+        let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
+        if first.is_some() {
             return;
         }
         let hit = LimitHit {
@@ -77,15 +96,30 @@ impl State {
             detail: detail.into(),
         };
         tracing::warn!(plugin = %self.label, limit = key, "plugin call hit a limit: {}", hit.detail);
-        self.limit_hit = Some(hit);
+        *first = Some(hit);
+    }
+
+    /// The first hit, taken (once the call is over).
+    pub fn take(&self) -> Option<LimitHit> {
+        self.first.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl State {
+    /// Records that this call ran into `key`: see [`HitRecord`].
+    pub(super) fn hit_limit(&mut self, key: &'static str, detail: impl Into<String>) {
+        self.limit_hit.hit(key, detail);
     }
 }
 
 /// `wasi:http` policy of one call.
 struct Hooks {
     allowed: Vec<String>,
+    /// `limits.http_timeout`: a whole request, response body included.
     timeout: Duration,
     max_body: u64,
+    /// The call's limit record (the same as [`State::limit_hit`]).
+    hits: Arc<HitRecord>,
 }
 
 impl WasiView for State {
@@ -132,7 +166,10 @@ impl WasiHttpHooks for Hooks {
             tracing::warn!(%host, port, "plugin HTTP request to a host its manifest does not allow; refused");
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
-        let (timeout, max_body) = (self.timeout, self.max_body);
+        let dest = format!("{host}:{port}");
+        let (timeout, max_body, hits) = (self.timeout, self.max_body, self.hits.clone());
+        // The whole request, head and body, must be done by then.
+        let deadline = tokio::time::Instant::now() + timeout;
         let mut options = options.unwrap_or_default();
         let cap = |d: Option<Duration>| Some(d.map_or(timeout, |d| d.min(timeout)));
         options.connect_timeout = cap(options.connect_timeout);
@@ -140,17 +177,25 @@ impl WasiHttpHooks for Hooks {
         options.between_bytes_timeout = cap(options.between_bytes_timeout);
         Box::new(async move {
             let sent = wasmtime_wasi_http::default_send_request(request, Some(options));
-            let (resp, io) = tokio::time::timeout(timeout, sent)
-                .await
-                .map_err(|_| wasmtime_wasi_http::Error::ConnectionTimeout)??;
+            let (resp, io) = match tokio::time::timeout_at(deadline, sent).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    hits.hit(
+                        "limits.http_timeout",
+                        timeout_detail(&dest, timeout, "had not begun"),
+                    );
+                    return Err(wasmtime_wasi_http::Error::ConnectionTimeout);
+                }
+            };
             // A body past the cap ends with an error instead of filling
-            // the host's memory.
+            // the host's memory; one still arriving at the deadline too.
             let resp = resp.map(move |body| {
-                http_body_util::Limited::new(body, max_body as usize)
+                let limited = http_body_util::Limited::new(body, max_body as usize)
                     .map_err(move |_| {
                         wasmtime_wasi_http::Error::HttpResponseBodySize(Some(max_body))
                     })
-                    .boxed_unsync()
+                    .boxed_unsync();
+                Bounded::new(limited, deadline, timeout, hits, dest).boxed_unsync()
             });
             Ok((
                 resp,
@@ -194,6 +239,7 @@ pub fn store(
         .memories(4)
         .trap_on_grow_failure(true)
         .build();
+    let hits = HitRecord::new(label.clone());
     let state = State {
         wasi,
         http: WasiHttpCtx::new(),
@@ -202,6 +248,7 @@ pub fn store(
             allowed: manifest.allowed_hosts.clone(),
             timeout: manifest.limits.http_timeout,
             max_body: manifest.limits.http_max_body,
+            hits: hits.clone(),
         },
         limits,
         label,
@@ -209,7 +256,7 @@ pub fn store(
         target,
         deadline: tokio::time::Instant::now() + manifest.limits.deadline,
         cut_short: None,
-        limit_hit: None,
+        limit_hit: hits,
         budget,
     };
     let mut store = Store::new(engine.engine(), state);
