@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from harness import Gateways, demo_stdio_args, stdio_backend
@@ -114,6 +115,13 @@ def trickle(path: str, sock: socket.socket) -> None:
     for _ in range(60):
         time.sleep(1)
         sock.sendall(b"x")
+
+
+def hold(path: str, sock: socket.socket) -> None:
+    """The head and the start of a long body, then nothing until the client hangs up."""
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 100)
+    while sock.recv(4096):
+        pass
 
 
 def log_of(gw: Any) -> str:
@@ -208,5 +216,59 @@ async def test_a_body_trickled_a_byte_a_second_ends_at_http_timeout(
         # Ending at the timeout is the limit, not the plugin's failure.
         assert slow["failures"] == 0 and slow["state"] == "active", slow
         assert "was still arriving after 2s" in slow["last_limit"], slow
+    finally:
+        server.close()
+
+
+async def test_a_flood_of_requests_is_capped_per_call_and_per_plugin(
+    vigil: Gateways, demo_bin: Path, built_plugins: Path, tmp_path: Path
+) -> None:
+    """http-flood fires 2,000 GETs per call and keeps them all: 4 per call, 6 per plugin reach the server."""
+    server = ConnServer(hold)
+    try:
+        d = plugin_dir(tmp_path, built_plugins, ["good-probe"])
+        (d / "http-flood.toml").write_text(
+            '[http]\nallowed_hosts = ["127.0.0.1:*"]\n'
+            '[limits]\ndeadline = "5s"\nhttp_concurrency = 4\nhttp_concurrency_plugin = 6\n'
+        )
+        backends = []
+        for name in ("demo", "demo2"):
+            b = stdio_backend(name, demo_bin, demo_stdio_args(name))
+            url = f"http://127.0.0.1:{server.port}/{name}"
+            b["probes"] = [probe("http-flood", "100ms", url=url, count=2000, hold_ms=1000)]
+            backends.append(b)
+        backends[0]["probes"].append(probe("good-probe", "200ms"))
+        gw, api = await start_plugins(vigil, d, backends)
+        base = await baseline(gw, api)
+        good_before = (await plugins_by_name(api))["good-probe"]["calls"]
+
+        async with steady_load(gw, api) as load:
+            drop_in(built_plugins, d, "http-flood")
+            await poll(
+                lambda: plugins_by_name(api),
+                lambda p: p.get("http-flood", {}).get("calls", 0) >= 6,
+                "six http-flood calls",
+            )
+            most_total, most = server.most_total, dict(server.most)
+        print(f"server: most open {most_total} at once, per backend {most}, accepted {server.accepted}")
+        assert most_total <= 6, f"{most_total} connections at once; the plugin's cap is 6"
+        assert all(n <= 4 for n in most.values()), f"per call (backend) at once: {most}"
+        # The two backends' calls overlap: each cap is hit, and named.
+        await poll(
+            lambda: anyio.to_thread.run_sync(lambda: log_of(gw)),
+            lambda log: all(
+                hit_lines(log, "http-flood", k) for k in ("limits.http_concurrency", "limits.http_concurrency_plugin")
+            ),
+            "both caps hit (two probes overlapping)",
+        )
+        flood = await assert_steady(load.report(), base, api, good_before, "http-flood", "limits.http_concurrency", gw)
+        assert flood["failures"] == 0 and flood["state"] == "active", flood
+        # Every request past the cap was refused at once with the wasi:http code.
+        outcomes = re.findall(
+            r"http-flood sent 2000: (\d+) answered, (\d+) refused \(connection-limit-reached\)", log_of(gw)
+        )
+        assert len(outcomes) >= 6, outcomes
+        for answered, refused in outcomes:
+            assert int(answered) <= 4 and int(answered) + int(refused) == 2000, outcomes
     finally:
         server.close()

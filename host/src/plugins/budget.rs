@@ -2,12 +2,28 @@
 //! limits (each call's own side lives in its store, [`super::sandbox`]).
 //! One per [`super::Loaded`]; a new version of the plugin starts afresh.
 
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::http_limits::InFlight;
+
 /// The per-plugin caps of one loaded plugin.
-#[derive(Debug, Default)]
-pub struct Budget {}
+#[derive(Debug)]
+pub struct Budget {
+    /// Outbound HTTP requests in flight over all the plugin's calls
+    /// (`limits.http_concurrency_plugin`).
+    pub http: Arc<Semaphore>,
+    /// Its size, for messages.
+    pub http_cap: u32,
+}
 
 impl Budget {
-    pub fn new(_manifest: &super::manifest::Manifest) -> Self {
-        Self {}
+    pub fn new(manifest: &super::manifest::Manifest) -> Self {
+        let l = &manifest.limits;
+        Self {
+            http: InFlight::plugin_semaphore(l.http_concurrency_plugin),
+            http_cap: l.http_concurrency_plugin,
+        }
     }
 }

@@ -19,6 +19,9 @@ use crate::health::HealthState;
 pub const MAX_MEMORY: u64 = 256 << 20;
 /// Longest deadline a manifest may set for one call.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(60);
+/// `limits.http_concurrency_plugin` when the manifest sets neither it nor a
+/// higher `http_concurrency`: four calls' worth of the default per-call cap.
+const DEFAULT_HTTP_CONCURRENCY_PLUGIN: u32 = 16;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -51,6 +54,16 @@ pub struct Limits {
     /// `max_string`: largest string a plugin may return (default 64 KiB);
     /// longer ones are cut.
     pub max_string: usize,
+    /// `http_concurrency`: outbound requests one call may have in flight
+    /// (default 4, at most 256). A request counts from `handle` until its
+    /// response body is read to the end or dropped; one past the cap fails
+    /// at once with `connection-limit-reached`.
+    pub http_concurrency: u32,
+    /// `http_concurrency_plugin`: the same, over all calls of the plugin at
+    /// once (a probe attached to many backends, notifications delivered
+    /// side by side). Default 16, or `http_concurrency` when that is set
+    /// higher; never below `http_concurrency`, at most 1024.
+    pub http_concurrency_plugin: u32,
 }
 
 /// `[filter]` of a notifier: which health events it is offered.
@@ -100,6 +113,8 @@ impl Default for Manifest {
                 http_timeout: Duration::from_secs(5),
                 http_max_body: 1 << 20,
                 max_string: 64 << 10,
+                http_concurrency: 4,
+                http_concurrency_plugin: DEFAULT_HTTP_CONCURRENCY_PLUGIN,
             },
             allowed_hosts: Vec::new(),
             config: BTreeMap::new(),
@@ -131,6 +146,8 @@ struct RawLimits {
     http_timeout: Option<String>,
     http_max_body: Option<String>,
     max_string: Option<String>,
+    http_concurrency: Option<u32>,
+    http_concurrency_plugin: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -267,6 +284,46 @@ impl Manifest {
             16 << 20,
             &mut problems,
         ) as usize;
+        let count =
+            |key: &str, v: Option<u32>, default: u32, max: u32, problems: &mut Vec<String>| match v
+            {
+                None => default,
+                Some(0) => {
+                    problems.push(format!("limits.{key}: must be at least 1"));
+                    default
+                }
+                Some(n) if n > max => {
+                    problems.push(format!(
+                        "limits.{key}: {n} is more than the most allowed, {max}"
+                    ));
+                    default
+                }
+                Some(n) => n,
+            };
+        let per_call = count(
+            "http_concurrency",
+            l.http_concurrency,
+            m.limits.http_concurrency,
+            256,
+            &mut problems,
+        );
+        m.limits.http_concurrency = per_call;
+        // Raising the per-call cap alone raises the per-plugin one with it:
+        // a single call may then use what it was granted.
+        m.limits.http_concurrency_plugin = count(
+            "http_concurrency_plugin",
+            l.http_concurrency_plugin,
+            m.limits.http_concurrency_plugin.max(per_call),
+            1024,
+            &mut problems,
+        );
+        if m.limits.http_concurrency_plugin < per_call {
+            problems.push(format!(
+                "limits.http_concurrency_plugin: {} is less than limits.http_concurrency, {per_call}: \
+                 one call could never use what it is granted",
+                m.limits.http_concurrency_plugin
+            ));
+        }
         if let Some(f) = l.failures {
             if f == 0 {
                 problems.push("limits.failures: must be at least 1".into());
@@ -461,9 +518,50 @@ mod tests {
     }
 
     #[test]
+    fn traffic_limits_parse_and_are_checked() {
+        let m = Manifest::parse(
+            r#"
+            [limits]
+            http_concurrency = 2
+            http_concurrency_plugin = 6
+            "#,
+            "t.toml",
+        )
+        .unwrap();
+        let l = &m.limits;
+        assert_eq!((l.http_concurrency, l.http_concurrency_plugin), (2, 6));
+        // Raising the per-call cap alone raises the per-plugin one.
+        let m = Manifest::parse("[limits]\nhttp_concurrency = 40\n", "t.toml").unwrap();
+        assert_eq!(m.limits.http_concurrency_plugin, 40);
+        let e = Manifest::parse(
+            r#"
+            [limits]
+            http_concurrency = 8
+            http_concurrency_plugin = 4
+            "#,
+            "bad.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("limits.http_concurrency_plugin: 4 is less than limits.http_concurrency, 8"),
+            "{e}"
+        );
+        let e = Manifest::parse("[limits]\nhttp_concurrency = 0\n", "z.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("limits.http_concurrency: must be at least 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn no_manifest_means_the_defaults() {
         let m = Manifest::load(Path::new("/nonexistent/x.toml")).unwrap();
         assert_eq!(m, Manifest::default());
         assert!(!m.allows("localhost", 80), "no HTTP by default");
+        let l = &m.limits;
+        assert_eq!((l.http_concurrency, l.http_concurrency_plugin), (4, 16));
     }
 }

@@ -1,8 +1,8 @@
 //! What one plugin call runs in: a fresh [`Store`] whose data is [`State`]
 //! — WASI with no files, no sockets, no environment; `wasi:http` through
 //! [`Hooks`], which lets requests reach only the manifest's allowed hosts,
-//! with a timeout over the whole response ([`super::http_limits`]) and a cap
-//! on its body; a memory cap; an epoch
+//! with a timeout over the whole response, a cap on its body and on the
+//! requests in flight ([`super::http_limits`]); a memory cap; an epoch
 //! deadline — and the host side of the `vigil:plugin` interfaces.
 
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use super::bindings;
 use super::budget::Budget;
 use super::engine::PluginEngine;
-use super::http_limits::{Bounded, timeout_detail};
+use super::http_limits::{Bounded, InFlight, timeout_detail};
 use super::manifest::{Manifest, allows};
 use crate::backend::Connection;
 
@@ -118,6 +118,8 @@ struct Hooks {
     /// `limits.http_timeout`: a whole request, response body included.
     timeout: Duration,
     max_body: u64,
+    /// `limits.http_concurrency` and `http_concurrency_plugin`.
+    in_flight: InFlight,
     /// The call's limit record (the same as [`State::limit_hit`]).
     hits: Arc<HitRecord>,
 }
@@ -167,6 +169,13 @@ impl WasiHttpHooks for Hooks {
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
         let dest = format!("{host}:{port}");
+        let permits = match self.in_flight.admit(&dest) {
+            Ok(p) => p,
+            Err(refused) => {
+                self.hits.hit(refused.key, refused.detail);
+                return Box::new(async { Err(wasmtime_wasi_http::Error::ConnectionLimitReached) });
+            }
+        };
         let (timeout, max_body, hits) = (self.timeout, self.max_body, self.hits.clone());
         // The whole request, head and body, must be done by then.
         let deadline = tokio::time::Instant::now() + timeout;
@@ -189,13 +198,14 @@ impl WasiHttpHooks for Hooks {
             };
             // A body past the cap ends with an error instead of filling
             // the host's memory; one still arriving at the deadline too.
+            // It holds the request's slots until it ends or is dropped.
             let resp = resp.map(move |body| {
                 let limited = http_body_util::Limited::new(body, max_body as usize)
                     .map_err(move |_| {
                         wasmtime_wasi_http::Error::HttpResponseBodySize(Some(max_body))
                     })
                     .boxed_unsync();
-                Bounded::new(limited, deadline, timeout, hits, dest).boxed_unsync()
+                Bounded::new(limited, deadline, timeout, permits, hits, dest).boxed_unsync()
             });
             Ok((
                 resp,
@@ -248,6 +258,11 @@ pub fn store(
             allowed: manifest.allowed_hosts.clone(),
             timeout: manifest.limits.http_timeout,
             max_body: manifest.limits.http_max_body,
+            in_flight: InFlight::new(
+                manifest.limits.http_concurrency,
+                budget.http.clone(),
+                budget.http_cap,
+            ),
             hits: hits.clone(),
         },
         limits,
