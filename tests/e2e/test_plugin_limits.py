@@ -272,3 +272,39 @@ async def test_a_flood_of_requests_is_capped_per_call_and_per_plugin(
             assert int(answered) <= 4 and int(answered) + int(refused) == 2000, outcomes
     finally:
         server.close()
+
+
+async def test_a_log_flood_is_cut_to_the_rate_and_the_drops_are_counted(
+    vigil: Gateways, demo_bin: Path, built_plugins: Path, tmp_path: Path
+) -> None:
+    """log-flood logs as fast as it can for 2.5 s a call: at most 100 + 20/s of its lines reach the log."""
+    d = plugin_dir(tmp_path, built_plugins, ["good-probe"])
+    # The defaults: log_rate = 20 lines/s, log_burst = 100.
+    (d / "log-flood.toml").write_text('[limits]\ndeadline = "3s"\n[config]\nfor_ms = 2500\n')
+    backend = stdio_backend("demo", demo_bin, demo_stdio_args("demo"))
+    backend["probes"] = [probe("good-probe", "200ms"), probe("log-flood", "200ms")]
+    gw, api = await start_plugins(vigil, d, [backend])
+    base = await baseline(gw, api)
+    good_before = (await plugins_by_name(api))["good-probe"]["calls"]
+
+    async with steady_load(gw, api) as load:
+        dropped_at = drop_in(built_plugins, d, "log-flood")
+        await poll(
+            lambda: plugins_by_name(api),
+            lambda p: p.get("log-flood", {}).get("calls", 0) >= 3,
+            "three log-flood calls",
+        )
+    flood = await assert_steady(load.report(), base, api, good_before, "log-flood", "limits.log_rate", gw)
+    # Every line counted was written before this read, so before `ended_at`.
+    log = log_of(gw)
+    ended_at = time.monotonic()
+    lines = log.count("log-flood line ")
+    reported = [int(n) for n in re.findall(r"(\d+) plugin log lines dropped \(limits\.log_rate\)", log)]
+    seconds = ended_at - dropped_at
+    # The burst, then the rate, for as long as the plugin was there (+ 2 for rounding).
+    bound = 100 + 20 * seconds + 2
+    print(f"log-flood: {lines} lines in the log over {seconds:.1f} s (bound {bound:.0f}); dropped reported {reported}")
+    assert lines <= bound, f"{lines} log-flood lines in {seconds:.1f} s; the cap allows {bound:.0f}"
+    assert lines >= 100, f"only {lines} lines: the burst should pass"
+    assert reported and sum(reported) > 10 * lines, reported
+    assert flood["failures"] == 0 and flood["state"] == "active", flood

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::http_limits::InFlight;
+use super::log_rate::LogRate;
 
 /// The per-plugin caps of one loaded plugin.
 #[derive(Debug)]
@@ -16,6 +17,8 @@ pub struct Budget {
     pub http: Arc<Semaphore>,
     /// Its size, for messages.
     pub http_cap: u32,
+    /// `host.log` lines (`limits.log_rate`, `limits.log_burst`).
+    pub log: LogRate,
 }
 
 impl Budget {
@@ -24,6 +27,7 @@ impl Budget {
         Self {
             http: InFlight::plugin_semaphore(l.http_concurrency_plugin),
             http_cap: l.http_concurrency_plugin,
+            log: LogRate::new(l.log_rate, l.log_burst),
         }
     }
 }

@@ -10,6 +10,7 @@ use rmcp::model::{
 };
 
 use super::bindings::probe::vigil::plugin::{host, target};
+use super::log_rate::{Admit, report_dropped};
 use super::sandbox::{State, bounded};
 use crate::backend::BackendError;
 
@@ -20,6 +21,27 @@ const MAX_PAGES: usize = 100;
 
 impl host::Host for State {
     async fn log(&mut self, level: host::Level, message: String) {
+        // Past its rate a line is dropped before anything is done with it.
+        match self.budget.log.admit(tokio::time::Instant::now()) {
+            Admit::Drop => {
+                if !self.log_limited {
+                    self.log_limited = true;
+                    let l = &self.budget.log;
+                    let detail = format!(
+                        "it logged faster than {} lines a second (after a burst of {}); \
+                         the lines past that are dropped and counted",
+                        l.per_sec(),
+                        l.burst()
+                    );
+                    self.hit_limit("limits.log_rate", detail);
+                }
+                // A plugin logging flat out gets the thread back to the
+                // scheduler with each line refused, not only at its deadline.
+                tokio::task::yield_now().await;
+                return;
+            }
+            Admit::Write { dropped } => report_dropped(&self.label, dropped),
+        }
         let message = bounded(message, MAX_LOG);
         let plugin = self.label.as_str();
         match level {

@@ -64,6 +64,13 @@ pub struct Limits {
     /// side by side). Default 16, or `http_concurrency` when that is set
     /// higher; never below `http_concurrency`, at most 1024.
     pub http_concurrency_plugin: u32,
+    /// `log_rate`: lines per second the plugin may write through
+    /// `host.log`, over all its calls (default 20, at most 10000); lines
+    /// past it are dropped and counted.
+    pub log_rate: u32,
+    /// `log_burst`: lines the plugin may write at once before `log_rate`
+    /// applies (default 100, at most 100000).
+    pub log_burst: u32,
 }
 
 /// `[filter]` of a notifier: which health events it is offered.
@@ -115,6 +122,8 @@ impl Default for Manifest {
                 max_string: 64 << 10,
                 http_concurrency: 4,
                 http_concurrency_plugin: DEFAULT_HTTP_CONCURRENCY_PLUGIN,
+                log_rate: 20,
+                log_burst: 100,
             },
             allowed_hosts: Vec::new(),
             config: BTreeMap::new(),
@@ -148,6 +157,8 @@ struct RawLimits {
     max_string: Option<String>,
     http_concurrency: Option<u32>,
     http_concurrency_plugin: Option<u32>,
+    log_rate: Option<u32>,
+    log_burst: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -324,6 +335,20 @@ impl Manifest {
                 m.limits.http_concurrency_plugin
             ));
         }
+        m.limits.log_rate = count(
+            "log_rate",
+            l.log_rate,
+            m.limits.log_rate,
+            10_000,
+            &mut problems,
+        );
+        m.limits.log_burst = count(
+            "log_burst",
+            l.log_burst,
+            m.limits.log_burst,
+            100_000,
+            &mut problems,
+        );
         if let Some(f) = l.failures {
             if f == 0 {
                 problems.push("limits.failures: must be at least 1".into());
@@ -524,12 +549,22 @@ mod tests {
             [limits]
             http_concurrency = 2
             http_concurrency_plugin = 6
+            log_rate = 5
+            log_burst = 7
             "#,
             "t.toml",
         )
         .unwrap();
         let l = &m.limits;
-        assert_eq!((l.http_concurrency, l.http_concurrency_plugin), (2, 6));
+        assert_eq!(
+            (
+                l.http_concurrency,
+                l.http_concurrency_plugin,
+                l.log_rate,
+                l.log_burst
+            ),
+            (2, 6, 5, 7)
+        );
         // Raising the per-call cap alone raises the per-plugin one.
         let m = Manifest::parse("[limits]\nhttp_concurrency = 40\n", "t.toml").unwrap();
         assert_eq!(m.limits.http_concurrency_plugin, 40);
@@ -538,22 +573,20 @@ mod tests {
             [limits]
             http_concurrency = 8
             http_concurrency_plugin = 4
+            log_rate = 0
+            log_burst = 1000000
             "#,
             "bad.toml",
         )
         .unwrap_err()
         .to_string();
-        assert!(
-            e.contains("limits.http_concurrency_plugin: 4 is less than limits.http_concurrency, 8"),
-            "{e}"
-        );
-        let e = Manifest::parse("[limits]\nhttp_concurrency = 0\n", "z.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("limits.http_concurrency: must be at least 1"),
-            "{e}"
-        );
+        for needle in [
+            "limits.http_concurrency_plugin: 4 is less than limits.http_concurrency, 8",
+            "limits.log_rate: must be at least 1",
+            "limits.log_burst: 1000000 is more than the most allowed, 100000",
+        ] {
+            assert!(e.contains(needle), "{needle} missing from: {e}");
+        }
     }
 
     #[test]
@@ -563,5 +596,6 @@ mod tests {
         assert!(!m.allows("localhost", 80), "no HTTP by default");
         let l = &m.limits;
         assert_eq!((l.http_concurrency, l.http_concurrency_plugin), (4, 16));
+        assert_eq!((l.log_rate, l.log_burst), (20, 100));
     }
 }

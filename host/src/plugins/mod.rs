@@ -23,6 +23,7 @@ pub mod engine;
 mod host_impl;
 mod http_limits;
 pub mod inspect;
+mod log_rate;
 pub mod manifest;
 pub mod notify;
 mod sandbox;

@@ -50,6 +50,8 @@ pub struct State {
     pub(super) limit_hit: Arc<HitRecord>,
     /// What every call of this plugin shares (per-plugin caps).
     pub(super) budget: Arc<Budget>,
+    /// Whether a `host.log` line of this call was dropped already.
+    pub(super) log_limited: bool,
 }
 
 /// A limit a call ran into: the manifest key (or host limit) and what
@@ -109,6 +111,15 @@ impl State {
     /// Records that this call ran into `key`: see [`HitRecord`].
     pub(super) fn hit_limit(&mut self, key: &'static str, detail: impl Into<String>) {
         self.limit_hit.hit(key, detail);
+    }
+}
+
+/// The end of a call reports the plugin's `host.log` lines dropped and not
+/// reported yet.
+impl Drop for State {
+    fn drop(&mut self) {
+        let dropped = self.budget.log.take_dropped(tokio::time::Instant::now());
+        super::log_rate::report_dropped(&self.label, dropped);
     }
 }
 
@@ -273,6 +284,7 @@ pub fn store(
         cut_short: None,
         limit_hit: hits,
         budget,
+        log_limited: false,
     };
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|s| &mut s.limits);
