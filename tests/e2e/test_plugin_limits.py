@@ -31,7 +31,7 @@ import pytest
 
 from harness import Gateways, demo_stdio_args, stdio_backend
 from steady import API_BOUND, Report, baseline, p99_bound, steady_load
-from support import ControlApi, plugin_dir, plugins_by_name, poll
+from support import ControlApi, http_session, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
 
@@ -308,3 +308,47 @@ async def test_a_log_flood_is_cut_to_the_rate_and_the_drops_are_counted(
     assert lines >= 100, f"only {lines} lines: the burst should pass"
     assert reported and sum(reported) > 10 * lines, reported
     assert flood["failures"] == 0 and flood["state"] == "active", flood
+
+
+async def test_a_probe_flooding_its_target_sends_at_most_target_requests_per_check(
+    vigil: Gateways, demo_bin: Path, built_plugins: Path, tmp_path: Path
+) -> None:
+    """target-flood calls the backend's `bump` in a loop: the backend's counter grows by at most 10 per check."""
+    d = plugin_dir(tmp_path, built_plugins, ["good-probe"])
+    # The default: target_requests = 10.
+    (d / "target-flood.toml").write_text('[limits]\ndeadline = "2s"\n[config]\nfor_ms = 1000\ntool = "bump"\n')
+    backend = stdio_backend("demo", demo_bin, demo_stdio_args("demo"))
+    backend["probes"] = [probe("good-probe", "200ms"), probe("target-flood", "200ms")]
+    gw, api = await start_plugins(vigil, d, [backend])
+    base = await baseline(gw, api)
+    good_before = (await plugins_by_name(api))["good-probe"]["calls"]
+
+    async def counter() -> int:
+        async with http_session(gw.url) as s:
+            r = await s.read_resource("demo://demo/counter")
+            return int("".join(getattr(c, "text", "") for c in r.contents))
+
+    assert await counter() == 0
+    async with steady_load(gw, api) as load:
+        drop_in(built_plugins, d, "target-flood")
+        await poll(
+            lambda: plugins_by_name(api),
+            lambda p: p.get("target-flood", {}).get("calls", 0) >= 4,
+            "four target-flood calls",
+        )
+    bumps = await counter()
+    # The call in progress when the count was read may have bumped too.
+    after = (await plugins_by_name(api))["target-flood"]["calls"]
+    print(f"target-flood: backend counter {bumps} after {after} calls")
+    assert 0 < bumps <= 10 * (after + 1), f"the backend got {bumps} tools/call in {after} checks; the cap is 10 each"
+    flood = await assert_steady(load.report(), base, api, good_before, "target-flood", "limits.target_requests", gw)
+    log = log_of(gw)
+    outcomes = re.findall(r"target-flood (\d+) succeeded, (\d+) failed \(first failure: ([^\n]*)\)", log)
+    assert outcomes, "target-flood reported nothing"
+    for ok, failed, first in outcomes:
+        assert int(ok) <= 10, outcomes
+        if int(failed):
+            assert "limits.target_requests" in first, first
+    assert flood["failures"] == 0 and flood["state"] == "active", flood
+    demo = await api.instance("demo")
+    assert demo["restart_count"] == 0, demo

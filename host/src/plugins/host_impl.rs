@@ -93,6 +93,27 @@ impl State {
         result.map_err(mcp_error)
     }
 
+    /// Spends one of the call's target requests on `what`, or refuses it
+    /// (nothing is sent) once `limits.target_requests` are spent. A refusal
+    /// yields to the scheduler first, so a plugin retrying in a loop does not
+    /// hold its thread until the deadline.
+    async fn spend_target_request(&mut self, what: &str) -> Result<(), target::McpError> {
+        if self.target_left == 0 {
+            tokio::task::yield_now().await;
+            let cap = self.target_cap;
+            self.hit_limit(
+                "limits.target_requests",
+                format!("its {what} was refused: one call may send {cap} requests to its target"),
+            );
+            return Err(target::McpError::Unavailable(format!(
+                "{what} not sent: this call already sent its {cap} requests to the target \
+                 (limits.target_requests)"
+            )));
+        }
+        self.target_left -= 1;
+        Ok(())
+    }
+
     fn connection(&self) -> Result<std::sync::Arc<crate::backend::Connection>, target::McpError> {
         let t = self
             .target
@@ -128,6 +149,7 @@ impl target::Host for State {
 
     async fn ping(&mut self, timeout_ms: u32) -> Result<(), target::McpError> {
         let conn = self.connection()?;
+        self.spend_target_request("ping").await?;
         self.within("ping", timeout_ms, async |t| conn.ping(t).await)
             .await
     }
@@ -142,6 +164,7 @@ impl target::Host for State {
                 req.params = Some(PaginatedRequestParams::default().with_cursor(Some(c)));
             }
             let request = ClientRequest::ListToolsRequest(req);
+            self.spend_target_request("tools/list").await?;
             let page = match self
                 .within("tools/list", timeout_ms, async |t| {
                     conn.probe_request(request, t).await
@@ -189,6 +212,7 @@ impl target::Host for State {
         let mut params = CallToolRequestParams::new(name);
         params.arguments = Some(args);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        self.spend_target_request("tools/call").await?;
         let answer = self
             .within("tools/call", timeout_ms, async |t| {
                 conn.probe_request(request, t).await

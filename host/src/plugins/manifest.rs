@@ -71,6 +71,11 @@ pub struct Limits {
     /// `log_burst`: lines the plugin may write at once before `log_rate`
     /// applies (default 100, at most 100000).
     pub log_burst: u32,
+    /// `target_requests`: MCP requests one probe call may send to its
+    /// target through `vigil:plugin/target` (each `ping`, each page of
+    /// `list-tools`, each `call-tool`; default 10, at most 1000). Past it
+    /// the request fails at once with `unavailable`, nothing sent.
+    pub target_requests: u32,
 }
 
 /// `[filter]` of a notifier: which health events it is offered.
@@ -124,6 +129,7 @@ impl Default for Manifest {
                 http_concurrency_plugin: DEFAULT_HTTP_CONCURRENCY_PLUGIN,
                 log_rate: 20,
                 log_burst: 100,
+                target_requests: 10,
             },
             allowed_hosts: Vec::new(),
             config: BTreeMap::new(),
@@ -159,6 +165,7 @@ struct RawLimits {
     http_concurrency_plugin: Option<u32>,
     log_rate: Option<u32>,
     log_burst: Option<u32>,
+    target_requests: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -347,6 +354,13 @@ impl Manifest {
             l.log_burst,
             m.limits.log_burst,
             100_000,
+            &mut problems,
+        );
+        m.limits.target_requests = count(
+            "target_requests",
+            l.target_requests,
+            m.limits.target_requests,
+            1000,
             &mut problems,
         );
         if let Some(f) = l.failures {
@@ -551,6 +565,7 @@ mod tests {
             http_concurrency_plugin = 6
             log_rate = 5
             log_burst = 7
+            target_requests = 3
             "#,
             "t.toml",
         )
@@ -561,9 +576,10 @@ mod tests {
                 l.http_concurrency,
                 l.http_concurrency_plugin,
                 l.log_rate,
-                l.log_burst
+                l.log_burst,
+                l.target_requests
             ),
-            (2, 6, 5, 7)
+            (2, 6, 5, 7, 3)
         );
         // Raising the per-call cap alone raises the per-plugin one.
         let m = Manifest::parse("[limits]\nhttp_concurrency = 40\n", "t.toml").unwrap();
@@ -575,6 +591,7 @@ mod tests {
             http_concurrency_plugin = 4
             log_rate = 0
             log_burst = 1000000
+            target_requests = 0
             "#,
             "bad.toml",
         )
@@ -584,6 +601,7 @@ mod tests {
             "limits.http_concurrency_plugin: 4 is less than limits.http_concurrency, 8",
             "limits.log_rate: must be at least 1",
             "limits.log_burst: 1000000 is more than the most allowed, 100000",
+            "limits.target_requests: must be at least 1",
         ] {
             assert!(e.contains(needle), "{needle} missing from: {e}");
         }
@@ -596,6 +614,6 @@ mod tests {
         assert!(!m.allows("localhost", 80), "no HTTP by default");
         let l = &m.limits;
         assert_eq!((l.http_concurrency, l.http_concurrency_plugin), (4, 16));
-        assert_eq!((l.log_rate, l.log_burst), (20, 100));
+        assert_eq!((l.log_rate, l.log_burst, l.target_requests), (20, 100, 10));
     }
 }

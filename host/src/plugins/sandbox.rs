@@ -50,6 +50,10 @@ pub struct State {
     pub(super) limit_hit: Arc<HitRecord>,
     /// What every call of this plugin shares (per-plugin caps).
     pub(super) budget: Arc<Budget>,
+    /// Target requests this call may still send, of `target_cap`
+    /// (`limits.target_requests`).
+    pub(super) target_left: u32,
+    pub(super) target_cap: u32,
     /// Whether a `host.log` line of this call was dropped already.
     pub(super) log_limited: bool,
 }
@@ -284,6 +288,8 @@ pub fn store(
         cut_short: None,
         limit_hit: hits,
         budget,
+        target_left: manifest.limits.target_requests,
+        target_cap: manifest.limits.target_requests,
         log_limited: false,
     };
     let mut store = Store::new(engine.engine(), state);
