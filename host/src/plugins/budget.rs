@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
+use super::http_limits::InFlight;
+use super::log_rate::LogRate;
 use super::manifest::Manifest;
 
 /// The per-plugin caps of one loaded plugin.
@@ -15,14 +17,24 @@ pub struct Budget {
     /// ([`super::admission`]).
     pub calls: Arc<Semaphore>,
     pub concurrency: u32,
+    /// Outbound HTTP requests in flight over all the plugin's calls
+    /// (`limits.http_concurrency_plugin`).
+    pub http: Arc<Semaphore>,
+    /// Its size, for messages.
+    pub http_cap: u32,
+    /// `host.log` lines (`limits.log_rate`, `limits.log_burst`).
+    pub log: LogRate,
 }
 
 impl Budget {
     pub fn new(manifest: &Manifest) -> Self {
-        let concurrency = manifest.limits.concurrency;
+        let l = &manifest.limits;
         Self {
-            calls: Arc::new(Semaphore::new(concurrency as usize)),
-            concurrency,
+            calls: Arc::new(Semaphore::new(l.concurrency as usize)),
+            concurrency: l.concurrency,
+            http: InFlight::plugin_semaphore(l.http_concurrency_plugin),
+            http_cap: l.http_concurrency_plugin,
+            log: LogRate::new(l.log_rate, l.log_burst),
         }
     }
 }

@@ -10,6 +10,7 @@ use rmcp::model::{
 };
 
 use super::bindings::probe::vigil::plugin::{host, target};
+use super::log_rate::{Admit, report_dropped};
 use super::sandbox::{State, bounded};
 use crate::backend::BackendError;
 
@@ -20,6 +21,27 @@ const MAX_PAGES: usize = 100;
 
 impl host::Host for State {
     async fn log(&mut self, level: host::Level, message: String) {
+        // Past its rate a line is dropped before anything is done with it.
+        match self.budget.log.admit(tokio::time::Instant::now()) {
+            Admit::Drop => {
+                if !self.log_limited {
+                    self.log_limited = true;
+                    let l = &self.budget.log;
+                    let detail = format!(
+                        "it logged faster than {} lines a second (after a burst of {}); \
+                         the lines past that are dropped and counted",
+                        l.per_sec(),
+                        l.burst()
+                    );
+                    self.hit_limit("limits.log_rate", detail);
+                }
+                // A plugin logging flat out gets the thread back to the
+                // scheduler with each line refused, not only at its deadline.
+                tokio::task::yield_now().await;
+                return;
+            }
+            Admit::Write { dropped } => report_dropped(&self.label, dropped),
+        }
         let message = bounded(message, MAX_LOG);
         let plugin = self.label.as_str();
         match level {
@@ -71,6 +93,27 @@ impl State {
         result.map_err(mcp_error)
     }
 
+    /// Spends one of the call's target requests on `what`, or refuses it
+    /// (nothing is sent) once `limits.target_requests` are spent. A refusal
+    /// yields to the scheduler first, so a plugin retrying in a loop does not
+    /// hold its thread until the deadline.
+    async fn spend_target_request(&mut self, what: &str) -> Result<(), target::McpError> {
+        if self.target_left == 0 {
+            tokio::task::yield_now().await;
+            let cap = self.target_cap;
+            self.hit_limit(
+                "limits.target_requests",
+                format!("its {what} was refused: one call may send {cap} requests to its target"),
+            );
+            return Err(target::McpError::Unavailable(format!(
+                "{what} not sent: this call already sent its {cap} requests to the target \
+                 (limits.target_requests)"
+            )));
+        }
+        self.target_left -= 1;
+        Ok(())
+    }
+
     fn connection(&self) -> Result<std::sync::Arc<crate::backend::Connection>, target::McpError> {
         let t = self
             .target
@@ -106,6 +149,7 @@ impl target::Host for State {
 
     async fn ping(&mut self, timeout_ms: u32) -> Result<(), target::McpError> {
         let conn = self.connection()?;
+        self.spend_target_request("ping").await?;
         self.within("ping", timeout_ms, async |t| conn.ping(t).await)
             .await
     }
@@ -120,6 +164,7 @@ impl target::Host for State {
                 req.params = Some(PaginatedRequestParams::default().with_cursor(Some(c)));
             }
             let request = ClientRequest::ListToolsRequest(req);
+            self.spend_target_request("tools/list").await?;
             let page = match self
                 .within("tools/list", timeout_ms, async |t| {
                     conn.probe_request(request, t).await
@@ -167,6 +212,7 @@ impl target::Host for State {
         let mut params = CallToolRequestParams::new(name);
         params.arguments = Some(args);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        self.spend_target_request("tools/call").await?;
         let answer = self
             .within("tools/call", timeout_ms, async |t| {
                 conn.probe_request(request, t).await

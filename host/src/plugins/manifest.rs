@@ -19,6 +19,9 @@ use crate::health::HealthState;
 pub const MAX_MEMORY: u64 = 256 << 20;
 /// Longest deadline a manifest may set for one call.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(60);
+/// `limits.http_concurrency_plugin` when the manifest sets neither it nor a
+/// higher `http_concurrency`: four calls' worth of the default per-call cap.
+const DEFAULT_HTTP_CONCURRENCY_PLUGIN: u32 = 16;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -60,6 +63,28 @@ pub struct Limits {
     /// `concurrency`: most calls of this plugin running at once (default 4,
     /// at most 64); more wait their turn, never fail for it.
     pub concurrency: u32,
+    /// `http_concurrency`: outbound requests one call may have in flight
+    /// (default 4, at most 256). A request counts from `handle` until its
+    /// response body is read to the end or dropped; one past the cap fails
+    /// at once with `connection-limit-reached`.
+    pub http_concurrency: u32,
+    /// `http_concurrency_plugin`: the same, over all calls of the plugin at
+    /// once (a probe attached to many backends, notifications delivered
+    /// side by side). Default 16, or `http_concurrency` when that is set
+    /// higher; never below `http_concurrency`, at most 1024.
+    pub http_concurrency_plugin: u32,
+    /// `log_rate`: lines per second the plugin may write through
+    /// `host.log`, over all its calls (default 20, at most 10000); lines
+    /// past it are dropped and counted.
+    pub log_rate: u32,
+    /// `log_burst`: lines the plugin may write at once before `log_rate`
+    /// applies (default 100, at most 100000).
+    pub log_burst: u32,
+    /// `target_requests`: MCP requests one probe call may send to its
+    /// target through `vigil:plugin/target` (each `ping`, each page of
+    /// `list-tools`, each `call-tool`; default 10, at most 1000). Past it
+    /// the request fails at once with `unavailable`, nothing sent.
+    pub target_requests: u32,
 }
 
 /// Most host resources a manifest may grant one call.
@@ -114,6 +139,11 @@ impl Default for Manifest {
                 max_string: 64 << 10,
                 host_resources: 256,
                 concurrency: 4,
+                http_concurrency: 4,
+                http_concurrency_plugin: DEFAULT_HTTP_CONCURRENCY_PLUGIN,
+                log_rate: 20,
+                log_burst: 100,
+                target_requests: 10,
             },
             allowed_hosts: Vec::new(),
             config: BTreeMap::new(),
@@ -147,6 +177,11 @@ struct RawLimits {
     max_string: Option<String>,
     host_resources: Option<usize>,
     concurrency: Option<u32>,
+    http_concurrency: Option<u32>,
+    http_concurrency_plugin: Option<u32>,
+    log_rate: Option<u32>,
+    log_burst: Option<u32>,
+    target_requests: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -304,6 +339,67 @@ impl Manifest {
                 m.limits.concurrency = n;
             }
         }
+        let count =
+            |key: &str, v: Option<u32>, default: u32, max: u32, problems: &mut Vec<String>| match v
+            {
+                None => default,
+                Some(0) => {
+                    problems.push(format!("limits.{key}: must be at least 1"));
+                    default
+                }
+                Some(n) if n > max => {
+                    problems.push(format!(
+                        "limits.{key}: {n} is more than the most allowed, {max}"
+                    ));
+                    default
+                }
+                Some(n) => n,
+            };
+        let per_call = count(
+            "http_concurrency",
+            l.http_concurrency,
+            m.limits.http_concurrency,
+            256,
+            &mut problems,
+        );
+        m.limits.http_concurrency = per_call;
+        // Raising the per-call cap alone raises the per-plugin one with it:
+        // a single call may then use what it was granted.
+        m.limits.http_concurrency_plugin = count(
+            "http_concurrency_plugin",
+            l.http_concurrency_plugin,
+            m.limits.http_concurrency_plugin.max(per_call),
+            1024,
+            &mut problems,
+        );
+        if m.limits.http_concurrency_plugin < per_call {
+            problems.push(format!(
+                "limits.http_concurrency_plugin: {} is less than limits.http_concurrency, {per_call}: \
+                 one call could never use what it is granted",
+                m.limits.http_concurrency_plugin
+            ));
+        }
+        m.limits.log_rate = count(
+            "log_rate",
+            l.log_rate,
+            m.limits.log_rate,
+            10_000,
+            &mut problems,
+        );
+        m.limits.log_burst = count(
+            "log_burst",
+            l.log_burst,
+            m.limits.log_burst,
+            100_000,
+            &mut problems,
+        );
+        m.limits.target_requests = count(
+            "target_requests",
+            l.target_requests,
+            m.limits.target_requests,
+            1000,
+            &mut problems,
+        );
         if let Some(f) = l.failures {
             if f == 0 {
                 problems.push("limits.failures: must be at least 1".into());
@@ -539,5 +635,59 @@ mod tests {
         let m = Manifest::load(Path::new("/nonexistent/x.toml")).unwrap();
         assert_eq!(m, Manifest::default());
         assert!(!m.allows("localhost", 80), "no HTTP by default");
+        let l = &m.limits;
+        assert_eq!((l.http_concurrency, l.http_concurrency_plugin), (4, 16));
+        assert_eq!((l.log_rate, l.log_burst, l.target_requests), (20, 100, 10));
+    }
+
+    #[test]
+    fn traffic_limits_parse_and_are_checked() {
+        let m = Manifest::parse(
+            r#"
+            [limits]
+            http_concurrency = 2
+            http_concurrency_plugin = 6
+            log_rate = 5
+            log_burst = 7
+            target_requests = 3
+            "#,
+            "t.toml",
+        )
+        .unwrap();
+        let l = &m.limits;
+        assert_eq!(
+            (
+                l.http_concurrency,
+                l.http_concurrency_plugin,
+                l.log_rate,
+                l.log_burst,
+                l.target_requests
+            ),
+            (2, 6, 5, 7, 3)
+        );
+        // Raising the per-call cap alone raises the per-plugin one.
+        let m = Manifest::parse("[limits]\nhttp_concurrency = 40\n", "t.toml").unwrap();
+        assert_eq!(m.limits.http_concurrency_plugin, 40);
+        let e = Manifest::parse(
+            r#"
+            [limits]
+            http_concurrency = 8
+            http_concurrency_plugin = 4
+            log_rate = 0
+            log_burst = 1000000
+            target_requests = 0
+            "#,
+            "bad.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "limits.http_concurrency_plugin: 4 is less than limits.http_concurrency, 8",
+            "limits.log_rate: must be at least 1",
+            "limits.log_burst: 1000000 is more than the most allowed, 100000",
+            "limits.target_requests: must be at least 1",
+        ] {
+            assert!(e.contains(needle), "{needle} missing from: {e}");
+        }
     }
 }

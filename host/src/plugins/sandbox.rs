@@ -1,7 +1,8 @@
 //! What one plugin call runs in: a fresh [`Store`] whose data is [`State`]
 //! — WASI with no files, no sockets, no environment; `wasi:http` through
 //! [`Hooks`], which lets requests reach only the manifest's allowed hosts,
-//! with a timeout and a cap on the response body; a memory cap; an epoch
+//! with a timeout over the whole response, a cap on its body and on the
+//! requests in flight ([`super::http_limits`]); a memory cap; an epoch
 //! deadline — and the host side of the `vigil:plugin` interfaces.
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use super::bindings;
 use super::budget::Budget;
 use super::engine::PluginEngine;
+use super::http_limits::{Bounded, InFlight, timeout_detail};
 use super::limiter::Limiter;
 use super::manifest::{Manifest, allows};
 use crate::backend::Connection;
@@ -44,10 +46,17 @@ pub struct State {
     /// failure (a probe's `unknown`), not as whatever the plugin concludes
     /// from a timeout it never asked for.
     pub(super) cut_short: Option<String>,
-    /// The first limit this call ran into (later ones are not logged).
-    pub(super) limit_hit: Option<LimitHit>,
+    /// The limits this call ran into: shared with its HTTP hooks and the
+    /// response bodies they hand out, which run outside host calls.
+    pub(super) limit_hit: Arc<HitRecord>,
     /// What every call of this plugin shares (per-plugin caps).
     pub(super) budget: Arc<Budget>,
+    /// Target requests this call may still send, of `target_cap`
+    /// (`limits.target_requests`).
+    pub(super) target_left: u32,
+    pub(super) target_cap: u32,
+    /// Whether a `host.log` line of this call was dropped already.
+    pub(super) log_limited: bool,
 }
 
 /// A limit a call ran into: the manifest key (or host limit) and what
@@ -65,12 +74,28 @@ impl std::fmt::Display for LimitHit {
     }
 }
 
-impl State {
-    /// Records that this call ran into `key`. The first hit of a call is
-    /// logged (a WARN naming the limit) and reported; later ones only
-    /// counted, so a plugin hammering a limit cannot flood the log.
-    pub(super) fn hit_limit(&mut self, key: &'static str, detail: impl Into<String>) {
-        if self.limit_hit.is_some() {
+/// Where one call records the limits it runs into. The first hit is logged
+/// (a WARN naming the limit) and kept for the call's outcome; later ones
+/// are ignored, so a plugin hammering a limit cannot flood the log.
+#[derive(Debug)]
+pub struct HitRecord {
+    /// The plugin (and for probes, the backend), for the WARN.
+    label: String,
+    first: std::sync::Mutex<Option<LimitHit>>,
+}
+
+impl HitRecord {
+    pub fn new(label: String) -> Arc<Self> {
+        Arc::new(Self {
+            label,
+            first: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Records that the call ran into `key`.
+    pub fn hit(&self, key: &'static str, detail: impl Into<String>) {
+        let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
+        if first.is_some() {
             return;
         }
         let hit = LimitHit {
@@ -78,7 +103,28 @@ impl State {
             detail: detail.into(),
         };
         tracing::warn!(plugin = %self.label, limit = %key, "plugin call hit a limit: {}", hit.detail);
-        self.limit_hit = Some(hit);
+        *first = Some(hit);
+    }
+
+    /// The first hit, taken (once the call is over).
+    pub fn take(&self) -> Option<LimitHit> {
+        self.first.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl State {
+    /// Records that this call ran into `key`: see [`HitRecord`].
+    pub(super) fn hit_limit(&mut self, key: &'static str, detail: impl Into<String>) {
+        self.limit_hit.hit(key, detail);
+    }
+}
+
+/// The end of a call reports the plugin's `host.log` lines dropped and not
+/// reported yet.
+impl Drop for State {
+    fn drop(&mut self) {
+        let dropped = self.budget.log.take_dropped(tokio::time::Instant::now());
+        super::log_rate::report_dropped(&self.label, dropped);
     }
 }
 
@@ -93,8 +139,13 @@ pub const BODY_CHUNK: usize = 64 << 10;
 /// `wasi:http` policy of one call.
 struct Hooks {
     allowed: Vec<String>,
+    /// `limits.http_timeout`: a whole request, response body included.
     timeout: Duration,
     max_body: u64,
+    /// `limits.http_concurrency` and `http_concurrency_plugin`.
+    in_flight: InFlight,
+    /// The call's limit record (the same as [`State::limit_hit`]).
+    hits: Arc<HitRecord>,
 }
 
 impl WasiView for State {
@@ -149,7 +200,17 @@ impl WasiHttpHooks for Hooks {
             tracing::warn!(%host, port, "plugin HTTP request to a host its manifest does not allow; refused");
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
-        let (timeout, max_body) = (self.timeout, self.max_body);
+        let dest = format!("{host}:{port}");
+        let permits = match self.in_flight.admit(&dest) {
+            Ok(p) => p,
+            Err(refused) => {
+                self.hits.hit(refused.key, refused.detail);
+                return Box::new(async { Err(wasmtime_wasi_http::Error::ConnectionLimitReached) });
+            }
+        };
+        let (timeout, max_body, hits) = (self.timeout, self.max_body, self.hits.clone());
+        // The whole request, head and body, must be done by then.
+        let deadline = tokio::time::Instant::now() + timeout;
         let mut options = options.unwrap_or_default();
         let cap = |d: Option<Duration>| Some(d.map_or(timeout, |d| d.min(timeout)));
         options.connect_timeout = cap(options.connect_timeout);
@@ -157,17 +218,26 @@ impl WasiHttpHooks for Hooks {
         options.between_bytes_timeout = cap(options.between_bytes_timeout);
         Box::new(async move {
             let sent = wasmtime_wasi_http::default_send_request(request, Some(options));
-            let (resp, io) = tokio::time::timeout(timeout, sent)
-                .await
-                .map_err(|_| wasmtime_wasi_http::Error::ConnectionTimeout)??;
+            let (resp, io) = match tokio::time::timeout_at(deadline, sent).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    hits.hit(
+                        "limits.http_timeout",
+                        timeout_detail(&dest, timeout, "had not begun"),
+                    );
+                    return Err(wasmtime_wasi_http::Error::ConnectionTimeout);
+                }
+            };
             // A body past the cap ends with an error instead of filling
-            // the host's memory.
+            // the host's memory; one still arriving at the deadline too.
+            // It holds the request's slots until it ends or is dropped.
             let resp = resp.map(move |body| {
-                http_body_util::Limited::new(body, max_body as usize)
+                let limited = http_body_util::Limited::new(body, max_body as usize)
                     .map_err(move |_| {
                         wasmtime_wasi_http::Error::HttpResponseBodySize(Some(max_body))
                     })
-                    .boxed_unsync()
+                    .boxed_unsync();
+                Bounded::new(limited, deadline, timeout, permits, hits, dest).boxed_unsync()
             });
             Ok((
                 resp,
@@ -208,6 +278,7 @@ pub fn store(
     http.set_field_size_limit(HEADERS_SIZE);
     let mut table = ResourceTable::new();
     table.set_max_capacity(manifest.limits.host_resources);
+    let hits = HitRecord::new(label.clone());
     let state = State {
         wasi,
         http,
@@ -216,6 +287,12 @@ pub fn store(
             allowed: manifest.allowed_hosts.clone(),
             timeout: manifest.limits.http_timeout,
             max_body: manifest.limits.http_max_body,
+            in_flight: InFlight::new(
+                manifest.limits.http_concurrency,
+                budget.http.clone(),
+                budget.http_cap,
+            ),
+            hits: hits.clone(),
         },
         limits: Limiter::new(manifest.limits.memory as usize),
         label,
@@ -223,8 +300,11 @@ pub fn store(
         target,
         deadline: tokio::time::Instant::now() + manifest.limits.deadline,
         cut_short: None,
-        limit_hit: None,
+        limit_hit: hits,
         budget,
+        target_left: manifest.limits.target_requests,
+        target_cap: manifest.limits.target_requests,
+        log_limited: false,
     };
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|s| &mut s.limits);
