@@ -229,7 +229,10 @@ async def test_a_flood_of_requests_is_capped_per_call_and_per_plugin(
         d = plugin_dir(tmp_path, built_plugins, ["good-probe"])
         (d / "http-flood.toml").write_text(
             '[http]\nallowed_hosts = ["127.0.0.1:*"]\n'
-            '[limits]\ndeadline = "5s"\nhttp_concurrency = 4\nhttp_concurrency_plugin = 6\n'
+            # Room for its 2,000 pending responses (each a host resource), so
+            # what stops the flood here is the cap on requests in flight; by
+            # default `limits.host_resources` (256) would trap it first.
+            '[limits]\ndeadline = "5s"\nhttp_concurrency = 4\nhttp_concurrency_plugin = 6\nhost_resources = 4096\n'
         )
         backends = []
         for name in ("demo", "demo2"):
