@@ -16,7 +16,6 @@ pub struct Budget {
     /// Turns to run: `limits.concurrency` calls at once
     /// ([`super::admission`]).
     pub calls: Arc<Semaphore>,
-    pub concurrency: u32,
     /// Outbound HTTP requests in flight over all the plugin's calls
     /// (`limits.http_concurrency_plugin`).
     pub http: Arc<Semaphore>,
@@ -31,7 +30,6 @@ impl Budget {
         let l = &manifest.limits;
         Self {
             calls: Arc::new(Semaphore::new(l.concurrency as usize)),
-            concurrency: l.concurrency,
             http: InFlight::plugin_semaphore(l.http_concurrency_plugin),
             http_cap: l.http_concurrency_plugin,
             log: LogRate::new(l.log_rate, l.log_burst),

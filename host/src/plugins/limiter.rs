@@ -3,12 +3,15 @@
 //! component declares (wasmtime's own `StoreLimits` caps each memory on its
 //! own: a component with four memories got four times its cap).
 //!
-//! A growth past the budget traps (a plugin that cannot get memory has no
-//! sensible way on), and the hit is kept for the call's report.
+//! A growth past the budget traps with [`MemoryLimit`] (a plugin that
+//! cannot get memory has no sensible way on), and the hit goes to the
+//! call's [`HitRecord`] like every other limit.
+
+use std::sync::Arc;
 
 use wasmtime::{ResourceLimiter, Result};
 
-use super::sandbox::LimitHit;
+use super::sandbox::HitRecord;
 
 /// Most linear memories one component may have (the main memory, and one
 /// more for a component that links two libraries apart).
@@ -21,6 +24,11 @@ pub const MAX_INSTANCES: usize = 64;
 /// What one table element costs the host (a pointer).
 const TABLE_ELEMENT: usize = std::mem::size_of::<usize>();
 
+/// The trap of a growth the budget refused: what the call's error says.
+#[derive(Debug, thiserror::Error)]
+#[error("ran out of its memory limit: {0}")]
+pub struct MemoryLimit(pub String);
+
 /// The memory budget of one call.
 #[derive(Debug)]
 pub struct Limiter {
@@ -28,18 +36,17 @@ pub struct Limiter {
     used: usize,
     /// What the growth in progress added (taken back if it then fails).
     pending: usize,
-    /// Set when the budget refused a growth.
-    pub(super) hit: Option<LimitHit>,
+    hits: Arc<HitRecord>,
 }
 
 impl Limiter {
-    /// A budget of `cap` bytes.
-    pub fn new(cap: usize) -> Self {
+    /// A budget of `cap` bytes, reporting to `hits`.
+    pub fn new(cap: usize, hits: Arc<HitRecord>) -> Self {
         Self {
             cap,
             used: 0,
             pending: 0,
-            hit: None,
+            hits,
         }
     }
 
@@ -49,7 +56,13 @@ impl Limiter {
         self.used
     }
 
-    fn grow(&mut self, what: &str, add: usize) -> Result<bool> {
+    /// Grants `add` more bytes of a `what`, unless that passes the
+    /// module's own maximum (a plain failed grow, as wasm says) or the
+    /// budget (a trap).
+    fn grow(&mut self, what: &str, add: usize, past_maximum: bool) -> Result<bool> {
+        if past_maximum {
+            return Ok(false);
+        }
         let total = self.used.saturating_add(add);
         if total > self.cap {
             let detail = format!(
@@ -57,11 +70,8 @@ impl Limiter {
                 show(total),
                 show(self.cap)
             );
-            self.hit.get_or_insert(LimitHit {
-                key: "limits.memory",
-                detail: detail.clone(),
-            });
-            wasmtime::bail!("ran out of its memory limit: {detail}");
+            self.hits.hit("limits.memory", detail.clone());
+            return Err(wasmtime::Error::new(MemoryLimit(detail)));
         }
         self.used = total;
         self.pending = add;
@@ -81,10 +91,11 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> Result<bool> {
-        if maximum.is_some_and(|m| desired > m) {
-            return Ok(false); // the module's own maximum: wasm semantics
-        }
-        self.grow("memory", desired.saturating_sub(current))
+        self.grow(
+            "memory",
+            desired.saturating_sub(current),
+            maximum.is_some_and(|m| desired > m),
+        )
     }
 
     fn memory_grow_failed(&mut self, error: wasmtime::Error) -> Result<()> {
@@ -97,14 +108,12 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> Result<bool> {
-        if maximum.is_some_and(|m| desired > m) {
-            return Ok(false);
-        }
         self.grow(
             "table",
             desired
                 .saturating_sub(current)
                 .saturating_mul(TABLE_ELEMENT),
+            maximum.is_some_and(|m| desired > m),
         )
     }
 
@@ -178,18 +187,18 @@ mod tests {
 
     #[test]
     fn the_cap_is_the_total_of_every_memory() {
-        let mut l = Limiter::new(16 * MIB);
+        let mut l = Limiter::new(16 * MIB, HitRecord::new("p".into()));
         assert!(l.memory_growing(0, 8 * MIB, None).unwrap(), "first memory");
         assert!(l.memory_growing(0, 8 * MIB, None).unwrap(), "second memory");
         let e = l.memory_growing(0, 64 << 10, None).unwrap_err().to_string();
         assert!(e.contains("memory limit of 16 MiB"), "{e}");
-        assert_eq!(l.hit.as_ref().map(|h| h.key), Some("limits.memory"));
+        assert_eq!(l.hits.take().map(|h| h.key), Some("limits.memory"));
         assert_eq!(l.used(), 16 * MIB);
     }
 
     #[test]
     fn tables_count_against_the_same_budget() {
-        let mut l = Limiter::new(MIB);
+        let mut l = Limiter::new(MIB, HitRecord::new("p".into()));
         assert!(l.table_growing(0, 1000, None).unwrap());
         assert_eq!(l.used(), 1000 * TABLE_ELEMENT);
         assert!(
@@ -200,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_failed_growth_gives_its_bytes_back() {
-        let mut l = Limiter::new(MIB);
+        let mut l = Limiter::new(MIB, HitRecord::new("p".into()));
         assert!(l.memory_growing(0, 512 << 10, None).unwrap());
         assert!(l.memory_grow_failed(wasmtime::format_err!("mmap")).is_err());
         assert_eq!(l.used(), 0);
@@ -208,8 +217,8 @@ mod tests {
 
     #[test]
     fn a_module_maximum_fails_the_grow_without_a_trap() {
-        let mut l = Limiter::new(MIB);
+        let mut l = Limiter::new(MIB, HitRecord::new("p".into()));
         assert!(!l.memory_growing(0, 128 << 10, Some(64 << 10)).unwrap());
-        assert!(l.hit.is_none());
+        assert!(l.hits.take().is_none());
     }
 }

@@ -660,7 +660,7 @@ impl Plugins {
         let wait = p.manifest.limits.deadline;
         let ticket = match self
             .admission
-            .admit(&p.budget.calls, p.budget.concurrency, wait)
+            .admit(&p.budget.calls, p.manifest.limits.concurrency, wait)
             .await
         {
             Ok(t) => t,
@@ -880,14 +880,10 @@ async fn run_call<T>(
         )),
         _ => outcome,
     };
-    let data = store.data_mut();
-    if let Some(hit) = data.limits.hit.take() {
-        data.hit_limit(hit.key, hit.detail); // logged like every other limit
-    }
     Call {
         outcome,
         took: t0.elapsed(),
-        limit: data.limit_hit.take(),
+        limit: store.data().limit_hit.take(),
     }
 }
 
@@ -940,13 +936,16 @@ fn describe_trap(e: &wasmtime::Error, deadline: Duration) -> String {
             other => format!("trapped: {other}"),
         };
     }
+    if let Some(limit) = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<limiter::MemoryLimit>())
+    {
+        return limit.to_string();
+    }
     // The chain's first line is "error while executing at wasm backtrace"
     // with frames: operators want the cause.
     let cause = e.root_cause().to_string();
     let chain = format!("{e:#}");
-    if cause.starts_with("ran out of its memory limit") {
-        return cause; // the limiter's own words
-    }
     if chain.contains("memory") && (chain.contains("limit") || chain.contains("grow")) {
         return format!("ran out of its memory limit ({cause})");
     }

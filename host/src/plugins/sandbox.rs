@@ -294,7 +294,7 @@ pub fn store(
             ),
             hits: hits.clone(),
         },
-        limits: Limiter::new(manifest.limits.memory as usize),
+        limits: Limiter::new(manifest.limits.memory as usize, hits.clone()),
         label,
         config,
         target,
