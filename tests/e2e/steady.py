@@ -25,7 +25,7 @@ import anyio
 import httpx
 
 from harness import Gateways, rss_bytes
-from support import ControlApi, http_session, text_of
+from support import ControlApi, http_session, poll, text_of
 
 #: Most a single steady client call may take before it counts as failed: a
 #: plugin that stalls the gateway shows up as failures, not as a hang.
@@ -64,6 +64,22 @@ class Load:
     api_latencies: list[float] = field(default_factory=list)
     api_failures: list[str] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
+
+    def done(self) -> int:
+        """Calls finished so far, answered or failed."""
+        return len(self.latencies) + len(self.failures)
+
+    async def more_calls(self, n: int) -> None:
+        """Waits until the steady client has finished `n` more calls (bounded by the deadline).
+
+        A window counted in calls, not seconds: on a busy machine it lasts
+        longer instead of holding too few calls to say anything.
+        """
+        target = self.done() + n
+        await poll(self._done, lambda d: d >= target, f"{n} more steady calls")
+
+    async def _done(self) -> int:
+        return self.done()
 
     def report(self) -> Report:
         lat = sorted(self.latencies) or [0.0]
@@ -130,10 +146,14 @@ async def steady_load(gw: Gateways, api: ControlApi, tool: str = "demo__echo") -
             tg.cancel_scope.cancel()
 
 
-async def baseline(gw: Gateways, api: ControlApi, seconds: float = 3.0) -> Report:
+#: Calls a measuring window holds (the baseline, and a test's window under attack).
+WINDOW_CALLS = 60
+
+
+async def baseline(gw: Gateways, api: ControlApi, calls: int = WINDOW_CALLS) -> Report:
     """The steady workload's figures on this machine now, with nothing hostile running."""
     async with steady_load(gw, api) as load:
-        await anyio.sleep(seconds)
+        await load.more_calls(calls)
     return load.report()
 
 

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from pathlib import Path
 
-import anyio
 import pytest
 
 from harness import Gateways, demo_stdio_args, stdio_backend
-from steady import API_BOUND, baseline, p99_bound, steady_load
+from steady import API_BOUND, WINDOW_CALLS, baseline, p99_bound, steady_load
 from support import ControlApi, Receiver, eprint, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
@@ -32,8 +30,6 @@ pytestmark = pytest.mark.anyio
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: Vigil's RSS may grow this much over its start while the notifiers run.
 RSS_GROWTH = 64 << 20
-#: Least time the steady workload runs beside the notifiers.
-STEADY_SECONDS = 3.0
 
 
 def notifier(d: Path, built: Path, name: str, allowed: list[str], url: str) -> None:
@@ -74,7 +70,6 @@ async def test_ipv6_allow_list_entries(vigil: Gateways, demo_bin: Path, built_pl
         base = await baseline(gw, api)
 
         async with steady_load(gw, api) as load:
-            t0 = time.monotonic()
             # A restart gives every notifier fresh transitions to deliver.
             await api.act_ok("events", "restart")
             await poll(
@@ -90,7 +85,7 @@ async def test_ipv6_allow_list_entries(vigil: Gateways, demo_bin: Path, built_pl
             if web is not None:
                 await poll(lambda: plugins_by_name(api), lambda _: bool(web.on("/v6-web")), "v6-web delivered")
             # Enough steady calls to measure (a duration, not a wait for an event).
-            await anyio.sleep(max(0.0, STEADY_SECONDS - (time.monotonic() - t0)))
+            await load.more_calls(WINDOW_CALLS)
         report = load.report()
         eprint(f"baseline: {base}\nwith the IPv6 notifiers: {report}")
 

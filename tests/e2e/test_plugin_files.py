@@ -22,14 +22,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
-import anyio
 import pytest
 
 from harness import Gateways, demo_stdio_args, stdio_backend
-from steady import API_BOUND, baseline, p99_bound, steady_load
+from steady import API_BOUND, WINDOW_CALLS, baseline, p99_bound, steady_load
 from support import ControlApi, eprint, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
@@ -39,8 +37,6 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: serving this test sits near 150 MiB; reading big.wasm would take it past
 #: 1 GiB.
 PEAK_RSS_BOUND = 512 << 20
-#: Least time the steady workload runs while files are added.
-STEADY_SECONDS = 3.0
 FIFO = "is a FIFO (named pipe), not a regular file"
 
 
@@ -90,7 +86,6 @@ async def test_fifos_sparse_files_and_directories_in_the_plugin_dir(
 
     base = await baseline(gw, api)
     async with steady_load(gw, api) as load:
-        t0 = time.monotonic()
         # More of the same, and a new plugin: the watcher must still act.
         os.mkfifo(d / "z.wasm")
         sparse(d / "huge.wasm", 4 << 30)
@@ -109,7 +104,7 @@ async def test_fifos_sparse_files_and_directories_in_the_plugin_dir(
             "good-probe's verdicts keep arriving",
         )
         # Enough steady calls to measure (a duration, not a wait for an event).
-        await anyio.sleep(max(0.0, STEADY_SECONDS - (time.monotonic() - t0)))
+        await load.more_calls(WINDOW_CALLS)
     report = load.report()
     peak = status_kib(gw.proc.pid, "VmHWM") * 1024
     eprint(f"baseline: {base}\nwith the hostile files: {report}; peak RSS (VmHWM) {peak >> 20} MiB")

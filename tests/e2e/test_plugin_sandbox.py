@@ -12,7 +12,6 @@ disabled, and the limit named in `/api/v1/plugins` and in the log.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -22,8 +21,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from harness import Gateways, stdio_backend, demo_stdio_args
-from steady import API_BOUND, Report, baseline, p99_bound, steady_load
+from harness import Gateways, demo_stdio_args, stdio_backend
+from steady import API_BOUND, WINDOW_CALLS, Report, baseline, p99_bound, steady_load
 from support import ControlApi, Receiver, eprint, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
@@ -37,15 +36,13 @@ def assert_unharmed(base: Report, under: Report, *, rss_growth: int) -> None:
     eprint(f"steady load: baseline {base}; with the hostile plugins {under}")
     assert under.calls > 20, f"the steady client barely ran: {under}"
     assert under.failures == [], f"client calls failed: {under.failures[:5]} ({under})"
-    assert under.p99 <= p99_bound(base), f"client p99 {under.p99:.3f}s over the bound {p99_bound(base):.3f}s: {under} (baseline {base})"
+    assert under.p99 <= p99_bound(base), (
+        f"client p99 {under.p99:.3f}s over the bound {p99_bound(base):.3f}s: {under} (baseline {base})"
+    )
     assert under.api_failures == [], f"API reads failed: {under.api_failures[:5]}"
     assert under.worst_api <= API_BOUND, f"slowest API answer {under.worst_api:.3f}s: {under}"
     grew = under.peak_rss - base.start_rss
     assert grew <= rss_growth, f"Vigil's RSS grew {grew >> 20} MiB (bound {rss_growth >> 20} MiB): {under}"
-
-
-#: How long each test keeps the steady load on once the hostile plugin runs.
-HOLD = 5.0
 
 
 def start(
@@ -109,7 +106,7 @@ async def test_busy_plugins_take_no_thread_from_mcp_or_the_api(
     )
     before = await good_probe_calls(api)
     async with steady_load(gw, api) as load:
-        await anyio.sleep(10)
+        await load.more_calls(3 * WINDOW_CALLS)
     under = load.report()
     plugins = await plugins_by_name(api)
     assert_unharmed(base, under, rss_growth=96 * MIB)
@@ -136,7 +133,7 @@ async def test_host_resources_a_call_creates_are_capped(
     await poll(lambda: good_probe_calls(api), lambda n: n >= 2, "good-probe running")
     base = await baseline(gw, api)
     for h, kib in hoarders.items():
-        (d / f"{h}.toml").write_text(f'[limits]\nfailures = 1000\n[config]\nmap_kib = {kib}\n')
+        (d / f"{h}.toml").write_text(f"[limits]\nfailures = 1000\n[config]\nmap_kib = {kib}\n")
         shutil.copy(built_plugins / "host-hoard.wasm", d / f"{h}.wasm")
     async with steady_load(gw, api) as load:
         hoard = await poll(
@@ -145,7 +142,7 @@ async def test_host_resources_a_call_creates_are_capped(
             "each hoarder called five times",
             timeout=60,
         )
-        await anyio.sleep(HOLD)
+        await load.more_calls(WINDOW_CALLS)
     under = load.report()
     assert_unharmed(base, under, rss_growth=64 * MIB)
     big, small = hoard["host-hoard"], hoard["hoard-small"]
@@ -184,7 +181,7 @@ async def test_the_memory_cap_is_the_total_of_every_memory(
             "two-memories called five times, many-memories seen",
             timeout=60,
         )
-        await anyio.sleep(HOLD)
+        await load.more_calls(WINDOW_CALLS)
     under = load.report()
     assert_unharmed(base, under, rss_growth=64 * MIB)
     two = plugins["two-memories"]
@@ -214,7 +211,7 @@ async def test_a_crowd_of_slow_notifiers_disables_no_one(
             f'[http]\nallowed_hosts = ["127.0.0.1:*"]\n[limits]\ndeadline = "3s"\nfailures = 2\n'
             f'[config]\nurl = "http://127.0.0.1:{rx.port}/alerts"\n[filter]\nrate = 600\n'
         )
-        (d / "good-probe.toml").write_text('[limits]\nfailures = 2\n')
+        (d / "good-probe.toml").write_text("[limits]\nfailures = 2\n")
         probes: list[dict[str, object]] = [{"plugin": "good-probe", "every": "300ms"}]
         gw, api = start(vigil, demo_bin, d, probes, other=True)
         await poll(lambda: good_probe_calls(api), lambda n: n >= 2, "good-probe running")
