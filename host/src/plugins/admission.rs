@@ -149,6 +149,7 @@ mod tests {
         let waiting =
             tokio::spawn(async move { a2.admit(&p2, 2, Duration::from_secs(30)).await.is_ok() });
         tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "it waits while every slot is taken");
         drop(t1);
         assert!(waiting.await.unwrap());
     }

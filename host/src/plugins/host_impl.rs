@@ -35,9 +35,6 @@ impl host::Host for State {
                     );
                     self.hit_limit("limits.log_rate", detail);
                 }
-                // A plugin logging flat out gets the thread back to the
-                // scheduler with each line refused, not only at its deadline.
-                tokio::task::yield_now().await;
                 return;
             }
             Admit::Write { dropped } => report_dropped(&self.label, dropped),
@@ -94,12 +91,11 @@ impl State {
     }
 
     /// Spends one of the call's target requests on `what`, or refuses it
-    /// (nothing is sent) once `limits.target_requests` are spent. A refusal
-    /// yields to the scheduler first, so a plugin retrying in a loop does not
-    /// hold its thread until the deadline.
+    /// (nothing is sent) once `limits.target_requests` are spent. A plugin
+    /// retrying in a loop holds no gateway thread: it runs on the plugin
+    /// threads and yields at every epoch tick (`runner.rs`).
     async fn spend_target_request(&mut self, what: &str) -> Result<(), target::McpError> {
         if self.target_left == 0 {
-            tokio::task::yield_now().await;
             let cap = self.target_cap;
             self.hit_limit(
                 "limits.target_requests",
