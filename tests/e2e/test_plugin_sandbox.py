@@ -238,6 +238,8 @@ async def test_a_crowd_of_slow_notifiers_disables_no_one(
             )
             before = await good_probe_calls(api)
             await poll(lambda: good_probe_calls(api), lambda n: n >= before + 5, "good-probe kept running")
+            # Still inside the crowd's 30 s hold: enough calls to judge by.
+            await load.more_calls(WINDOW_CALLS)
         under = load.report()
         assert alerts, "the innocent notifier delivered"
         assert_unharmed(base, under, rss_growth=256 * MIB)

@@ -92,8 +92,8 @@ impl State {
 
     /// Spends one of the call's target requests on `what`, or refuses it
     /// (nothing is sent) once `limits.target_requests` are spent. A plugin
-    /// retrying in a loop holds no gateway thread: it runs on the plugin
-    /// threads and yields at every epoch tick (`runner.rs`).
+    /// retrying in a loop holds no gateway thread: past its first slice it
+    /// runs on the plugin threads and yields at every slice (`runner.rs`).
     async fn spend_target_request(&mut self, what: &str) -> Result<(), target::McpError> {
         if self.target_left == 0 {
             let cap = self.target_cap;

@@ -3,25 +3,35 @@
 //! A plugin call is guest code: it may spin until its deadline. On the
 //! gateway's own async workers that would take a thread MCP traffic and the
 //! API need (three busy probes on two CPUs once stalled calls for 11.9 s).
-//! So every call runs on a small runtime of its own, and:
-//! - its threads run at a lower scheduling priority (nice [`NICE`] on
-//!   Linux): when MCP traffic and plugins both want the CPUs, the kernel
-//!   gives them to MCP traffic first;
-//! - guest code yields to that runtime at every epoch tick
-//!   ([`super::sandbox::store`]), so one busy plugin does not hold a plugin
+//! So a call gets one short poll on the caller's thread and, if it has not
+//! finished by then, moves to a small runtime of its own:
+//! - guest code yields every [`YIELD_FUEL`](super::engine::YIELD_FUEL)
+//!   instructions ([`super::sandbox::store`]), so the first poll runs at
+//!   most some tens of microseconds of guest code (or until the guest waits
+//!   on a host call). Most calls — instantiate, read the config, report —
+//!   end within it, and hopping to another thread and back would cost more
+//!   than the call (a spawn and two thread wake-ups: the hop took a trivial
+//!   call from 27 to 96 µs);
+//! - the plugin threads run under `SCHED_IDLE` on Linux (nice 19 where
+//!   that is refused): when MCP traffic wakes up, the kernel preempts
+//!   plugin code at once instead of sharing the CPU by weight. A plugin
+//!   still gets the CPUs whenever the gateway leaves them idle;
+//! - a busy plugin yields at every slice, so it does not hold a plugin
 //!   thread from the other plugins either; the call's deadline is checked
-//!   at each yield.
+//!   at each epoch tick.
 //!
-//! Host calls a plugin makes (its target backend, HTTP) run on this runtime
-//! too; they talk to the gateway's tasks through channels, which work
-//! across runtimes.
+//! What the first poll started stays where it was started: an outgoing
+//! HTTP request begun in it is driven by a gateway task (I/O, no guest
+//! code), a request to the target backend by the gateway's connection.
+//! Tokio's timers and sockets work from any runtime.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::task::Poll;
 
-/// How much lower than the gateway's threads plugin threads are scheduled
-/// (a nice value: 10 gives them about a tenth of the CPU when MCP traffic
-/// wants it all, and everything when it wants nothing).
-pub const NICE: i32 = 10;
+/// The nice value of plugin threads where `SCHED_IDLE` is refused (it
+/// gives them about 1.5 % of a CPU against one gateway thread that wants it).
+pub const NICE: i32 = 19;
 
 /// The plugin runtime. Dropping it stops its threads without waiting for
 /// calls in flight (they are cut off, as at a deadline).
@@ -47,20 +57,41 @@ impl Runner {
         })
     }
 
-    /// Runs `call` on the plugin threads and waits for it. `Err` only when
-    /// the runtime is shutting down or the call panicked.
+    /// Runs `call`: one poll here, the rest (if any) on the plugin threads.
+    /// `Err` only when the runtime is shutting down or the call panicked.
     pub async fn run<T: Send + 'static>(
         &self,
         call: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, String> {
+        let mut call = Box::pin(call);
+        let first = std::future::poll_fn(|cx| {
+            Poll::Ready(std::panic::catch_unwind(AssertUnwindSafe(|| {
+                call.as_mut().poll(cx)
+            })))
+        })
+        .await;
+        match first {
+            Ok(Poll::Ready(done)) => return Ok(done),
+            Ok(Poll::Pending) => {}
+            Err(panic) => return Err(panicked(&*panic)),
+        }
         self.handle.spawn(call).await.map_err(|e| {
             if e.is_panic() {
-                format!("the plugin host panicked: {e}")
+                panicked(&*e.into_panic())
             } else {
                 "the plugin threads are shutting down".into()
             }
         })
     }
+}
+
+fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message");
+    format!("the plugin host panicked: {what}")
 }
 
 impl Drop for Runner {
@@ -83,16 +114,24 @@ pub fn default_threads() -> usize {
         .min(4)
 }
 
-/// Lowers the calling thread's priority to [`NICE`]. On Linux the nice
-/// value is per thread; elsewhere plugin threads keep the gateway's.
+/// Moves the calling thread to `SCHED_IDLE`, or failing that to nice
+/// [`NICE`]. Both are per thread on Linux; elsewhere plugin threads keep
+/// the gateway's priority.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler(2) with pid 0 changes only the calling
+        // thread's policy; it reads `param`, a valid local, and writes nothing.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
+            return;
+        }
+        let idle = std::io::Error::last_os_error();
         // SAFETY: setpriority(2) with who = 0 changes only the calling
         // thread's nice value; it reads and writes no memory of ours.
         let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS as _, 0, NICE) };
         if rc != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower a plugin thread's priority");
+            tracing::debug!(sched_idle = %idle, nice = %std::io::Error::last_os_error(), "could not lower a plugin thread's priority");
         }
     }
 }
@@ -101,23 +140,60 @@ fn lower_priority() {
 mod tests {
     use super::*;
 
+    fn here() -> Option<String> {
+        std::thread::current().name().map(str::to_owned)
+    }
+
+    /// The calling thread's policy is SCHED_IDLE, or its nice value is NICE.
+    fn lowered() -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: both only read the calling thread's scheduling settings.
+            let policy = unsafe { libc::sched_getscheduler(0) };
+            let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS as _, 0) };
+            policy == libc::SCHED_IDLE || nice >= NICE
+        }
+        #[cfg(not(target_os = "linux"))]
+        true
+    }
+
     #[tokio::test]
-    async fn calls_run_on_threads_of_their_own_at_a_lower_priority() {
+    async fn a_call_done_in_its_first_poll_stays_on_the_callers_thread() {
         let runner = Runner::new(1).unwrap();
-        let (name, nice) = runner
+        let caller = here();
+        let ran_on = runner.run(async { here() }).await.unwrap();
+        assert_eq!(ran_on, caller);
+        assert_ne!(ran_on.as_deref(), Some("vigil-plugin"));
+    }
+
+    #[tokio::test]
+    async fn a_call_that_waits_moves_to_the_plugin_threads_at_a_lower_priority() {
+        let runner = Runner::new(1).unwrap();
+        let (before, after, low) = runner
             .run(async {
-                let name = std::thread::current().name().map(str::to_owned);
-                // SAFETY: getpriority(2) only reads the calling thread's nice value.
-                #[cfg(target_os = "linux")]
-                let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS as _, 0) };
-                #[cfg(not(target_os = "linux"))]
-                let nice = NICE;
-                (name, nice)
+                let before = here();
+                tokio::task::yield_now().await;
+                (before, here(), lowered())
             })
             .await
             .unwrap();
-        assert_eq!(name.as_deref(), Some("vigil-plugin"));
-        assert!(nice >= NICE, "plugin thread nice value {nice}");
+        assert_ne!(before.as_deref(), Some("vigil-plugin"));
+        assert_eq!(after.as_deref(), Some("vigil-plugin"));
+        assert!(low, "the plugin thread was not lowered");
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_either_part_is_an_error_not_a_crash() {
+        let runner = Runner::new(1).unwrap();
+        let first = runner.run(async { panic!("at once") }).await;
+        assert_eq!(first, Err("the plugin host panicked: at once".into()));
+        let later = runner
+            .run(async {
+                tokio::task::yield_now().await;
+                panic!("later {}", 2)
+            })
+            .await;
+        assert_eq!(later, Err("the plugin host panicked: later 2".into()));
     }
 
     #[tokio::test]

@@ -16,7 +16,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 
 use super::bindings;
 use super::budget::Budget;
-use super::engine::PluginEngine;
+use super::engine::{PluginEngine, YIELD_FUEL};
 use super::http_limits::{Bounded, InFlight, timeout_detail};
 use super::limiter::Limiter;
 use super::manifest::{Manifest, allows};
@@ -308,15 +308,20 @@ pub fn store(
     };
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|s| &mut s.limits);
-    // Guest code yields to the plugin threads at every tick (so one busy
-    // plugin holds no thread from the others) and stops at its deadline.
+    // Fuel only paces: guest code yields every YIELD_FUEL instructions (so
+    // a poll of a call is short, see `runner`); it never runs out. The
+    // epoch stops the call at its deadline.
+    store
+        .set_fuel(u64::MAX)
+        .and_then(|()| store.fuel_async_yield_interval(Some(YIELD_FUEL)))
+        .expect("the plugin engine consumes fuel");
     let stop_at = std::time::Instant::now() + manifest.limits.deadline;
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
         Ok(if std::time::Instant::now() >= stop_at {
             UpdateDeadline::Interrupt
         } else {
-            UpdateDeadline::Yield(1)
+            UpdateDeadline::Continue(1)
         })
     });
     store
