@@ -22,7 +22,6 @@ set -euo pipefail
 
 sock="${VIGIL_PODMAN_SOCK:-/run/vigil-podman.sock}"
 log="${VIGIL_PODMAN_LOG:-/run/vigil-podman.log}"
-pidfile="${sock%.sock}.pid"
 marker="# written by Vigil's scripts/container-engine.sh"
 
 say() { echo "container-engine: $*" >&2; }
@@ -99,16 +98,21 @@ runroot = "/run/containers/storage"
 graphroot = "/var/lib/containers/storage"
 EOF
 
-# Whether the pid file names a live service of ours (not a recycled pid).
-ours_alive() {
-  local pid
-  pid=$(cat "$pidfile" 2>/dev/null) || return 1
-  [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "system service --time=0 unix://$sock"
+# The pid of a live service of ours, found by its command line. Not `$!`:
+# `setsid` forks when it is started as a process-group leader (a shell with
+# job control on), so the pid it was started as is gone at once.
+ours() {
+  pgrep -f -- "system service --time=0 unix://$sock\$" | head -n 1
 }
+ours_alive() {
+  [ -n "$(ours)" ]
+}
+
+command -v pgrep >/dev/null 2>&1 || install_packages procps
 
 # A service of ours still starting up: wait for it rather than start another.
 if ours_alive; then
-  say "service (pid $(cat "$pidfile")) is running; waiting for it to answer"
+  say "service (pid $(ours)) is running; waiting for it to answer"
 else
   rm -f "$sock"
   mkdir -p "$(dirname "$sock")" "$(dirname "$log")"
@@ -117,7 +121,11 @@ else
   # (conmon) start in its working directory, which must outlive it too
   # (a deleted checkout makes every start fail "write child: broken pipe").
   (cd / && exec setsid podman system service --time=0 "unix://$sock" </dev/null >>"$log" 2>&1) &
-  echo $! >"$pidfile"
+  # Give setsid's fork a moment to show up before the first liveness check.
+  for _ in $(seq 1 50); do
+    ours_alive && break
+    sleep 0.1
+  done
 fi
 
 for _ in $(seq 1 300); do
