@@ -38,6 +38,7 @@
 #![allow(deprecated)]
 
 pub mod api;
+pub mod auth;
 pub mod backend;
 pub mod catalog;
 pub mod cli;

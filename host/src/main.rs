@@ -324,7 +324,11 @@ fn main() -> ExitCode {
                 "required: serve and stdio refuse to start if it cannot be opened"
             }
         );
-        for warning in vigil::redact::configured::too_short(&config.api.tokens, &config.backends) {
+        for warning in vigil::redact::configured::too_short(
+            &config.api.tokens,
+            &config.auth.keys,
+            &config.backends,
+        ) {
             eprintln!("warning: {warning}");
         }
         return ExitCode::SUCCESS;
@@ -333,6 +337,7 @@ fn main() -> ExitCode {
     // current across config reloads.
     let redactor = vigil::redact::Redactor::new(vigil::redact::configured::secrets(
         &config.api.tokens,
+        &config.auth.keys,
         &config.backends,
     ));
     let exporter = match vigil::logging::init(&config, redactor.clone()) {

@@ -8,6 +8,7 @@
 //! [`BackendConfig`], and in `docs/config.md`.
 
 mod api;
+mod auth;
 mod backend;
 mod error;
 pub(crate) mod expand;
@@ -26,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use api::{ApiConfig, ApiToken, FailedTokens, Role};
+pub use auth::{ApiKey, AuthConfig};
 pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport, is_backend_name};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
@@ -89,6 +91,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `[store]`: whether Vigil may serve without its state store.
     pub store: StoreConfig,
+    /// `[auth]`: who may use `/mcp`.
+    pub auth: AuthConfig,
     /// `[health]`: probe schedule and thresholds; `[backends.health]`
     /// overrides them per backend (already applied in each backend).
     pub health: HealthConfig,
@@ -261,6 +265,12 @@ impl Config {
         let health = p.health("health", &HealthConfig::default(), raw.health);
         let restart = p.restart("restart", &RestartPolicy::default(), raw.restart);
         let api = p.api(raw.api, env);
+        let auth = p.auth(
+            raw.auth,
+            listen,
+            path.parent().unwrap_or(Path::new(".")),
+            env,
+        );
         let freshness = p.freshness(raw.freshness, health.interval);
         let poller = p.poller(raw.poller, env);
         let plugins = p.plugins(raw.plugins, path, &data_dir);
@@ -283,6 +293,13 @@ impl Config {
                         ),
                     );
                 } else if enabled {
+                    if auth.required() && backend.forward_auth {
+                        p.add(
+                            format!("{at}.forward_auth"),
+                            "with [[auth.keys]] the client's Authorization is its key to Vigil, and passing it on would be token passthrough (the MCP spec forbids it): \
+                             give the backend its own credentials in `headers` instead, or drop [[auth.keys]]",
+                        );
+                    }
                     if plugins.dir.is_none() && !backend.probes.is_empty() {
                         p.add(
                             format!("{at}.probes"),
@@ -312,6 +329,7 @@ impl Config {
             health,
             restart,
             api,
+            auth,
             freshness,
             poller,
             plugins,

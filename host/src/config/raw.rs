@@ -26,6 +26,7 @@ pub struct RawConfig {
     pub health: Option<RawHealth>,
     pub restart: Option<RawRestart>,
     pub api: Option<RawApi>,
+    pub auth: Option<super::auth::RawAuth>,
     pub freshness: Option<super::freshness::RawFreshness>,
     pub poller: Option<super::freshness::RawPoller>,
     pub plugins: Option<super::plugins::RawPlugins>,

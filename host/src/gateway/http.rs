@@ -14,7 +14,9 @@ use axum::Router;
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::streamable_http_server::{
+    SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
@@ -41,11 +43,24 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         max_body_bytes: c.max_body_bytes,
         log: std::sync::Mutex::new(LogLimit::new(std::time::Duration::from_secs(10))),
     });
+    let sessions = streams.clone();
+    let auth = Arc::new(crate::auth::mcp::McpAuth::new(
+        gw.mcp_keys(),
+        c.limits.max_sessions,
+        Box::new(move |id| {
+            let (sessions, id) = (sessions.clone(), SessionId::from(id));
+            Box::pin(async move { sessions.has_session(&id).await.unwrap_or(false) })
+        }),
+    ));
     let factory_gw = gw.clone();
     let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), streams, http);
     Router::new()
         .nest_service("/mcp", service)
         .route_layer(axum::middleware::from_fn_with_state(cap, session_cap))
+        .route_layer(axum::middleware::from_fn_with_state(
+            auth,
+            crate::auth::mcp::authenticate,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(guard, guard_request))
         .layer(axum::middleware::from_fn(
             super::http_errors::jsonrpc_errors,
@@ -163,6 +178,13 @@ async fn guard_request(
 
 /// Serves until `shutdown`, within `[limits]` (see [`crate::listener`]).
 pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> std::io::Result<()> {
+    let auth = &gw.config.auth;
+    if !gw.config.listen.ip().is_loopback() && !auth.required() && auth.allow_anonymous {
+        tracing::warn!(
+            listen = %gw.config.listen,
+            "serving /mcp WITHOUT AUTHENTICATION on a non-loopback address ([auth] allow_anonymous = true): anyone who can reach it may list and call every tool; add [[auth.keys]] to require credentials"
+        );
+    }
     let tcp = tokio::net::TcpListener::bind(gw.config.listen).await?;
     tracing::info!(address = %tcp.local_addr()?, "serving MCP over streamable HTTP at /mcp");
     let limits = gw.config.limits.mcp;

@@ -105,6 +105,9 @@ pub struct Gateway {
     /// The control API's tokens in force: `config.api.tokens` at start,
     /// replaced by each config reload that changes them.
     api_tokens: Arc<crate::api::Tokens>,
+    /// `[[auth.keys]]` in force: `config.auth.keys` at start, replaced by
+    /// each config reload that changes them.
+    mcp_keys: Arc<crate::auth::Keys>,
     /// Masks secrets in reasons, forwarded errors (and, shared with the log
     /// writer, logs); kept in step with the backend set.
     redactor: Redactor,
@@ -243,6 +246,7 @@ impl Gateway {
             plugins: OnceLock::new(),
             store: store.clone(),
             api_tokens: Arc::new(crate::api::Tokens::new(config.api.tokens.clone())),
+            mcp_keys: Arc::new(crate::auth::Keys::new(config.auth.keys.clone())),
             config,
             redactor,
         });
@@ -689,11 +693,13 @@ impl Gateway {
         let current = set.iter().map(|b| &b.config);
         // The tokens in force: a reload may have rotated them.
         let tokens = self.api_tokens.current();
-        for warning in configured::too_short(&tokens, current.clone()) {
+        let keys = self.mcp_keys.current();
+        for warning in configured::too_short(&tokens, &keys, current.clone()) {
             tracing::warn!("{warning}");
         }
         let all = current.chain(retiring.iter().map(|b| &b.config));
-        self.redactor.replace(configured::secrets(&tokens, all));
+        self.redactor
+            .replace(configured::secrets(&tokens, &keys, all));
     }
 
     /// The control API's live token set, which [`Gateway::reload`] replaces
@@ -701,6 +707,11 @@ impl Gateway {
     /// [`crate::api::ApiState::new`].
     pub fn api_tokens(&self) -> Arc<crate::api::Tokens> {
         self.api_tokens.clone()
+    }
+
+    /// The live `[[auth.keys]]` the `/mcp` endpoint checks.
+    pub fn mcp_keys(&self) -> Arc<crate::auth::Keys> {
+        self.mcp_keys.clone()
     }
 
     /// A new front session handler (one per client session).

@@ -98,6 +98,15 @@ impl Gateway {
             }
             summary.applied.push("api.tokens");
         }
+        if self.mcp_keys.replace(next.auth.keys.clone()) {
+            if next.auth.keys.is_empty() {
+                // Config validation allows this on a loopback listener only.
+                tracing::warn!("[[auth.keys]] removed: /mcp now serves every caller as `local`");
+            } else {
+                tracing::info!(keys = next.auth.keys.len(), "[[auth.keys]] replaced");
+            }
+            summary.applied.push("auth.keys");
+        }
         self.refresh_secrets(&gone);
         for b in gone {
             if let Ok(mut stops) = spawner.stops.lock()
@@ -162,6 +171,12 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
         telemetry,
         limits,
         store,
+        auth:
+            crate::config::AuthConfig {
+                allow_anonymous,
+                // Applied by the reload.
+                keys: _,
+            },
         // Applied by the reload.
         backends: _,
     } = next;
@@ -200,6 +215,10 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
         ("telemetry", r.telemetry != *telemetry),
         ("limits", r.limits != *limits),
         ("store", r.store != *store),
+        (
+            "auth.allow_anonymous",
+            r.auth.allow_anonymous != *allow_anonymous,
+        ),
     ]
     .into_iter()
     .filter_map(|(key, differs)| differs.then_some(key))

@@ -1,14 +1,14 @@
 //! Which config values are secrets.
 //!
 //! Every value that may carry a credential counts, since Vigil cannot tell
-//! a key from a region name: API token secrets; each backend's `env`
+//! a key from a region name: API token secrets, `[[auth.keys]]`; each backend's `env`
 //! values (stdio), `headers` values (http), container `env` values; and the
 //! userinfo (user and password) and every query and fragment value of its
 //! `url`, both as written and percent-decoded. A value shorter than
 //! [`MIN_SECRET`] is not masked; [`too_short`] names those whose key says
 //! they are credentials, so config load can warn about them.
 
-use crate::config::{ApiToken, BackendConfig, RuntimeKind, Transport};
+use crate::config::{ApiKey, ApiToken, BackendConfig, RuntimeKind, Transport};
 
 use super::{MIN_SECRET, Secrets};
 
@@ -26,15 +26,17 @@ pub struct Configured {
 /// The secrets of `tokens` and `backends`.
 pub fn secrets<'a>(
     tokens: &[ApiToken],
+    keys: &[ApiKey],
     backends: impl IntoIterator<Item = &'a BackendConfig>,
 ) -> Secrets {
-    let all = configured(tokens, backends);
+    let all = configured(tokens, keys, backends);
     Secrets::new(all.iter().map(|c| c.value.as_str()))
 }
 
 /// Every secret value of `tokens` and `backends`, with where it is set.
 pub fn configured<'a>(
     tokens: &[ApiToken],
+    keys: &[ApiKey],
     backends: impl IntoIterator<Item = &'a BackendConfig>,
 ) -> Vec<Configured> {
     let mut out: Vec<Configured> = tokens
@@ -44,6 +46,11 @@ pub fn configured<'a>(
             value: t.secret.clone(),
             credential: true,
         })
+        .chain(keys.iter().map(|k| Configured {
+            place: format!("auth.keys.{}", k.name),
+            value: k.secret.clone(),
+            credential: true,
+        }))
         .collect();
     for b in backends {
         let at = format!("backends.{}", b.name);
@@ -89,9 +96,10 @@ pub fn configured<'a>(
 /// credential, as warnings naming where each is set and what to do.
 pub fn too_short<'a>(
     tokens: &[ApiToken],
+    keys: &[ApiKey],
     backends: impl IntoIterator<Item = &'a BackendConfig>,
 ) -> Vec<String> {
-    let mut warnings: Vec<String> = configured(tokens, backends)
+    let mut warnings: Vec<String> = configured(tokens, keys, backends)
         .into_iter()
         .filter(|c| {
             let bare = c.value.split_whitespace().last().unwrap_or(&c.value);
@@ -188,7 +196,7 @@ mod tests {
     #[test]
     fn every_credential_carrying_value_is_a_secret() {
         let c = config(CONFIG);
-        let found: Vec<(String, String)> = configured(&c.api.tokens, &c.backends)
+        let found: Vec<(String, String)> = configured(&c.api.tokens, &c.auth.keys, &c.backends)
             .into_iter()
             .map(|c| (c.place, c.value))
             .collect();
@@ -207,7 +215,7 @@ mod tests {
                 "{place} = {value} missing from {found:?}"
             );
         }
-        let s = secrets(&c.api.tokens, &c.backends);
+        let s = secrets(&c.api.tokens, &c.auth.keys, &c.backends);
         assert_eq!(
             s.mask("p@ss-1234 / query-key-5678 / env-token-2468 / eu"),
             "*** / *** / *** / eu"
@@ -217,7 +225,7 @@ mod tests {
     #[test]
     fn short_credentials_are_named_and_short_ordinary_values_are_not() {
         let c = config(CONFIG);
-        let warnings = too_short(&c.api.tokens, &c.backends);
+        let warnings = too_short(&c.api.tokens, &c.auth.keys, &c.backends);
         assert_eq!(
             warnings,
             [

@@ -1,0 +1,224 @@
+//! The `/mcp` side of `[auth]`: credentials on every request, and sessions
+//! bound to the principal that opened them.
+//!
+//! - No `[[auth.keys]]`: every request is [`Principal::local`].
+//! - Otherwise a request needs `Authorization: Bearer <key>`. Without one
+//!   it is answered 401 with `WWW-Authenticate: Bearer realm="vigil"`; with
+//!   an unknown one, the same plus `error="invalid_token"` (RFC 6750).
+//! - The credentials are Vigil's: the header is removed before the request
+//!   goes on, so no backend ever sees it (passing it on would be the token
+//!   passthrough the MCP spec forbids).
+//! - A session belongs to the principal whose `initialize` opened it. A
+//!   request on it with another principal's credentials is answered
+//!   exactly as an unknown session is (404), so a session id learnt from
+//!   elsewhere is worth nothing, and logged.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::future::BoxFuture;
+
+use super::{Keys, Principal};
+use crate::redact::session_tag;
+
+/// Whether a session still exists (rmcp's session manager knows).
+pub type Alive = Box<dyn Fn(&str) -> BoxFuture<'static, bool> + Send + Sync>;
+
+/// What [`authenticate`] needs.
+pub struct McpAuth {
+    keys: Arc<Keys>,
+    owners: Mutex<Owners>,
+    alive: Alive,
+}
+
+/// Who opened each session. Sessions that expire without a DELETE are
+/// forgotten by a sweep once the map doubles past its last size.
+struct Owners {
+    by_session: HashMap<String, Principal>,
+    sweep_at: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl McpAuth {
+    /// `alive(id)` says whether rmcp still has session `id`; the first
+    /// sweep comes at `max_sessions` entries.
+    pub fn new(keys: Arc<Keys>, max_sessions: usize, alive: Alive) -> Self {
+        McpAuth {
+            keys,
+            owners: Mutex::new(Owners {
+                by_session: HashMap::new(),
+                sweep_at: max_sessions.max(16),
+            }),
+            alive,
+        }
+    }
+
+    async fn bind(&self, session: &str, principal: Principal) {
+        let due = {
+            let o = lock(&self.owners);
+            (o.by_session.len() >= o.sweep_at)
+                .then(|| o.by_session.keys().cloned().collect::<Vec<_>>())
+        };
+        if let Some(ids) = due {
+            let mut dead = Vec::new();
+            for id in ids {
+                if !(self.alive)(&id).await {
+                    dead.push(id);
+                }
+            }
+            let mut o = lock(&self.owners);
+            for id in dead {
+                o.by_session.remove(&id);
+            }
+            o.sweep_at = (o.by_session.len() * 2).max(o.sweep_at);
+        }
+        lock(&self.owners)
+            .by_session
+            .insert(session.to_owned(), principal);
+    }
+
+    fn owned_by(&self, session: &str, principal: &Principal) -> bool {
+        lock(&self.owners).by_session.get(session) == Some(principal)
+    }
+
+    fn forget(&self, session: &str) {
+        lock(&self.owners).by_session.remove(session);
+    }
+}
+
+/// The `/mcp` middleware: see the module docs.
+pub async fn authenticate(
+    State(auth): State<Arc<McpAuth>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if !auth.keys.required() {
+        req.extensions_mut().insert(Principal::local());
+        return next.run(req).await;
+    }
+    let principal = match bearer(req.headers()) {
+        None => return unauthorized(None),
+        Some(secret) => match auth.keys.find(secret) {
+            Some(p) => p,
+            None => return unauthorized(Some("the key is not one of [[auth.keys]]")),
+        },
+    };
+    req.headers_mut().remove(header::AUTHORIZATION);
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session
+        && !auth.owned_by(id, &principal)
+    {
+        tracing::warn!(%principal, session = %session_tag(id), "a request on a session another principal opened (or none did) was answered as an unknown session");
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
+    let delete = req.method() == Method::DELETE;
+    req.extensions_mut().insert(principal.clone());
+    let response = next.run(req).await;
+    match &session {
+        None => {
+            if let Some(id) = response
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                auth.bind(id, principal).await;
+            }
+        }
+        Some(id) if delete && response.status().is_success() => auth.forget(id),
+        Some(_) => {}
+    }
+    response
+}
+
+/// The secret of an `Authorization: Bearer` header (scheme matched without
+/// regard to case, RFC 7235).
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, secret) = value.split_once(' ')?;
+    let secret = secret.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !secret.is_empty()).then_some(secret)
+}
+
+/// 401 with the challenge RFC 6750 asks for; `invalid` says why the
+/// credentials given were refused (none given: no error code).
+fn unauthorized(invalid: Option<&str>) -> Response {
+    let (challenge, text) = match invalid {
+        None => (
+            r#"Bearer realm="vigil""#.to_owned(),
+            "Unauthorized: this endpoint needs credentials: send `Authorization: Bearer <key>` with a key of [[auth.keys]]".to_owned(),
+        ),
+        Some(why) => (
+            format!(r#"Bearer realm="vigil", error="invalid_token", error_description="{why}""#),
+            format!("Unauthorized: invalid credentials: {why}"),
+        ),
+    };
+    let mut response = (StatusCode::UNAUTHORIZED, text).into_response();
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_takes_the_scheme_in_any_case_and_nothing_else() {
+        let mut h = axum::http::HeaderMap::new();
+        assert_eq!(bearer(&h), None);
+        for (value, want) in [
+            ("Bearer abc", Some("abc")),
+            ("bearer  abc ", Some("abc")),
+            ("BEARER abc", Some("abc")),
+            ("Basic abc", None),
+            ("Bearer", None),
+            ("Bearer ", None),
+        ] {
+            h.insert(header::AUTHORIZATION, HeaderValue::from_static(value));
+            assert_eq!(bearer(&h), want, "{value:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn sessions_belong_to_their_opener_and_the_map_forgets_dead_ones() {
+        let keys = Arc::new(Keys::new(Vec::new()));
+        let alive = Arc::new(Mutex::new(std::collections::HashSet::<String>::new()));
+        let seen = alive.clone();
+        let auth = McpAuth::new(
+            keys,
+            1,
+            Box::new(move |id| {
+                let up = lock(&seen).contains(id);
+                Box::pin(async move { up })
+            }),
+        );
+        let (a, b) = (Principal::key("a"), Principal::key("b"));
+        auth.bind("s1", a.clone()).await;
+        assert!(auth.owned_by("s1", &a));
+        assert!(!auth.owned_by("s1", &b));
+        assert!(!auth.owned_by("s2", &a), "an unbound session is nobody's");
+        // 16 live sessions fill the map to its sweep size: the next bind
+        // drops s1, which rmcp no longer has, and keeps the live ones.
+        for i in 0..15 {
+            lock(&alive).insert(format!("k{i}"));
+            auth.bind(&format!("k{i}"), a.clone()).await;
+        }
+        auth.bind("s2", b.clone()).await;
+        assert!(!auth.owned_by("s1", &a));
+        assert!(auth.owned_by("s2", &b) && auth.owned_by("k3", &a));
+        auth.forget("s2");
+        assert!(!auth.owned_by("s2", &b));
+    }
+}

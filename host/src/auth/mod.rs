@@ -1,0 +1,136 @@
+//! Who is calling the MCP endpoint.
+//!
+//! - this file: [`Principal`], the caller as policy and the audit see it,
+//!   and [`Keys`], the live set of `[[auth.keys]]` matched in constant time;
+//! - `mcp.rs`: the `/mcp` middleware that asks for credentials, answers
+//!   the MCP authorization spec's 401s, and binds each session to the
+//!   principal that opened it.
+//!
+//! Without `[auth]` every caller is [`Principal::local`] (config validation
+//! allows that only on a loopback listener, or with `allow_anonymous`).
+
+pub mod mcp;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use subtle::ConstantTimeEq;
+
+use crate::config::ApiKey;
+
+/// A caller of the MCP endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal {
+    /// `local` (no `[auth]`, or stdio), `key:NAME`.
+    id: Arc<str>,
+}
+
+impl Principal {
+    /// The user who started Vigil: stdio mode, or HTTP without `[auth]`.
+    pub fn local() -> Self {
+        Principal { id: "local".into() }
+    }
+
+    /// The principal of `[[auth.keys]]` entry `name`.
+    pub fn key(name: &str) -> Self {
+        Principal {
+            id: format!("key:{name}").into(),
+        }
+    }
+
+    /// `local`, `key:NAME`: what policy matches and the audit records.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.id)
+    }
+}
+
+/// The live `[[auth.keys]]`: read on every request, replaced whole by a
+/// config reload (a removed or rotated key is refused from the next
+/// request on).
+#[derive(Debug)]
+pub struct Keys(ArcSwap<Vec<ApiKey>>);
+
+impl Keys {
+    pub fn new(keys: Vec<ApiKey>) -> Self {
+        Keys(ArcSwap::from_pointee(keys))
+    }
+
+    /// Puts `next` in force; `false` when it is the set in force already.
+    pub fn replace(&self, next: Vec<ApiKey>) -> bool {
+        if **self.0.load() == next {
+            return false;
+        }
+        self.0.store(Arc::new(next));
+        true
+    }
+
+    /// The set in force now.
+    pub fn current(&self) -> Arc<Vec<ApiKey>> {
+        self.0.load_full()
+    }
+
+    /// Whether any key is configured (then every request needs one).
+    pub fn required(&self) -> bool {
+        !self.0.load().is_empty()
+    }
+
+    /// The principal whose key is `secret`. Every key is compared, in
+    /// constant time, so timing tells neither which key nor how much of it
+    /// matched.
+    pub fn find(&self, secret: &str) -> Option<Principal> {
+        let keys = self.0.load();
+        let mut found = None;
+        for k in keys.iter() {
+            if bool::from(k.secret.as_bytes().ct_eq(secret.as_bytes())) {
+                found = Some(Principal::key(&k.name));
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str, secret: &str) -> ApiKey {
+        ApiKey {
+            name: name.into(),
+            secret: secret.into(),
+        }
+    }
+
+    #[test]
+    fn a_key_names_its_principal_and_only_the_whole_secret_matches() {
+        let keys = Keys::new(vec![
+            key("ci-bot", "s3cret-s3cret-s3cret"),
+            key("ops", "other-other-other-1"),
+        ]);
+        assert!(keys.required());
+        assert_eq!(
+            keys.find("s3cret-s3cret-s3cret"),
+            Some(Principal::key("ci-bot"))
+        );
+        assert_eq!(keys.find("s3cret-s3cret-s3cre"), None);
+        assert_eq!(keys.find("s3cret-s3cret-s3cret "), None);
+        assert_eq!(keys.find(""), None);
+        assert_eq!(Principal::key("ci-bot").id(), "key:ci-bot");
+    }
+
+    #[test]
+    fn a_replaced_set_refuses_the_old_key_at_once() {
+        let keys = Keys::new(vec![key("a", "first-first-first-1")]);
+        assert!(keys.replace(vec![key("a", "second-second-second")]));
+        assert!(!keys.replace(vec![key("a", "second-second-second")]));
+        assert_eq!(keys.find("first-first-first-1"), None);
+        assert_eq!(keys.find("second-second-second"), Some(Principal::key("a")));
+        assert!(keys.replace(Vec::new()));
+        assert!(!keys.required());
+    }
+}

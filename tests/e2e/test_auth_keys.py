@@ -1,0 +1,141 @@
+"""`[auth]` with static API keys on `/mcp` (issue 14, first part).
+
+Real peers: the official Python SDK as the client (with `Authorization:
+Bearer <key>` on every request), the demo backend over stdio, and raw
+HTTP for what a client library hides (the 401 challenge, a session id
+tried with another key).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness import INITIALIZE_BODY, MCP_HEADERS, Gateways, demo_stdio_args, free_port, run_vigil, stdio_backend
+from support import DEMO_TOOLS, ControlApi, call_text, http_session, poll, prefixed, tool_names
+
+pytestmark = pytest.mark.anyio
+
+ALICE_KEY = "a1ice-7c1f0e8b4f9c2b7e1a0d8c3f6b5e9a2d"
+BOB_KEY = "b0b-4f9c2b7e1a0d8c3f6b5e9a2d7c1f0e8b"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def keyed(vigil: Gateways, demo_bin: Path) -> object:
+    """A gateway whose /mcp needs one of two keys (alice from the environment, bob from a private file)."""
+    key_file = vigil.dir / "bob.key"
+    key_file.write_text(BOB_KEY + "\n", encoding="utf-8")
+    key_file.chmod(0o600)
+    return vigil(
+        [stdio_backend("demo", demo_bin, demo_stdio_args("demo"))],
+        api={},
+        auth={"keys": [{"name": "alice", "key_env": "VIGIL_KEY_ALICE"}, {"name": "bob", "key_file": str(key_file)}]},
+        env={"VIGIL_KEY_ALICE": ALICE_KEY},
+    )
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_a_key_opens_a_session_and_no_key_or_a_wrong_one_gets_the_challenge(
+    vigil: Gateways, demo_bin: Path
+) -> None:
+    gw = keyed(vigil, demo_bin)
+    async with http_session(gw.url, headers=bearer(ALICE_KEY)) as alice:
+        assert await tool_names(alice) == prefixed("demo", DEMO_TOOLS)
+        assert await call_text(alice, "demo__echo", {"text": "hi"}) == "hi"
+    async with http_session(gw.url, headers=bearer(BOB_KEY)) as bob:
+        assert await call_text(bob, "demo__echo", {"text": "from a file"}) == "from a file"
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        none = await http.post(gw.url, json=INITIALIZE_BODY, headers=MCP_HEADERS)
+        assert none.status_code == 401, none.text
+        assert none.headers["www-authenticate"] == 'Bearer realm="vigil"', none.headers
+        assert "Authorization: Bearer" in none.json()["error"]["message"], none.text
+        assert "mcp-session-id" not in none.headers
+
+        wrong = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer("x" * 40)})
+        assert wrong.status_code == 401, wrong.text
+        assert 'error="invalid_token"' in wrong.headers["www-authenticate"], wrong.headers
+
+        basic = await http.post(
+            gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, "Authorization": f"Basic {ALICE_KEY}"}
+        )
+        assert basic.status_code == 401, "only the Bearer scheme carries a key"
+
+
+async def test_a_session_answers_only_the_key_that_opened_it(vigil: Gateways, demo_bin: Path) -> None:
+    gw = keyed(vigil, demo_bin)
+    async with httpx.AsyncClient(timeout=10) as http:
+        opened = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(ALICE_KEY)})
+        assert opened.status_code == 200, opened.text
+        session = opened.headers["mcp-session-id"]
+        on = {**MCP_HEADERS, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-06-18"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await http.post(gw.url, json=initialized, headers={**on, **bearer(ALICE_KEY)})).status_code == 202
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+        # Bob's key on Alice's session: exactly what an unknown session gets.
+        stolen = await http.post(gw.url, json=ping, headers={**on, **bearer(BOB_KEY)})
+        unknown = await http.post(
+            gw.url, json=ping, headers={**on, "Mcp-Session-Id": "no-such-session", **bearer(BOB_KEY)}
+        )
+        assert stolen.status_code == unknown.status_code == 404, (stolen.text, unknown.text)
+        assert stolen.json() == unknown.json(), (stolen.text, unknown.text)
+        no_key = await http.post(gw.url, json=ping, headers=on)
+        assert no_key.status_code == 401
+
+        # Alice's key still continues it, and she can close it.
+        again = await http.post(gw.url, json=ping, headers={**on, **bearer(ALICE_KEY)})
+        assert again.status_code == 200 and '"result"' in again.text, again.text
+        closed = await http.delete(gw.url, headers={**on, **bearer(ALICE_KEY)})
+        assert closed.status_code == 200, closed.text
+        gone = await http.post(gw.url, json=ping, headers={**on, **bearer(ALICE_KEY)})
+        assert gone.status_code == 404, gone.text
+
+    assert "answered as an unknown session" in ANSI.sub("", gw.proc.stderr())
+
+
+async def test_no_key_shows_up_in_logs_api_answers_or_metrics(vigil: Gateways, demo_bin: Path) -> None:
+    gw = keyed(vigil, demo_bin)
+    async with http_session(gw.url, headers=bearer(ALICE_KEY)) as alice:
+        assert await call_text(alice, "demo__echo", {"text": "hi"}) == "hi"
+    async with httpx.AsyncClient(timeout=10) as http:
+        await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(BOB_KEY + "-wrong")})
+    api = ControlApi(gw.api_base)
+    await poll(lambda: api.instance("demo"), lambda i: i["state"] == "running", "demo running")
+    answers = []
+    async with httpx.AsyncClient(timeout=10) as http:
+        for path in ["/api/v1/health/instances", "/api/v1/backends", "/api/v1/config", "/api/v1/audit", "/metrics"]:
+            answers.append((await http.get(gw.api_base + path)).text)
+    log = gw.proc.stderr()
+    for secret in (ALICE_KEY, BOB_KEY):
+        assert secret not in log, "a key is in the log"
+        for text in answers:
+            assert secret not in text, "a key is in an API answer"
+
+
+def test_a_wide_listen_without_auth_is_refused_and_allow_anonymous_starts_with_a_warning(
+    vigil: Gateways, tmp_path: Path
+) -> None:
+    port = free_port()
+    config = tmp_path / "open.toml"
+    config.write_text(f'listen = "0.0.0.0:{port}"\n', encoding="utf-8")
+    refused = run_vigil(vigil.vigil_bin, ["check", "--config", str(config)], tmp_path)
+    assert refused.returncode != 0
+    err = ANSI.sub("", refused.stderr)
+    assert "is not a loopback address" in err and "[[auth.keys]]" in err and "allow_anonymous = true" in err, err
+
+    def write(p: int, api_port: int) -> Path:
+        config.write_text(
+            f'listen = "0.0.0.0:{p}"\n[auth]\nallow_anonymous = true\n[api]\nlisten = "127.0.0.1:{api_port}"\n',
+            encoding="utf-8",
+        )
+        return config
+
+    gw = vigil.serve_file(write)
+    assert "WITHOUT AUTHENTICATION" in ANSI.sub("", gw.proc.stderr())
