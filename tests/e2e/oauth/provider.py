@@ -136,8 +136,8 @@ def confidential_client(
     """A pre-registered confidential client (`client_secret_basic` or `_post`).
 
     `scope` is what it may ask for; `groups` (and `claims`) go into its
-    client_credentials tokens. Secrets must be at least 32 characters for
-    HS256 use by oidc-provider; short ones work for the basic/post methods.
+    client_credentials tokens. It authenticates with HTTP Basic
+    (`client_secret_basic`), as `token_request(..., auth=(id, secret))` does.
     """
     grants = list(grant_types)
     out: dict[str, Any] = {
