@@ -107,6 +107,12 @@ node_env() {
   fi
 }
 
+# The OAuth e2e harness: oidc-provider and the Node 22 it runs on, from the
+# pinned lock file into a cache (npm from node_env).
+oauth_env() {
+  node_env && bash tests/e2e/oauth/setup.sh
+}
+
 # The WebAssembly side of the e2e tests, from source, before any test runs:
 # the wasm32-wasip2 target, the first-party and test plugins, the Python and
 # C example probes with their toolchains (componentize-py, Debian's clang and
@@ -186,6 +192,7 @@ if [ "${results[-1]}" = PASS ]; then
   step browser-env browser_env
   step python-env python_env
   python_ok=${results[-1]}
+  step oauth-env oauth_env
   step plugins-env plugins_env
   if [ "$python_ok" = PASS ] && [ "${results[-1]}" = PASS ]; then
     step e2e e2e
@@ -199,7 +206,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance ABSENT
   fi
 else
-  for name in demo-check container-engine cargo-test guest-tests browser-env python-env plugins-env e2e conformance; do record "$name" SKIPPED; done
+  for name in demo-check container-engine cargo-test guest-tests browser-env python-env oauth-env plugins-env e2e conformance; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

