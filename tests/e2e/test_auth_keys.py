@@ -8,7 +8,9 @@ tried with another key).
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
 import httpx
@@ -139,3 +141,44 @@ def test_a_wide_listen_without_auth_is_refused_and_allow_anonymous_starts_with_a
 
     gw = vigil.serve_file(write)
     assert "WITHOUT AUTHENTICATION" in ANSI.sub("", gw.proc.stderr())
+
+
+async def test_a_rotated_key_file_is_applied_by_a_reload_and_the_old_key_refused(
+    vigil: Gateways, demo_bin: Path
+) -> None:
+    gw = keyed(vigil, demo_bin)
+    new_bob = "n3w-b0b-1a0d8c3f6b5e9a2d7c1f0e8b4f9c2b7e"
+    async with http_session(gw.url, headers=bearer(ALICE_KEY)) as alice:
+        key_file = vigil.dir / "bob.key"
+        key_file.write_text(new_bob + "\n", encoding="utf-8")
+        key_file.chmod(0o600)
+        os.kill(gw.proc.pid, signal.SIGHUP)
+
+        async def status(key: str) -> int:
+            async with httpx.AsyncClient(timeout=10) as http:
+                r = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(key)})
+                return r.status_code
+
+        await poll(lambda: status(BOB_KEY), lambda s: s == 401, "the old key refused after the reload")
+        assert await status(new_bob) == 200
+        # Alice's key did not change: her open session goes on.
+        assert await call_text(alice, "demo__echo", {"text": "still here"}) == "still here"
+    assert "[[auth.keys]] replaced" in ANSI.sub("", gw.proc.stderr())
+    assert new_bob not in gw.proc.stderr()
+
+
+async def test_an_address_guessing_keys_gets_a_cool_down_the_right_key_too(vigil: Gateways, demo_bin: Path) -> None:
+    gw = keyed(vigil, demo_bin)
+    async with httpx.AsyncClient(timeout=10) as http:
+
+        async def attempt(key: str) -> httpx.Response:
+            return await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(key)})
+
+        for i in range(10):
+            r = await attempt(f"guess-{i:02}-4f9c2b7e1a0d8c3f6b5e9a2d")
+            assert r.status_code == 401, (i, r.status_code, r.text)
+        locked = await attempt(ALICE_KEY)
+        assert locked.status_code == 429, locked.text
+        assert 0 < int(locked.headers["retry-after"]) <= 60, locked.headers
+        assert "too many unknown keys" in locked.json()["error"]["message"], locked.text
+    assert "/mcp: too many failed credential attempts" in ANSI.sub("", gw.proc.stderr())

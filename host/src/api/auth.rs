@@ -19,7 +19,7 @@ use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
 use super::ApiError;
-use super::throttle::{Client, Throttle};
+use crate::auth::throttle::{Client, Throttle};
 use crate::config::{ApiToken, Role};
 
 /// The live `[[api.tokens]]`, shared by the API (which reads them on every

@@ -2,7 +2,7 @@
 //! never in the MCP hot path. Operators read health and act on backends;
 //! every mutating call is audited with its principal. Web pages cannot
 //! drive it (`guard.rs`: `Host`, `Origin` and a request header), and
-//! guessing tokens earns a cool-down (`throttle.rs`).
+//! guessing tokens earns a cool-down (`crate::auth::throttle`).
 //!
 //! The API reads and acts through [`Control`], implemented by the health
 //! monitor; it writes audit entries to the [`Store`](crate::store::Store).
@@ -19,7 +19,6 @@ mod stream_tests;
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
-mod throttle;
 mod ui;
 
 use std::time::SystemTime;

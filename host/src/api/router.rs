@@ -45,8 +45,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{self, Auth, Principal, Tokens};
 use super::guard::Guard;
-use super::throttle::Throttle;
 use super::{ApiError, Control, ControlError, InstanceDetail, InstanceReport};
+use crate::auth::throttle::Throttle;
 use crate::config::{ApiConfig, FailedTokens};
 use crate::store::{AuditEntry, Store};
 
@@ -130,7 +130,7 @@ fn build(state: ApiState, closing: CancellationToken) -> Router {
     let guard = Arc::new(Guard::new(&state.allowed_hosts, &state.allowed_origins));
     let auth = Arc::new(Auth {
         tokens: state.tokens,
-        throttle: Throttle::new(state.failed_tokens),
+        throttle: Throttle::new(state.failed_tokens, "control API"),
     });
     let shared = Arc::new(Shared {
         events: super::events::Hub::new(state.control.clone(), closing),

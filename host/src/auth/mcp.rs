@@ -8,21 +8,29 @@
 //! - The credentials are Vigil's: the header is removed before the request
 //!   goes on, so no backend ever sees it (passing it on would be the token
 //!   passthrough the MCP spec forbids).
+//! - An address that sends 10 unknown keys within a minute gets 429 for a
+//!   minute, the right key's requests too (the control API's default
+//!   cool-down, [`super::throttle`]).
 //! - A session belongs to the principal whose `initialize` opened it. A
 //!   request on it with another principal's credentials is answered
 //!   exactly as an unknown session is (404), so a session id learnt from
 //!   elsewhere is worth nothing, and logged.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
+use tokio::time::Instant;
 
+use super::throttle::{Client, Throttle};
 use super::{Keys, Principal};
+use crate::config::FailedTokens;
+use crate::log_limit::LogLimit;
 use crate::redact::session_tag;
 
 /// Whether a session still exists (rmcp's session manager knows).
@@ -31,8 +39,12 @@ pub type Alive = Box<dyn Fn(&str) -> BoxFuture<'static, bool> + Send + Sync>;
 /// What [`authenticate`] needs.
 pub struct McpAuth {
     keys: Arc<Keys>,
+    /// Cool-downs for addresses that keep sending unknown keys.
+    throttle: Throttle,
     owners: Mutex<Owners>,
     alive: Alive,
+    /// At most one WARN about a foreign session per 10 s.
+    foreign_log: Mutex<LogLimit>,
 }
 
 /// Who opened each session. Sessions that expire without a DELETE are
@@ -52,11 +64,13 @@ impl McpAuth {
     pub fn new(keys: Arc<Keys>, max_sessions: usize, alive: Alive) -> Self {
         McpAuth {
             keys,
+            throttle: Throttle::new(FailedTokens::default(), "/mcp"),
             owners: Mutex::new(Owners {
                 by_session: HashMap::new(),
                 sweep_at: max_sessions.max(16),
             }),
             alive,
+            foreign_log: Mutex::new(LogLimit::new(std::time::Duration::from_secs(10))),
         }
     }
 
@@ -103,11 +117,21 @@ pub async fn authenticate(
         req.extensions_mut().insert(Principal::local());
         return next.run(req).await;
     }
+    let client = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(Client::Unknown, |ConnectInfo(peer)| Client::of(peer.ip()));
+    if let Err(left) = auth.throttle.check(client, Instant::now()) {
+        return throttled(client, left);
+    }
     let principal = match bearer(req.headers()) {
         None => return unauthorized(None),
         Some(secret) => match auth.keys.find(secret) {
             Some(p) => p,
-            None => return unauthorized(Some("the key is not one of [[auth.keys]]")),
+            None => {
+                auth.throttle.failed(client, Instant::now());
+                return unauthorized(Some("the key is not one of [[auth.keys]]"));
+            }
         },
     };
     req.headers_mut().remove(header::AUTHORIZATION);
@@ -119,7 +143,9 @@ pub async fn authenticate(
     if let Some(id) = &session
         && !auth.owned_by(id, &principal)
     {
-        tracing::warn!(%principal, session = %session_tag(id), "a request on a session another principal opened (or none did) was answered as an unknown session");
+        if let Some(more) = lock(&auth.foreign_log).admit(Instant::now()) {
+            tracing::warn!(%principal, session = %session_tag(id), more, "a request on a session another principal opened (or none did) was answered as an unknown session");
+        }
         return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
     }
     let delete = req.method() == Method::DELETE;
@@ -148,6 +174,22 @@ fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
     let (scheme, secret) = value.split_once(' ')?;
     let secret = secret.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !secret.is_empty()).then_some(secret)
+}
+
+/// 429 while `client` is in its cool-down, with `Retry-After`.
+fn throttled(client: Client, left: std::time::Duration) -> Response {
+    let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    let mut response = (
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "Too Many Requests: too many unknown keys from {client}; retry in {secs} s with a key of [[auth.keys]]"
+        ),
+    )
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    response
 }
 
 /// 401 with the challenge RFC 6750 asks for; `invalid` says why the

@@ -4,12 +4,15 @@
 //!   and [`Keys`], the live set of `[[auth.keys]]` matched in constant time;
 //! - `mcp.rs`: the `/mcp` middleware that asks for credentials, answers
 //!   the MCP authorization spec's 401s, and binds each session to the
-//!   principal that opened it.
+//!   principal that opened it;
+//! - `throttle.rs`: the cool-down for addresses that keep sending unknown
+//!   credentials, one table per listener (the control API has its own).
 //!
 //! Without `[auth]` every caller is [`Principal::local`] (config validation
 //! allows that only on a loopback listener, or with `allow_anonymous`).
 
 pub mod mcp;
+pub mod throttle;
 
 use std::sync::Arc;
 

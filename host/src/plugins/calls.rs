@@ -302,6 +302,20 @@ async fn run_call<T>(
             }
             None => describe_trap(&e, deadline),
         }),
+        // Guest code that ran into a tick just before: it was spinning,
+        // and the thread it ran on was busy with other work (the epoch
+        // check never came round). Otherwise it was waiting in a host call.
+        Err(_)
+            if store
+                .data()
+                .last_guest_tick
+                .is_some_and(|at| at.elapsed() <= engine::TICK * 5) =>
+        {
+            Err(format!(
+                "stopped at its CPU deadline of {}",
+                humantime::format_duration(deadline)
+            ))
+        }
         Err(_) => Err(format!(
             "did not finish within its deadline of {}",
             humantime::format_duration(deadline)

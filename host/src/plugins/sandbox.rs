@@ -57,6 +57,9 @@ pub struct State {
     pub(super) target_cap: u32,
     /// Whether a `host.log` line of this call was dropped already.
     pub(super) log_limited: bool,
+    /// When guest code last ran into an epoch tick: a call cut by the
+    /// wall-clock timeout soon after one was spinning, not waiting.
+    pub(super) last_guest_tick: Option<std::time::Instant>,
 }
 
 /// A limit a call ran into: the manifest key (or host limit) and what
@@ -305,6 +308,7 @@ pub fn store(
         target_left: manifest.limits.target_requests,
         target_cap: manifest.limits.target_requests,
         log_limited: false,
+        last_guest_tick: None,
     };
     let mut store = Store::new(engine.engine(), state);
     store.limiter(|s| &mut s.limits);
@@ -317,8 +321,10 @@ pub fn store(
         .expect("the plugin engine consumes fuel");
     let stop_at = std::time::Instant::now() + manifest.limits.deadline;
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(move |_| {
-        Ok(if std::time::Instant::now() >= stop_at {
+    store.epoch_deadline_callback(move |mut cx| {
+        let now = std::time::Instant::now();
+        cx.data_mut().last_guest_tick = Some(now);
+        Ok(if now >= stop_at {
             UpdateDeadline::Interrupt
         } else {
             UpdateDeadline::Continue(1)

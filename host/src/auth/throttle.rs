@@ -1,6 +1,7 @@
 //! [`Throttle`]: a cool-down for client addresses that keep sending
-//! unknown tokens (`[api] failed_token_limit`, `failed_token_window`,
-//! `failed_token_cooldown`).
+//! unknown credentials: tokens of the control API (`[api]
+//! failed_token_limit`, `failed_token_window`, `failed_token_cooldown`) and
+//! keys of `/mcp` (the same defaults), each listener with its own table.
 //!
 //! Each address has a fixed window that opens at its first failure; its
 //! `limit`-th failure within the window locks it out for `cooldown`, during
@@ -63,9 +64,11 @@ struct Table {
     log: LogLimit,
 }
 
-/// The failed-token cool-downs of one control API.
+/// The failed-credential cool-downs of one listener.
 pub struct Throttle {
     policy: FailedTokens,
+    /// The listener, for the lockout warning (`control API`, `/mcp`).
+    what: &'static str,
     table: Mutex<Table>,
 }
 
@@ -121,9 +124,11 @@ impl Entry {
 // === impl Throttle ===
 
 impl Throttle {
-    pub fn new(policy: FailedTokens) -> Self {
+    /// Cool-downs under `policy`; `what` names the listener in the log.
+    pub fn new(policy: FailedTokens, what: &'static str) -> Self {
         Throttle {
             policy,
+            what,
             table: Mutex::new(Table {
                 clients: HashMap::new(),
                 overflow: None,
@@ -193,7 +198,8 @@ impl Throttle {
                 window = %humantime::format_duration(window),
                 cooldown = %humantime::format_duration(cooldown),
                 other_lockouts,
-                "control API: too many failed token attempts; refusing the address for a cool-down"
+                "{}: too many failed credential attempts; refusing the address for a cool-down",
+                self.what
             );
         }
     }
@@ -234,7 +240,7 @@ mod tests {
     /// ```
     #[test]
     fn the_limit_th_failure_locks_the_address_for_the_cooldown() {
-        let t = Throttle::new(policy(5));
+        let t = Throttle::new(policy(5), "test");
         let t0 = Instant::now();
         for _ in 0..4 {
             t.failed(A, t0);
@@ -263,7 +269,7 @@ mod tests {
 
     #[test]
     fn failures_spread_over_more_than_the_window_never_lock() {
-        let t = Throttle::new(policy(3));
+        let t = Throttle::new(policy(3), "test");
         let t0 = Instant::now();
         for i in 0..10 {
             t.failed(A, t0 + Duration::from_secs(31 * i));
@@ -273,7 +279,7 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded_and_a_spray_shares_the_overflow() {
-        let t = Throttle::new(policy(3));
+        let t = Throttle::new(policy(3), "test");
         let t0 = Instant::now();
         for i in 0..(MAX_CLIENTS as u32 + 5000) {
             t.failed(Client::V4((0x0a00_0000 + i).to_be_bytes()), t0);
