@@ -181,4 +181,4 @@ async def test_an_address_guessing_keys_gets_a_cool_down_the_right_key_too(vigil
         assert locked.status_code == 429, locked.text
         assert 0 < int(locked.headers["retry-after"]) <= 60, locked.headers
         assert "too many unknown keys" in locked.json()["error"]["message"], locked.text
-    assert "/mcp: too many failed credential attempts" in ANSI.sub("", gw.proc.stderr())
+    assert "/mcp: too many failed token attempts" in ANSI.sub("", gw.proc.stderr())

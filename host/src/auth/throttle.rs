@@ -198,7 +198,7 @@ impl Throttle {
                 window = %humantime::format_duration(window),
                 cooldown = %humantime::format_duration(cooldown),
                 other_lockouts,
-                "{}: too many failed credential attempts; refusing the address for a cool-down",
+                "{}: too many failed token attempts; refusing the address for a cool-down",
                 self.what
             );
         }
