@@ -121,8 +121,9 @@ else
   # (conmon) start in its working directory, which must outlive it too
   # (a deleted checkout makes every start fail "write child: broken pipe").
   (cd / && exec setsid podman system service --time=0 "unix://$sock" </dev/null >>"$log" 2>&1) &
-  # Give setsid's fork a moment to show up before the first liveness check.
-  for _ in $(seq 1 50); do
+  # Give setsid's fork time to show up (30 s: a busy machine) before the
+  # liveness checks below count its absence as an exit.
+  for _ in $(seq 1 300); do
     ours_alive && break
     sleep 0.1
   done

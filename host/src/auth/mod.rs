@@ -30,8 +30,11 @@ pub struct Principal {
 
 impl Principal {
     /// The user who started Vigil: stdio mode, or HTTP without `[auth]`.
+    /// Cheap: every request without `[auth]` carries it.
     pub fn local() -> Self {
-        Principal { id: "local".into() }
+        static LOCAL: std::sync::LazyLock<Principal> =
+            std::sync::LazyLock::new(|| Principal { id: "local".into() });
+        LOCAL.clone()
     }
 
     /// The principal of `[[auth.keys]]` entry `name`.

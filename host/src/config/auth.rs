@@ -217,20 +217,13 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
-    use super::super::{Config, raw::RawConfig};
+    use super::super::Config;
+    use super::super::tests::with_env_at;
 
     const KEY: &str = "7c1f0e8b4f9c2b7e1a0d8c3f6b5e9a2d";
 
     fn load(text: &str, base: &Path, vars: &[(&str, &str)]) -> Result<Config, String> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_raw_with_env(raw, &base.join("vigil.toml"), &move |k| {
-            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-        })
-        .map_err(|e| e.to_string())
+        with_env_at(text, &base.join("vigil.toml"), vars).map_err(|e| e.to_string())
     }
 
     fn scratch(name: &str) -> std::path::PathBuf {
@@ -292,12 +285,12 @@ mod tests {
             assert!(e.contains(want), "{want:?} not in {e}");
         }
         assert!(!e.contains("abc"), "the weak secret is not echoed: {e}");
-        let inline = load(
+        let inline = Config::parse(
             "[[auth.keys]]\nname = \"x\"\nkey = \"inline-inline-inline\"\n",
-            &dir,
-            &[],
+            &dir.join("vigil.toml"),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(inline.contains("unknown field `key`"), "{inline}");
     }
 

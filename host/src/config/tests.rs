@@ -145,12 +145,21 @@ fn transport_managed_headers_are_refused() {
 }
 
 fn with_env(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    with_env_at(text, Path::new("vigil.toml"), vars)
+}
+
+/// `text` as the config file `path`, with `vars` as the whole environment.
+pub(super) fn with_env_at(
+    text: &str,
+    path: &Path,
+    vars: &[(&str, &str)],
+) -> Result<Config, ConfigError> {
     let raw: raw::RawConfig = toml::from_str(text).unwrap();
     let vars: Vec<(String, String)> = vars
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    Config::from_raw_with_env(raw, Path::new("vigil.toml"), &move |k| {
+    Config::from_raw_with_env(raw, path, &move |k| {
         vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
     })
 }
