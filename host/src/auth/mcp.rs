@@ -1,14 +1,21 @@
 //! The `/mcp` side of `[auth]`: credentials on every request, and sessions
 //! bound to the principal that opened them.
 //!
-//! - No `[[auth.keys]]`: every request is [`Principal::local`].
-//! - Otherwise a request needs `Authorization: Bearer <key>`. Without one
-//!   it is answered 401 with `WWW-Authenticate: Bearer realm="vigil"`; with
-//!   an unknown one, the same plus `error="invalid_token"` (RFC 6750).
+//! - No `[[auth.keys]]` and no `[auth.oauth]`: every request is
+//!   [`Principal::local`].
+//! - Otherwise a request needs `Authorization: Bearer <key or token>`.
+//!   Without one it is answered 401 with `WWW-Authenticate: Bearer`
+//!   naming the protected resource metadata (`resource_metadata`, RFC 9728;
+//!   `realm="vigil"` with keys only); with a bad one, the same plus
+//!   `error="invalid_token"` (RFC 6750); a token without a required scope
+//!   gets 403 `error="insufficient_scope"` with the scopes it needs; a
+//!   token whose issuer cannot be reached (and none of its keys are known)
+//!   gets 503 with `Retry-After`.
 //! - The credentials are Vigil's: the header is removed before the request
 //!   goes on, so no backend ever sees it (passing it on would be the token
 //!   passthrough the MCP spec forbids).
-//! - An address that sends 10 unknown keys within a minute gets 429 for a
+//! - Keys are tried first (a constant-time comparison), then tokens.
+//! - An address that sends 10 unknown keys or bad tokens within a minute gets 429 for a
 //!   minute, the right key's requests too (the control API's default
 //!   cool-down, [`super::throttle`]).
 //! - A session belongs to the principal whose `initialize` opened it. A
@@ -27,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
+use super::oauth::{OAuth, Refusal};
 use super::throttle::{Client, Throttle};
 use super::{Keys, Principal};
 use crate::config::FailedTokens;
@@ -39,6 +47,7 @@ pub type Alive = Box<dyn Fn(&str) -> BoxFuture<'static, bool> + Send + Sync>;
 /// What [`authenticate`] needs.
 pub struct McpAuth {
     keys: Arc<Keys>,
+    oauth: Option<Arc<OAuth>>,
     /// Cool-downs for addresses that keep sending unknown keys.
     throttle: Throttle,
     owners: Mutex<Owners>,
@@ -61,9 +70,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl McpAuth {
     /// `alive(id)` says whether rmcp still has session `id`; the first
     /// sweep comes at `max_sessions` entries.
-    pub fn new(keys: Arc<Keys>, max_sessions: usize, alive: Alive) -> Self {
+    pub fn new(
+        keys: Arc<Keys>,
+        oauth: Option<Arc<OAuth>>,
+        max_sessions: usize,
+        alive: Alive,
+    ) -> Self {
         McpAuth {
             keys,
+            oauth,
             throttle: Throttle::new(FailedTokens::default(), "/mcp"),
             owners: Mutex::new(Owners {
                 by_session: HashMap::new(),
@@ -99,7 +114,10 @@ impl McpAuth {
     }
 
     fn owned_by(&self, session: &str, principal: &Principal) -> bool {
-        lock(&self.owners).by_session.get(session) == Some(principal)
+        lock(&self.owners)
+            .by_session
+            .get(session)
+            .is_some_and(|owner| owner.same_caller(principal))
     }
 
     fn forget(&self, session: &str) {
@@ -113,7 +131,7 @@ pub async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Response {
-    if !auth.keys.required() {
+    if auth.oauth.is_none() && !auth.keys.required() {
         req.extensions_mut().insert(Principal::local());
         return next.run(req).await;
     }
@@ -124,14 +142,28 @@ pub async fn authenticate(
     if let Err(left) = auth.throttle.check(client, Instant::now()) {
         return throttled(client, left);
     }
-    let principal = match bearer(req.headers()) {
-        None => return unauthorized(None),
-        Some(secret) => match auth.keys.find(secret) {
-            Some(p) => p,
+    let challenge = Challenge::of(auth.oauth.as_deref());
+    let Some(secret) = bearer(req.headers()) else {
+        return challenge.unauthorized(None);
+    };
+    let principal = match auth.keys.find(secret) {
+        Some(p) => p,
+        None => match &auth.oauth {
             None => {
                 auth.throttle.failed(client, Instant::now());
-                return unauthorized(Some("the key is not one of [[auth.keys]]"));
+                return challenge.unauthorized(Some("the key is not one of [[auth.keys]]"));
             }
+            Some(oauth) => match oauth.validate(secret).await {
+                Ok(p) => p,
+                Err(Refusal::Invalid { why, counts }) => {
+                    if counts {
+                        auth.throttle.failed(client, Instant::now());
+                    }
+                    return challenge.unauthorized(Some(&why));
+                }
+                Err(Refusal::Scope(missing)) => return challenge.forbidden(&missing),
+                Err(Refusal::Unavailable(why)) => return unavailable(&why),
+            },
         },
     };
     req.headers_mut().remove(header::AUTHORIZATION);
@@ -192,23 +224,104 @@ fn throttled(client: Client, left: std::time::Duration) -> Response {
     response
 }
 
-/// 401 with the challenge RFC 6750 asks for; `invalid` says why the
-/// credentials given were refused (none given: no error code).
-fn unauthorized(invalid: Option<&str>) -> Response {
-    let (challenge, text) = match invalid {
-        None => (
-            r#"Bearer realm="vigil""#.to_owned(),
-            "Unauthorized: this endpoint needs credentials: send `Authorization: Bearer <key>` with a key of [[auth.keys]]".to_owned(),
-        ),
-        Some(why) => (
-            format!(r#"Bearer realm="vigil", error="invalid_token", error_description="{why}""#),
-            format!("Unauthorized: invalid credentials: {why}"),
-        ),
-    };
-    let mut response = (StatusCode::UNAUTHORIZED, text).into_response();
-    if let Ok(v) = HeaderValue::from_str(&challenge) {
+/// The `WWW-Authenticate` challenge of `/mcp`: with `[auth.oauth]` it
+/// names the protected resource metadata (RFC 9728 §5.1), where clients
+/// learn which authorization server to ask; with keys only, a realm.
+struct Challenge {
+    /// `resource_metadata="…"` or `realm="vigil"`.
+    base: String,
+    /// `, scope="…"`: the scopes to ask for, when some are required.
+    scope: String,
+    how: &'static str,
+}
+
+impl Challenge {
+    fn of(oauth: Option<&OAuth>) -> Self {
+        match oauth {
+            Some(o) => {
+                let scopes = &o.config().required_scopes;
+                Challenge {
+                    base: format!(r#"resource_metadata="{}""#, o.config().metadata_url()),
+                    scope: if scopes.is_empty() {
+                        String::new()
+                    } else {
+                        format!(r#", scope="{}""#, scopes.join(" "))
+                    },
+                    how: "an access token from one of the authorization servers its protected resource metadata names (or a key of [[auth.keys]])",
+                }
+            }
+            None => Challenge {
+                base: r#"realm="vigil""#.to_owned(),
+                scope: String::new(),
+                how: "a key of [[auth.keys]]",
+            },
+        }
+    }
+
+    /// 401; `invalid` says why the credentials given were refused (none
+    /// given: no error code).
+    fn unauthorized(&self, invalid: Option<&str>) -> Response {
+        let (challenge, text) = match invalid {
+            None => (
+                format!("Bearer {}{}", self.base, self.scope),
+                format!(
+                    "Unauthorized: this endpoint needs credentials: send `Authorization: Bearer <token>` with {}",
+                    self.how
+                ),
+            ),
+            Some(why) => (
+                format!(
+                    r#"Bearer {}{}, error="invalid_token", error_description="{}""#,
+                    self.base,
+                    self.scope,
+                    quotable(why)
+                ),
+                format!("Unauthorized: invalid credentials: {why}"),
+            ),
+        };
+        with_challenge(StatusCode::UNAUTHORIZED, &challenge, text)
+    }
+
+    /// 403: a valid token without every required scope (RFC 6750 §3.1).
+    fn forbidden(&self, missing: &[String]) -> Response {
+        let scopes = missing.join(" ");
+        let challenge = format!(
+            r#"Bearer {}, error="insufficient_scope", scope="{scopes}", error_description="the token lacks the scope {scopes}""#,
+            self.base
+        );
+        with_challenge(
+            StatusCode::FORBIDDEN,
+            &challenge,
+            format!("Forbidden: the token lacks the scope {scopes}: request a token with it"),
+        )
+    }
+}
+
+/// `text` without what cannot stand in a quoted header parameter.
+fn quotable(text: &str) -> String {
+    text.chars()
+        .filter(|c| *c != '"' && *c != '\\' && (' '..='~').contains(c))
+        .collect()
+}
+
+fn with_challenge(status: StatusCode, challenge: &str, text: String) -> Response {
+    let mut response = (status, text).into_response();
+    if let Ok(v) = HeaderValue::from_str(challenge) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
+    response
+}
+
+/// 503 while a token cannot be checked (its issuer is unreachable).
+fn unavailable(why: &str) -> Response {
+    let mut response = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("Service Unavailable: {why}"),
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
     response
 }
 
@@ -240,6 +353,7 @@ mod tests {
         let seen = alive.clone();
         let auth = McpAuth::new(
             keys,
+            None,
             1,
             Box::new(move |id| {
                 let up = lock(&seen).contains(id);

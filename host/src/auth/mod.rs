@@ -5,6 +5,10 @@
 //! - `mcp.rs`: the `/mcp` middleware that asks for credentials, answers
 //!   the MCP authorization spec's 401s, and binds each session to the
 //!   principal that opened it;
+//! - `oauth/`: access tokens of trusted authorization servers
+//!   (`[auth.oauth]`): discovery, signing keys, validation, a cache;
+//! - `metadata.rs`: the protected resource metadata (RFC 9728) that
+//!   tells clients where to get tokens;
 //! - `throttle.rs`: the cool-down for addresses that keep sending unknown
 //!   credentials, one table per listener (the control API has its own).
 //!
@@ -12,6 +16,8 @@
 //! allows that only on a loopback listener, or with `allow_anonymous`).
 
 pub mod mcp;
+pub mod metadata;
+pub mod oauth;
 pub mod throttle;
 
 use std::sync::Arc;
@@ -24,8 +30,14 @@ use crate::config::ApiKey;
 /// A caller of the MCP endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal {
-    /// `local` (no `[auth]`, or stdio), `key:NAME`.
+    /// `local` (no `[auth]`, or stdio), `key:NAME`, `sub:SUBJECT`.
     id: Arc<str>,
+    /// The authorization server that vouched for `sub:` principals: two
+    /// issuers may well have a subject of the same name.
+    issuer: Option<Arc<str>>,
+    /// What else policy may match the caller by: `group:NAME` and
+    /// `scope:NAME` of its token.
+    memberships: Arc<[Arc<str>]>,
 }
 
 impl Principal {
@@ -33,20 +45,66 @@ impl Principal {
     /// Cheap: every request without `[auth]` carries it.
     pub fn local() -> Self {
         static LOCAL: std::sync::LazyLock<Principal> =
-            std::sync::LazyLock::new(|| Principal { id: "local".into() });
+            std::sync::LazyLock::new(|| Principal::named("local".into()));
         LOCAL.clone()
+    }
+
+    fn named(id: Arc<str>) -> Self {
+        static NONE: std::sync::LazyLock<Arc<[Arc<str>]>> =
+            std::sync::LazyLock::new(|| Arc::from(Vec::new()));
+        Principal {
+            id,
+            issuer: None,
+            memberships: NONE.clone(),
+        }
     }
 
     /// The principal of `[[auth.keys]]` entry `name`.
     pub fn key(name: &str) -> Self {
+        Principal::named(format!("key:{name}").into())
+    }
+
+    /// The subject of an access token `issuer` vouched for, with its
+    /// groups and scopes.
+    pub fn subject<'a>(
+        issuer: &str,
+        subject: &str,
+        groups: impl IntoIterator<Item = &'a str>,
+        scopes: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        let memberships: Vec<Arc<str>> = groups
+            .into_iter()
+            .map(|g| format!("group:{g}").into())
+            .chain(scopes.into_iter().map(|s| format!("scope:{s}").into()))
+            .collect();
         Principal {
-            id: format!("key:{name}").into(),
+            id: format!("sub:{subject}").into(),
+            issuer: Some(issuer.into()),
+            memberships: memberships.into(),
         }
     }
 
-    /// `local`, `key:NAME`: what policy matches and the audit records.
+    /// `local`, `key:NAME`, `sub:SUBJECT`: what the audit records and
+    /// sessions are bound to.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The issuer of a `sub:` principal's token.
+    pub fn issuer(&self) -> Option<&str> {
+        self.issuer.as_deref()
+    }
+
+    /// The caller's `group:` and `scope:` names.
+    pub fn memberships(&self) -> &[Arc<str>] {
+        &self.memberships
+    }
+
+    /// Whether `other` is the same caller: same id from the same issuer,
+    /// whatever its groups or scopes are now (a refreshed token may carry
+    /// others, and still continues the caller's session).
+    pub fn same_caller(&self, other: &Principal) -> bool {
+        self.id == other.id && self.issuer == other.issuer
     }
 }
 

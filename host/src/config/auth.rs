@@ -25,6 +25,7 @@ pub struct RawAuth {
     pub allow_anonymous: Option<bool>,
     #[serde(default)]
     pub keys: Vec<RawKey>,
+    pub oauth: Option<super::oauth::RawOAuth>,
 }
 
 /// One `[[auth.keys]]` entry as written.
@@ -43,12 +44,14 @@ pub struct AuthConfig {
     pub allow_anonymous: bool,
     /// `[[auth.keys]]`, applied live by a config reload.
     pub keys: Vec<ApiKey>,
+    /// `[auth.oauth]`: access tokens of trusted authorization servers.
+    pub oauth: Option<super::oauth::OAuthConfig>,
 }
 
 impl AuthConfig {
     /// Whether requests to `/mcp` must carry credentials.
     pub fn required(&self) -> bool {
-        !self.keys.is_empty()
+        !self.keys.is_empty() || self.oauth.is_some()
     }
 }
 
@@ -118,7 +121,7 @@ impl Problems {
                 },
                 (None, Some(file)) => {
                     let path = base.join(&file);
-                    match read_key_file(&path) {
+                    match read_secret_file(&path) {
                         Ok(s) => Some((
                             format!("{at}.key_file"),
                             format!("the key in {}", path.display()),
@@ -152,16 +155,18 @@ impl Problems {
                 }
             }
         }
+        let oauth = raw.oauth.map(|o| self.oauth(o, listen, base, env));
         let auth = AuthConfig {
             allow_anonymous,
             keys,
+            oauth,
         };
         if !listen.ip().is_loopback() && !auth.required() && !allow_anonymous && names.is_empty() {
             self.add(
                 "auth",
                 format!(
                     "missing: listen = \"{listen}\" is not a loopback address, so anyone who can reach it could call every tool; \
-                     add [[auth.keys]] (name = \"...\", key_env = \"VAR\") so clients must authenticate, \
+                     add [[auth.keys]] (name = \"...\", key_env = \"VAR\") or [auth.oauth] so clients must authenticate, \
                      or set [auth] allow_anonymous = true to serve it open on purpose"
                 ),
             );
@@ -170,9 +175,9 @@ impl Problems {
     }
 }
 
-/// The key in `path`: one line, trimmed. The file must be a regular file
-/// of Vigil's user (or root) that neither group nor others may read.
-fn read_key_file(path: &Path) -> Result<String, String> {
+/// The secret in `path`: one line, trimmed. The file must be a regular
+/// file of Vigil's user (or root) that neither group nor others may read.
+pub(super) fn read_secret_file(path: &Path) -> Result<String, String> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
     let shown = path.display();
@@ -332,10 +337,7 @@ mod tests {
             &[("K", KEY)],
         )
         .unwrap_err();
-        assert!(
-            e.contains("backends[0].forward_auth: with [[auth.keys]]"),
-            "{e}"
-        );
+        assert!(e.contains("backends[0].forward_auth: with [auth]"), "{e}");
         assert!(e.contains("token passthrough"), "{e}");
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod expand;
 mod freshness;
 mod health;
 mod limits;
+mod oauth;
 mod plugins;
 pub mod raw;
 mod store;
@@ -33,6 +34,7 @@ pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};
 pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
+pub use oauth::{Introspection, OAuthConfig};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
 use raw::RawConfig;
 pub use store::StoreConfig;
@@ -296,8 +298,8 @@ impl Config {
                     if auth.required() && backend.forward_auth {
                         p.add(
                             format!("{at}.forward_auth"),
-                            "with [[auth.keys]] the client's Authorization is its key to Vigil, and passing it on would be token passthrough (the MCP spec forbids it): \
-                             give the backend its own credentials in `headers` instead, or drop [[auth.keys]]",
+                            "with [auth] the client's Authorization is its credential for Vigil, and passing it on would be token passthrough (the MCP spec forbids it): \
+                             give the backend its own credentials in `headers` instead, or drop [[auth.keys]] and [auth.oauth]",
                         );
                     }
                     if plugins.dir.is_none() && !backend.probes.is_empty() {

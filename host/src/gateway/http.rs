@@ -46,15 +46,22 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let sessions = streams.clone();
     let auth = Arc::new(crate::auth::mcp::McpAuth::new(
         gw.mcp_keys(),
+        gw.oauth(),
         c.limits.max_sessions,
         Box::new(move |id| {
             let (sessions, id) = (sessions.clone(), SessionId::from(id));
             Box::pin(async move { sessions.has_session(&id).await.unwrap_or(false) })
         }),
     ));
+    let metadata = c
+        .auth
+        .oauth
+        .as_ref()
+        .map(crate::auth::metadata::routes)
+        .unwrap_or_default();
     let factory_gw = gw.clone();
     let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), streams, http);
-    Router::new()
+    let mcp = Router::new()
         .nest_service("/mcp", service)
         .route_layer(axum::middleware::from_fn_with_state(cap, session_cap))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -64,7 +71,8 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(guard, guard_request))
         .layer(axum::middleware::from_fn(
             super::http_errors::jsonrpc_errors,
-        ))
+        ));
+    mcp.merge(metadata)
 }
 
 /// What [`session_cap`] needs.
@@ -179,6 +187,14 @@ async fn guard_request(
 /// Serves until `shutdown`, within `[limits]` (see [`crate::listener`]).
 pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> std::io::Result<()> {
     let auth = &gw.config.auth;
+    if let Some(o) = &auth.oauth {
+        tracing::info!(
+            resource = %o.resource,
+            issuers = ?o.issuers,
+            metadata = %o.metadata_url(),
+            "/mcp accepts access tokens of [auth.oauth] issuers"
+        );
+    }
     if !gw.config.listen.ip().is_loopback() && !auth.required() && auth.allow_anonymous {
         tracing::warn!(
             listen = %gw.config.listen,

@@ -108,6 +108,9 @@ pub struct Gateway {
     /// `[[auth.keys]]` in force: `config.auth.keys` at start, replaced by
     /// each config reload that changes them.
     mcp_keys: Arc<crate::auth::Keys>,
+    /// The validator of `[auth.oauth]` tokens, shared by `/mcp` and the
+    /// control API (restart-only: a reload never replaces it).
+    oauth: Option<Arc<crate::auth::oauth::OAuth>>,
     /// Masks secrets in reasons, forwarded errors (and, shared with the log
     /// writer, logs); kept in step with the backend set.
     redactor: Redactor,
@@ -247,6 +250,11 @@ impl Gateway {
             store: store.clone(),
             api_tokens: Arc::new(crate::api::Tokens::new(config.api.tokens.clone())),
             mcp_keys: Arc::new(crate::auth::Keys::new(config.auth.keys.clone())),
+            oauth: config
+                .auth
+                .oauth
+                .clone()
+                .map(crate::auth::oauth::OAuth::new),
             config,
             redactor,
         });
@@ -262,6 +270,9 @@ impl Gateway {
             .collect();
         gw.install(BackendSet::new(backends));
         gw.refresh_secrets(&[]);
+        if let Some(oauth) = &gw.oauth {
+            oauth.spawn_refresh(tracker, shutdown.clone());
+        }
         let (updates_tx, updates_rx) = mpsc::unbounded_channel();
         let plugins = gw.start_plugins(tracker, &shutdown);
         let _ = gw.plugins.set(plugins.clone());
@@ -712,6 +723,11 @@ impl Gateway {
     /// The live `[[auth.keys]]` the `/mcp` endpoint checks.
     pub fn mcp_keys(&self) -> Arc<crate::auth::Keys> {
         self.mcp_keys.clone()
+    }
+
+    /// The `[auth.oauth]` validator, when configured.
+    pub fn oauth(&self) -> Option<Arc<crate::auth::oauth::OAuth>> {
+        self.oauth.clone()
     }
 
     /// A new front session handler (one per client session).

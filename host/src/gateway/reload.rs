@@ -176,6 +176,7 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
                 allow_anonymous,
                 // Applied by the reload.
                 keys: _,
+                oauth,
             },
         // Applied by the reload.
         backends: _,
@@ -219,6 +220,7 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
             "auth.allow_anonymous",
             r.auth.allow_anonymous != *allow_anonymous,
         ),
+        ("auth.oauth", r.auth.oauth != *oauth),
     ]
     .into_iter()
     .filter_map(|(key, differs)| differs.then_some(key))

@@ -1,0 +1,273 @@
+"""`[auth.oauth]`: Vigil as an OAuth 2.1 resource server (issue 14, acceptance 1, 2 and 4).
+
+Real peers: `oidc-provider` (a certified OAuth 2.0 / OpenID Connect server)
+issuing JWT access tokens for Vigil's `/mcp` resource; the official Python
+SDK's OAuth client (`mcp.client.auth.OAuthClientProvider`), which starts
+with no token and follows 401 → protected resource metadata → authorization
+server metadata → dynamic registration → authorization code + PKCE; raw
+HTTP for the challenges a client library hides; the demo backend over stdio.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import httpx2
+import jwt
+import pytest
+from mcp import ClientSession
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientMetadata
+
+from harness import INITIALIZE_BODY, MCP_HEADERS, Gateways, Procs, demo_stdio_args, run_vigil, stdio_backend
+from oauth.provider import (
+    MCP_SCOPE,
+    SDK_REDIRECT_URI,
+    MemoryTokenStorage,
+    OAuthProvider,
+    confidential_client,
+    public_client,
+)
+from support import (
+    DEADLINE,
+    DEMO_TOOLS,
+    SDK_READ_TIMEOUT,
+    call_text,
+    http_session,
+    poll,
+    prefixed,
+    tool_names,
+    unwrapped_failures,
+)
+
+pytestmark = pytest.mark.anyio
+
+SVC, SVC_SECRET = "svc", "svc-secret-0123456789abcdef0123456789"
+BOT, BOT_SECRET = "bot", "bot-secret-0123456789abcdef0123456789"
+APP = "app"
+ACCOUNTS = {"alice": {"groups": ["ops"]}, "bob": {"groups": ["dev"]}}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture
+def idp(procs: Procs, tmp_path: Path) -> Iterator[OAuthProvider]:
+    """The authorization server; Vigil's resource is added once Vigil's port is known."""
+    with OAuthProvider(
+        tmp_path / "oauth",
+        procs=procs,
+        clients=[
+            confidential_client(SVC, SVC_SECRET, groups=["ops"], scope=MCP_SCOPE),
+            confidential_client(BOT, BOT_SECRET, groups=["dev"], scope=MCP_SCOPE),
+            public_client(APP),
+        ],
+        accounts=ACCOUNTS,
+    ) as provider:
+        yield provider
+
+
+def protected(vigil: Gateways, demo_bin: Path, idp: OAuthProvider, **oauth: object) -> object:
+    """A gateway whose /mcp takes the provider's tokens (scope `mcp`) for its own URL."""
+    gw = vigil(
+        [stdio_backend("demo", demo_bin, demo_stdio_args("demo"))],
+        api={},
+        auth={"oauth": {"issuers": [idp.issuer], "required_scopes": [MCP_SCOPE], **oauth}},
+    )
+    idp.add_resource(gw.url)
+    return gw
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def metadata_url(gw: object) -> str:
+    return f"http://127.0.0.1:{gw.port}/.well-known/oauth-protected-resource/mcp"
+
+
+async def test_the_sdk_client_discovers_registers_and_logs_in_with_pkce(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    gw = protected(vigil, demo_bin, idp)
+    login = idp.sdk_login("alice")
+    storage = MemoryTokenStorage()
+    auth = OAuthClientProvider(
+        server_url=gw.url,
+        client_metadata=OAuthClientMetadata(client_name="vigil-e2e", redirect_uris=[SDK_REDIRECT_URI]),
+        storage=storage,
+        redirect_handler=login.redirect_handler,
+        callback_handler=login.callback_handler,
+    )
+    for _round in range(2):  # the second session reuses the stored token: no second login
+        with unwrapped_failures():
+            async with (
+                httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(DEADLINE, read=SDK_READ_TIMEOUT)) as client,
+                streamable_http_client(gw.url, http_client=client) as (read, write),
+                ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT) as session,
+            ):
+                await session.initialize()
+                assert await tool_names(session) == prefixed("demo", DEMO_TOOLS)
+                assert await call_text(session, "demo__echo", {"text": "via oauth"}) == "via oauth"
+    assert len(login.urls) == 1, f"logged in {len(login.urls)} times: {login.urls}"
+    query = parse_qs(urlsplit(login.urls[0]).query)
+    assert query["resource"] == [gw.url], f"the client asked for another resource: {query}"
+    assert query["code_challenge_method"] == ["S256"], query
+    assert MCP_SCOPE in query["scope"][0].split(), query
+    assert storage.client_info is not None, "the client registered dynamically"
+    assert storage.tokens is not None
+    claims = idp.decode(storage.tokens.access_token, audience=gw.url)
+    assert claims["sub"] == "alice", claims
+
+
+async def test_a_client_credentials_token_lists_and_calls(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    gw = protected(vigil, demo_bin, idp)
+    token = idp.client_credentials_token(SVC, SVC_SECRET, resource=gw.url, scope=MCP_SCOPE)
+    async with http_session(gw.url, headers=bearer(token)) as svc:
+        assert await tool_names(svc) == prefixed("demo", DEMO_TOOLS)
+        assert await call_text(svc, "demo__echo", {"text": "machine"}) == "machine"
+    log = ANSI.sub("", gw.proc.stderr())
+    assert "fetched the authorization server's signing keys" in log, log[-3000:]
+    assert token not in log, "the token is in the log"
+
+
+async def test_the_metadata_and_the_challenge_lead_a_client_to_the_issuer(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    gw = protected(vigil, demo_bin, idp)
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        none = await http.post(gw.url, json=INITIALIZE_BODY, headers=MCP_HEADERS)
+        assert none.status_code == 401, none.text
+        www = none.headers["www-authenticate"]
+        assert www == f'Bearer resource_metadata="{metadata_url(gw)}", scope="{MCP_SCOPE}"', www
+        assert "error=" not in www, "no credentials, no error code (RFC 6750 §3.1)"
+        for url in (metadata_url(gw), f"http://127.0.0.1:{gw.port}/.well-known/oauth-protected-resource"):
+            prm = await http.get(url)
+            assert prm.status_code == 200, (url, prm.text)
+            doc = prm.json()
+            assert doc["resource"] == gw.url, doc
+            assert doc["authorization_servers"] == [idp.issuer], doc
+            assert doc["scopes_supported"] == [MCP_SCOPE], doc
+            assert doc["bearer_methods_supported"] == ["header"], doc
+
+
+async def test_each_bad_token_is_refused_with_the_right_status_and_challenge(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    gw = protected(vigil, demo_bin, idp)
+    good = idp.forge(gw.url)
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        # The control: the same kind of token without a defect is accepted.
+        ok = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(good)})
+        assert ok.status_code == 200, ok.text
+        for name, token in idp.bad_tokens(gw.url).items():
+            resp = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(token)})
+            www = resp.headers.get("www-authenticate", "")
+            assert f'resource_metadata="{metadata_url(gw)}"' in www, (name, www)
+            assert "mcp-session-id" not in resp.headers, name
+            if name in ("no_scope", "other_scope"):
+                assert resp.status_code == 403, (name, resp.status_code, resp.text)
+                assert 'error="insufficient_scope"' in www and f'scope="{MCP_SCOPE}"' in www, (name, www)
+            else:
+                assert resp.status_code == 401, (name, resp.status_code, resp.text)
+                assert 'error="invalid_token"' in www, (name, www)
+            assert token not in resp.text and token not in www, f"{name}: the token is echoed"
+        expired = idp.bad_tokens(gw.url)["expired"]
+        resp = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(expired)})
+        assert 'error_description="the token expired"' in resp.headers["www-authenticate"], resp.headers
+        # Fourteen bad tokens from one address are past the cool-down's ten:
+        # but expired ones do not count, and the throttle answers 429, not 401.
+        assert resp.status_code in (401, 429), resp.status_code
+
+
+async def test_a_rotated_signing_key_is_accepted_without_a_restart(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    gw = protected(vigil, demo_bin, idp)
+    first = idp.client_credentials_token(SVC, SVC_SECRET, resource=gw.url, scope=MCP_SCOPE)
+    async with http_session(gw.url, headers=bearer(first)) as s:
+        assert await call_text(s, "demo__echo", {"text": "old key"}) == "old key"
+    new_key = idp.rotate_keys("RS256", keep_old=True)
+    rotated = idp.client_credentials_token(SVC, SVC_SECRET, resource=gw.url, scope=MCP_SCOPE)
+    assert json.loads(httpx.get(f"{idp.jwks_uri}").text)["keys"][0]["kid"] == new_key.kid
+    assert jwt.get_unverified_header(rotated)["kid"] == new_key.kid, "the provider signs with the new key"
+
+    async def accepted() -> int:
+        async with httpx.AsyncClient(timeout=DEADLINE) as http:
+            resp = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(rotated)})
+            return resp.status_code
+
+    # An unknown kid makes Vigil fetch the keys again (at most every 5 s).
+    await poll(accepted, lambda status: status == 200, "a token signed with the rotated key accepted")
+    async with http_session(gw.url, headers=bearer(rotated)) as s:
+        assert await call_text(s, "demo__echo", {"text": "new key"}) == "new key"
+
+
+async def test_cached_keys_keep_working_while_the_issuer_is_down(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    gw = protected(vigil, demo_bin, idp)
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        first = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(idp.forge(gw.url))})
+        assert first.status_code == 200, first.text
+        idp.stop()
+        # A token Vigil has never seen, signed with a key it fetched before.
+        fresh = idp.forge(gw.url, sub="carol")
+        resp = await http.post(gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(fresh)})
+        assert resp.status_code == 200, resp.text
+
+
+async def test_a_session_is_bound_to_its_principal_and_a_refreshed_token_continues_it(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    gw = protected(vigil, demo_bin, idp)
+    alice = idp.authorization_code_token(
+        APP, resource=gw.url, scope=f"{MCP_SCOPE} offline_access", account="alice"
+    )
+    bob = idp.authorization_code_token(APP, resource=gw.url, scope=MCP_SCOPE, account="bob")
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        opened = await http.post(
+            gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer(alice["access_token"])}
+        )
+        assert opened.status_code == 200, opened.text
+        on = {**MCP_HEADERS, "Mcp-Session-Id": opened.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-06-18"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        sent = await http.post(gw.url, json=initialized, headers={**on, **bearer(alice["access_token"])})
+        assert sent.status_code == 202, sent.text
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+        stolen = await http.post(gw.url, json=ping, headers={**on, **bearer(bob["access_token"])})
+        unknown = await http.post(
+            gw.url, json=ping, headers={**on, "Mcp-Session-Id": "no-such-session", **bearer(bob["access_token"])}
+        )
+        assert stolen.status_code == unknown.status_code == 404, (stolen.text, unknown.text)
+        assert stolen.text == unknown.text
+
+        refreshed = idp.refresh(APP, alice["refresh_token"], resource=gw.url)
+        assert refreshed["access_token"] != alice["access_token"]
+        again = await http.post(gw.url, json=ping, headers={**on, **bearer(refreshed["access_token"])})
+        assert again.status_code == 200 and '"result"' in again.text, again.text
+
+        expired = idp.forge(gw.url, sub="alice", exp=1, iat=0)
+        late = await http.post(gw.url, json=ping, headers={**on, **bearer(expired)})
+        assert late.status_code == 401, "an expired token gets 401, so the client refreshes"
+        assert 'error="invalid_token"' in late.headers["www-authenticate"]
+    assert "answered as an unknown session" in ANSI.sub("", gw.proc.stderr())
+
+
+async def test_a_wide_listen_with_oauth_needs_an_explicit_resource(vigil: Gateways, demo_bin: Path) -> None:
+    config = vigil.dir / "wide.toml"
+    config.write_text(
+        'listen = "0.0.0.0:18080"\n[auth.oauth]\nissuers = ["http://127.0.0.1:9000"]\n', encoding="utf-8"
+    )
+    out = run_vigil(vigil.vigil_bin, ["check", "--config", str(config)], vigil.dir)
+    assert out.returncode != 0
+    assert "auth.oauth.resource: missing" in out.stderr, out.stderr
+    assert "set resource to the URL of /mcp as clients reach it" in out.stderr, out.stderr
+
