@@ -54,6 +54,7 @@ pub mod logging;
 pub mod metrics;
 pub mod origin;
 pub mod plugins;
+pub mod policy;
 pub mod private_fs;
 pub mod redact;
 pub mod runtime;

@@ -391,7 +391,8 @@ async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> 
         &api,
         startup.gateway.api_tokens(),
     )
-    .with_limits(startup.gateway.config.limits.api);
+    .with_limits(startup.gateway.config.limits.api)
+    .with_oauth(startup.gateway.oauth());
     let api_shutdown = shutdown.clone();
     tracker.spawn(async move {
         // Losing the control API must not stop MCP traffic: say so loudly

@@ -44,6 +44,12 @@ pub struct CutLabel {
     pub reason: String,
 }
 
+/// A caller of `/mcp` (`key:NAME`, `sub:SUBJECT`, `local`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrincipalLabel {
+    pub principal: String,
+}
+
 /// A health transition's labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TransitionLabel {
@@ -83,6 +89,7 @@ pub struct Metrics {
     pub connections_refused: Family<ListenerLabel, Counter>,
     pub connections_cut: Family<CutLabel, Counter>,
     pub sessions_refused: Counter,
+    pub rate_limited: Family<PrincipalLabel, Counter>,
 }
 
 /// The process's metrics.
@@ -108,6 +115,7 @@ pub fn get() -> &'static Metrics {
         connections_open: Family::default(),
         connections_refused: Family::default(),
         connections_cut: Family::default(),
+        rate_limited: Family::default(),
         sessions_refused: Counter::default(),
     })
 }
@@ -335,6 +343,11 @@ impl Metrics {
             "sessions_refused",
             "MCP sessions refused because limits.max_sessions were open",
             self.sessions_refused.clone(),
+        );
+        r.register(
+            "rate_limited",
+            "Calls refused by a [[policy]] rate or rate_per_tool, per principal",
+            self.rate_limited.clone(),
         );
         r.register(
             "notifications_sent",

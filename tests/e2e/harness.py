@@ -514,9 +514,7 @@ class Gateways:
             }
             config = self.dir / "vigil.toml"
             config.write_text(render_config(top, backends), encoding="utf-8")
-            gw = self._serve(
-                config, port, api_port, wait_for_api=api is not None, env=env, open_files=open_files
-            )
+            gw = self._serve(config, port, api_port, wait_for_api=api is not None, env=env, open_files=open_files)
             if gw is not None:
                 return gw
         pytest.fail("could not find free ports for vigil", pytrace=False)

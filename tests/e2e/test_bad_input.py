@@ -317,7 +317,7 @@ def test_a_wildcard_origin_is_accepted_by_check_and_serve(
         render_config({"listen": listen(), "allowed_origins": ["*"]}, base_backends(demo_bin)), encoding="utf-8"
     )
     done = run_vigil(vigil_bin, ["check", "--config", str(config)], tmp_path)
-    assert done.returncode == 0, f"vigil check refused allowed_origins = [\"*\"]:\n{done.stderr}"
+    assert done.returncode == 0, f'vigil check refused allowed_origins = ["*"]:\n{done.stderr}'
     # Served, any Origin is accepted (the rule the listener applies is the one check applies).
     gw = vigil(base_backends(demo_bin), allowed_origins=["*"])
     r = httpx.post(
@@ -326,6 +326,9 @@ def test_a_wildcard_origin_is_accepted_by_check_and_serve(
     assert r.status_code == 200, r.text
     # Control: an entry without a scheme is still refused, naming it.
     check_rejected(
-        vigil_bin, tmp_path, render_config({"listen": listen(), "allowed_origins": ["example.com"]}, base_backends(demo_bin)),
-        "allowed_origins[0]", "needs a scheme",
+        vigil_bin,
+        tmp_path,
+        render_config({"listen": listen(), "allowed_origins": ["example.com"]}, base_backends(demo_bin)),
+        "allowed_origins[0]",
+        "needs a scheme",
     )

@@ -17,9 +17,12 @@ import sys
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from harness import (
+    INITIALIZE_BODY,
+    MCP_HEADERS,
     PY_BACKENDS,
     Gateways,
     Procs,
@@ -30,9 +33,6 @@ from harness import (
     stdio_backend,
 )
 from support import DEADLINE, ControlApi, call_text, http_session, poll, short, tool_names
-
-import httpx
-from harness import INITIALIZE_BODY, MCP_HEADERS
 
 pytestmark = pytest.mark.anyio
 
@@ -113,7 +113,9 @@ async def test_a_relisting_that_hangs_leaves_probes_and_operators_in_charge(vigi
     assert pids, "the hostile backend's process"
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
-    detail = await api.wait_for("slow", lambda d: d["restart_count"] >= 1 and d["state"] == "running", "restarted after freezing")
+    detail = await api.wait_for(
+        "slow", lambda d: d["restart_count"] >= 1 and d["state"] == "running", "restarted after freezing"
+    )
     assert any("probe" in r or "ping" in r for r in reasons(detail)), short(reasons(detail))
 
     # 2. An operator's restart is answered while a re-listing hangs (the new
@@ -135,7 +137,9 @@ async def test_endless_pagination_is_cut_at_the_page_limit(vigil: Gateways, demo
     )
     api = ControlApi(gw.api_base)
     detail = await api.wait_state("pager", "quarantined")
-    expected = "listing capabilities failed: backend 'pager': tools/list: still paging after 50 pages (limits.list_pages)"
+    expected = (
+        "listing capabilities failed: backend 'pager': tools/list: still paging after 50 pages (limits.list_pages)"
+    )
     assert any(expected in r for r in reasons(detail)), short(reasons(detail))
     # 50 pages of 100 tools of ~1 KB per attempt: a few MiB, never the
     # gigabytes an endless listing reaches.

@@ -21,11 +21,10 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-
-from harness import INITIALIZE_BODY, MCP_HEADERS, Gateways, demo_stdio_args, rss_bytes, stdio_backend
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from harness import INITIALIZE_BODY, MCP_HEADERS, Gateways, demo_stdio_args, rss_bytes, stdio_backend
 from support import DEADLINE, SDK_READ_TIMEOUT, ControlApi, call_text, http_session, poll, short
 
 pytestmark = pytest.mark.anyio
@@ -210,25 +209,35 @@ async def test_a_client_that_reads_no_answers_is_cut_off_and_its_buffers_freed(v
     init = initialize(gw.port)
     sid = init.headers["mcp-session-id"]
     headers = {**MCP_HEADERS, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-06-18"}
-    httpx.post(gw.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers, timeout=DEADLINE)
+    httpx.post(
+        gw.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers, timeout=DEADLINE
+    )
     baseline = rss_bytes(gw.proc.pid)
     text = "x" * (3 * MiB)
     readers = []
     for i in range(60):
         body = json.dumps(
-            {"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call", "params": {"name": "alpha__echo", "arguments": {"text": text}}}
+            {
+                "jsonrpc": "2.0",
+                "id": 100 + i,
+                "method": "tools/call",
+                "params": {"name": "alpha__echo", "arguments": {"text": text}},
+            }
         ).encode()
         s = connect(gw.port, rcvbuf=4096)
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         s.sendall(
-            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         readers.append(s)
     peak = max(rss_bytes(gw.proc.pid) for _ in range(3))
     print(f"unread answers: baseline {baseline / MiB:.0f} MiB, with 60 unread {peak / MiB:.0f} MiB")
     # Nobody reads: after write_timeout Vigil cuts every one of them...
     await poll(
-        lambda: anyio.to_thread.run_sync(metric, gw.api_base, "vigil_connections_cut_total", 'listener="mcp",reason="write_timeout"'),
+        lambda: anyio.to_thread.run_sync(
+            metric, gw.api_base, "vigil_connections_cut_total", 'listener="mcp",reason="write_timeout"'
+        ),
         lambda n: n >= 60,
         "60 connections cut at write_timeout",
         timeout=2 * DEADLINE,
@@ -251,10 +260,17 @@ def test_wrong_typed_params_of_a_known_method_name_the_field(vigil: Gateways, de
     gw = vigil([stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))])
     init = initialize(gw.port)
     headers = {**MCP_HEADERS, "Mcp-Session-Id": init.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-06-18"}
-    httpx.post(gw.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers, timeout=DEADLINE)
+    httpx.post(
+        gw.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers, timeout=DEADLINE
+    )
 
     def call(method: str, params: object) -> dict:
-        r = httpx.post(gw.url, json={"jsonrpc": "2.0", "id": 9, "method": method, "params": params}, headers=headers, timeout=DEADLINE)
+        r = httpx.post(
+            gw.url,
+            json={"jsonrpc": "2.0", "id": 9, "method": method, "params": params},
+            headers=headers,
+            timeout=DEADLINE,
+        )
         text = r.text
         data = [line[5:].strip() for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
         return json.loads(data[-1] if data else text)

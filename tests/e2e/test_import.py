@@ -341,7 +341,7 @@ async def test_an_imported_vscode_input_is_a_variable_at_serve_time(
     done = import_file(vigil_bin, tmp_path, "proj/.vscode/mcp.json")
     assert done.returncode == 0, done.stderr
     assert lines(done.stderr)[0] == (
-        'note: proj/.vscode/mcp.json: servers.demo.env.VIGIL_DEMO_NAME: `${input:demo-name}` (VS Code asks for it: '
+        "note: proj/.vscode/mcp.json: servers.demo.env.VIGIL_DEMO_NAME: `${input:demo-name}` (VS Code asks for it: "
         '"Name of the demo", a password) is now `${DEMO_NAME}`: set DEMO_NAME in Vigil\'s environment'
     )
     gw = serve_imported(vigil, tmp_path, done.stdout, {"DEMO_NAME": "asked-by-vscode-9b2c"})
@@ -397,13 +397,18 @@ def test_a_missing_variable_fails_check_and_serve_naming_the_key_and_the_variabl
             '{"servers_": {"a": {"command": "x"}}, "theme": "dark"}',
             [
                 'error: bad.json: no MCP servers in it: expected a top-level "mcpServers" (Claude Desktop, Cursor, '
-                "Claude Code), \"servers\" (VS Code's .vscode/mcp.json) or \"mcp\": {\"servers\"} (VS Code's "
+                'Claude Code), "servers" (VS Code\'s .vscode/mcp.json) or "mcp": {"servers"} (VS Code\'s '
                 "settings.json) object; the file has servers_, theme"
             ],
         ),
-        ("", ["error: bad.json: no MCP servers in it: expected a top-level \"mcpServers\" (Claude Desktop, Cursor, "
-              "Claude Code), \"servers\" (VS Code's .vscode/mcp.json) or \"mcp\": {\"servers\"} (VS Code's "
-              "settings.json) object; the file is empty"]),
+        (
+            "",
+            [
+                'error: bad.json: no MCP servers in it: expected a top-level "mcpServers" (Claude Desktop, Cursor, '
+                'Claude Code), "servers" (VS Code\'s .vscode/mcp.json) or "mcp": {"servers"} (VS Code\'s '
+                "settings.json) object; the file is empty"
+            ],
+        ),
         (
             '{"mcpServers": ["a", "b"]}',
             ["error: bad.json: mcpServers: expected an object of servers by name, found an array"],
@@ -523,8 +528,9 @@ RSS_BOUND_KIB = 64 * 1024
 @pytest.mark.parametrize("hostile", ["endless", "nesting-bomb", "huge"])
 def test_hostile_files_are_refused_in_bounded_time_and_memory(vigil_bin: Path, tmp_path: Path, hostile: str) -> None:
     if hostile == "endless":
-        target, expected = "/dev/zero", (
-            "error: /dev/zero: larger than 8 MiB, which no MCP client config is: is it the right file?"
+        target, expected = (
+            "/dev/zero",
+            ("error: /dev/zero: larger than 8 MiB, which no MCP client config is: is it the right file?"),
         )
     elif hostile == "nesting-bomb":
         (tmp_path / "deep.json").write_text('{"mcpServers": ' + "[" * 500_000, encoding="utf-8")
@@ -532,8 +538,9 @@ def test_hostile_files_are_refused_in_bounded_time_and_memory(vigil_bin: Path, t
     else:
         # 8 MiB + 1 of one JSON string: over the limit by a byte.
         (tmp_path / "huge.json").write_text('{"mcpServers": {"a": {"command": "' + "x" * (8 * 2**20 - 37) + '"}}}')
-        target, expected = "huge.json", (
-            "error: huge.json: larger than 8 MiB, which no MCP client config is: is it the right file?"
+        target, expected = (
+            "huge.json",
+            ("error: huge.json: larger than 8 MiB, which no MCP client config is: is it the right file?"),
         )
     got = run_measured(vigil_bin, ["import", target], tmp_path)
     assert (got.returncode, lines(got.stderr)) == (2, [expected])

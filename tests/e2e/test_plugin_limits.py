@@ -17,6 +17,7 @@ the workload runs beside the hostile plugin:
 from __future__ import annotations
 
 import re
+import select
 import shutil
 import socket
 import socketserver
@@ -47,7 +48,11 @@ class ConnServer:
     """A loopback HTTP/1.1 server that answers each request with `answer(path, sock)`.
 
     It counts connections open at once, overall and per request path (the
-    most seen is kept), and how many it accepted.
+    most seen is kept), and how many it accepted. A connection counts as
+    open while the client holds it: when a new one arrives, those the client
+    has already closed (a handler may not have noticed yet) stop counting
+    first, so a client that closes one and opens the next is not seen with
+    both open.
     """
 
     def __init__(self, answer: Callable[[str, socket.socket], None]) -> None:
@@ -57,6 +62,8 @@ class ConnServer:
         self.total_open = 0
         self.most_total = 0
         self.accepted = 0
+        #: Connections counted open, with their path.
+        self.socks: dict[socket.socket, str] = {}
         outer = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -74,13 +81,13 @@ class ConnServer:
                     return
                 parts = head.split(b" ", 2)
                 path = parts[1].decode(errors="replace") if len(parts) > 1 else "?"
-                outer._opened(path)
+                outer._opened(path, sock)
                 try:
                     answer(path, sock)
                 except OSError:
                     pass
                 finally:
-                    outer._closed(path)
+                    outer._closed(sock)
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
@@ -91,22 +98,43 @@ class ConnServer:
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def _opened(self, path: str) -> None:
+    def _opened(self, path: str, sock: socket.socket) -> None:
         with self.lock:
+            for other in [s for s in self.socks if _peer_closed(s)]:
+                self._forget(other)
             self.accepted += 1
+            self.socks[sock] = path
             self.open[path] = self.open.get(path, 0) + 1
             self.most[path] = max(self.most.get(path, 0), self.open[path])
             self.total_open += 1
             self.most_total = max(self.most_total, self.total_open)
 
-    def _closed(self, path: str) -> None:
+    def _closed(self, sock: socket.socket) -> None:
         with self.lock:
+            self._forget(sock)
+
+    def _forget(self, sock: socket.socket) -> None:
+        path = self.socks.pop(sock, None)
+        if path is not None:
             self.open[path] -= 1
             self.total_open -= 1
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """Whether the client closed `sock` (its end of file or a reset is waiting to be read).
+
+    Never waits: `select` with no timeout says whether anything is there
+    (the socket's own timeout would make a plain `recv` wait for it).
+    """
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def trickle(path: str, sock: socket.socket) -> None:

@@ -228,9 +228,7 @@ async def session_of(url: str, seen: list[str]) -> AsyncIterator[ClientSession]:
 
 
 @pytest.mark.parametrize("rust_log", [None, "info,vigil=debug"], ids=["default", "vigil-debug"])
-async def test_session_ids_stay_out_of_the_log(
-    vigil: Gateways, demo_bin: Path, rust_log: str | None
-) -> None:
+async def test_session_ids_stay_out_of_the_log(vigil: Gateways, demo_bin: Path, rust_log: str | None) -> None:
     # `None` runs Vigil without RUST_LOG: its own default level (`info`).
     gw: Vigil = vigil([stdio_backend("demo", demo_bin, demo_stdio_args("demo"))], env={"RUST_LOG": rust_log})
     ids: list[str] = []

@@ -382,7 +382,10 @@ async def test_a_store_that_cannot_be_opened_refuses_the_start_unless_optional(
 
     checked = run_vigil(vigil_bin, ["check", "--config", str(config)], tmp_path)
     assert checked.returncode == 0, checked.stderr
-    assert f"store: {data / 'vigil.db'} (required: serve and stdio refuse to start if it cannot be opened)" in checked.stdout
+    assert (
+        f"store: {data / 'vigil.db'} (required: serve and stdio refuse to start if it cannot be opened)"
+        in checked.stdout
+    )
 
     # The operator's choice: serve without durable state, loudly.
     gw = vigil([demo("alpha", demo_bin, marker)], api={}, data_dir=str(data), store={"optional": True})

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::ApiError;
 use crate::auth::throttle::{Client, Throttle};
-use crate::config::{ApiToken, Role};
+use crate::config::{ApiRoles, ApiToken, Role};
 
 /// The live `[[api.tokens]]`, shared by the API (which reads them on every
 /// request) and the gateway (whose config reload replaces them).
@@ -54,6 +54,29 @@ impl Tokens {
 pub(super) struct Auth {
     pub(super) tokens: Arc<Tokens>,
     pub(super) throttle: Throttle,
+    /// With `[api] roles`: the validator of `[auth.oauth]` tokens.
+    pub(super) oauth: Option<Arc<crate::auth::oauth::OAuth>>,
+    pub(super) roles: ApiRoles,
+}
+
+/// The role `[api] roles` gives `p`, if any (operator first).
+fn role_of(roles: &ApiRoles, p: &crate::auth::Principal) -> Option<Role> {
+    let named = |patterns: &[String]| {
+        patterns.iter().any(|pattern| {
+            pattern == "*"
+                || crate::policy::matches(pattern, p.id())
+                || p.memberships()
+                    .iter()
+                    .any(|m| crate::policy::matches(pattern, m))
+        })
+    };
+    if named(&roles.operator) {
+        Some(Role::Operator)
+    } else if named(&roles.viewer) {
+        Some(Role::Viewer)
+    } else {
+        None
+    }
 }
 
 /// The principal of the unauthenticated loopback mode.
@@ -124,7 +147,7 @@ pub(super) async fn authenticate(
     next: Next,
 ) -> Result<Response, ApiError> {
     let tokens = auth.tokens.current();
-    let principal = if tokens.is_empty() {
+    let principal = if tokens.is_empty() && auth.oauth.is_none() {
         Principal::local()
     } else {
         let client = req
@@ -140,22 +163,83 @@ pub(super) async fn authenticate(
         let given = bearer(&req).ok_or(ApiError::Unauthorized(
             "missing bearer token: send `Authorization: Bearer <token>`",
         ))?;
-        let Some(token) = find(&tokens, given) else {
-            auth.throttle.failed(client, Instant::now());
-            return Err(ApiError::Unauthorized("unknown token"));
-        };
-        Principal {
-            name: token.name.clone(),
-            role: token.role,
+        match find(&tokens, given) {
+            Some(token) => Principal {
+                name: token.name.clone(),
+                role: token.role,
+            },
+            None => match &auth.oauth {
+                None => {
+                    auth.throttle.failed(client, Instant::now());
+                    return Err(ApiError::Unauthorized("unknown token"));
+                }
+                Some(oauth) => oauth_principal(auth.as_ref(), oauth, given, client).await?,
+            },
         }
     };
     req.extensions_mut().insert(principal);
     Ok(next.run(req).await)
 }
 
+/// The API principal of an `[auth.oauth]` token: its `sub:` name, with
+/// the role `[api] roles` gives it.
+async fn oauth_principal(
+    auth: &Auth,
+    oauth: &crate::auth::oauth::OAuth,
+    token: &str,
+    client: Client,
+) -> Result<Principal, ApiError> {
+    use crate::auth::oauth::Refusal;
+    let p = match oauth.validate(token).await {
+        Ok(p) => p,
+        Err(Refusal::Invalid { why, counts }) => {
+            if counts {
+                auth.throttle.failed(client, Instant::now());
+            }
+            return Err(ApiError::InvalidToken(why));
+        }
+        Err(Refusal::Scope(missing)) => {
+            return Err(ApiError::Forbidden(format!(
+                "the token lacks the scope {}",
+                missing.join(" ")
+            )));
+        }
+        Err(Refusal::Unavailable(why)) => return Err(ApiError::Unavailable(why)),
+    };
+    match role_of(&auth.roles, &p) {
+        Some(role) => Ok(Principal {
+            name: p.id().to_owned(),
+            role,
+        }),
+        None => Err(ApiError::Forbidden(format!(
+            "{} has no role here: [api] roles names none of its principals ({})",
+            p.id(),
+            p.memberships().join(", ")
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roles_come_from_the_principal_and_its_groups_operator_first() {
+        let roles = ApiRoles {
+            operator: vec!["group:ops".into(), "sub:root".into()],
+            viewer: vec!["group:dev*".into()],
+        };
+        let p = |sub: &str, groups: &[&str]| {
+            crate::auth::Principal::subject("http://idp", sub, groups.iter().copied(), [])
+        };
+        assert_eq!(
+            role_of(&roles, &p("olga", &["ops", "dev"])),
+            Some(Role::Operator)
+        );
+        assert_eq!(role_of(&roles, &p("root", &[])), Some(Role::Operator));
+        assert_eq!(role_of(&roles, &p("dana", &["devs"])), Some(Role::Viewer));
+        assert_eq!(role_of(&roles, &p("eve", &["sales"])), None);
+    }
 
     fn token(name: &str, secret: &str, role: Role) -> ApiToken {
         ApiToken {

@@ -19,6 +19,10 @@ pub enum ApiError {
     /// `WWW-Authenticate: Bearer`.
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// An OAuth access token that is not valid (expired, another
+    /// audience...): 401 with `error="invalid_token"`.
+    #[error("invalid token: {0}")]
+    InvalidToken(String),
     /// The token is known but its role may not do this. 403.
     #[error("{0}")]
     Forbidden(String),
@@ -59,7 +63,7 @@ pub enum ApiError {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) | ApiError::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::CrossSite { .. } => StatusCode::FORBIDDEN,
             ApiError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -74,7 +78,7 @@ impl ApiError {
     /// The stable, machine-readable `error.code`.
     pub fn code(&self) -> &'static str {
         match self {
-            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Unauthorized(_) | ApiError::InvalidToken(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::CrossSite { code, .. } => code,
             ApiError::Throttled { .. } => "too_many_failures",
@@ -116,6 +120,12 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized(_) => {
                 res.headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::InvalidToken(_) => {
+                res.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(r#"Bearer error="invalid_token""#),
+                );
             }
             ApiError::Throttled {
                 retry_after_secs, ..

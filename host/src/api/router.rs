@@ -77,6 +77,10 @@ pub struct ApiState {
     pub failed_tokens: FailedTokens,
     /// `[limits] api_connections` and the listener timeouts.
     pub limits: crate::config::ListenerLimits,
+    /// `[auth.oauth]`'s validator, for `[api] roles`.
+    pub oauth: Option<Arc<crate::auth::oauth::OAuth>>,
+    /// `[api] roles`: roles of OAuth principals.
+    pub roles: crate::config::ApiRoles,
 }
 
 // === impl ApiState ===
@@ -98,7 +102,15 @@ impl ApiState {
             allowed_origins: api.allowed_origins.clone(),
             failed_tokens: api.failed_tokens,
             limits: crate::config::LimitsConfig::default().api,
+            oauth: None,
+            roles: api.roles.clone(),
         }
+    }
+
+    /// Accepting `[auth.oauth]` tokens with `[api] roles`.
+    pub fn with_oauth(mut self, oauth: Option<Arc<crate::auth::oauth::OAuth>>) -> Self {
+        self.oauth = oauth;
+        self
     }
 
     /// With the listener bounds of `[limits]` (the defaults otherwise).
@@ -131,6 +143,8 @@ fn build(state: ApiState, closing: CancellationToken) -> Router {
     let auth = Arc::new(Auth {
         tokens: state.tokens,
         throttle: Throttle::new(state.failed_tokens, "control API"),
+        oauth: state.oauth.filter(|_| !state.roles.is_empty()),
+        roles: state.roles,
     });
     let shared = Arc::new(Shared {
         events: super::events::Hub::new(state.control.clone(), closing),

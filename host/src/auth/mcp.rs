@@ -178,6 +178,7 @@ pub async fn authenticate(
         if let Some(more) = lock(&auth.foreign_log).admit(Instant::now()) {
             tracing::warn!(%principal, session = %session_tag(id), more, "a request on a session another principal opened (or none did) was answered as an unknown session");
         }
+        // Exactly rmcp's answer for an unknown session, headers included.
         return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
     }
     let delete = req.method() == Method::DELETE;
@@ -211,13 +212,12 @@ fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
 /// 429 while `client` is in its cool-down, with `Retry-After`.
 fn throttled(client: Client, left: std::time::Duration) -> Response {
     let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-    let mut response = (
+    let mut response = refusal(
         StatusCode::TOO_MANY_REQUESTS,
         format!(
-            "Too Many Requests: too many unknown keys from {client}; retry in {secs} s with a key of [[auth.keys]]"
+            "Too Many Requests: too many unknown keys or bad tokens from {client}; retry in {secs} s with valid credentials"
         ),
-    )
-        .into_response();
+    );
     if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
         response.headers_mut().insert(header::RETRY_AFTER, v);
     }
@@ -305,20 +305,30 @@ fn quotable(text: &str) -> String {
 }
 
 fn with_challenge(status: StatusCode, challenge: &str, text: String) -> Response {
-    let mut response = (status, text).into_response();
+    let mut response = refusal(status, text);
     if let Ok(v) = HeaderValue::from_str(challenge) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
     response
 }
 
+/// A refusal answered before the request body was read: the connection
+/// is closed after it (`Connection: close`), which the client is told, so
+/// it never sends its next request on a connection the server drops.
+fn refusal(status: StatusCode, text: String) -> Response {
+    let mut response = (status, text).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 /// 503 while a token cannot be checked (its issuer is unreachable).
 fn unavailable(why: &str) -> Response {
-    let mut response = (
+    let mut response = refusal(
         StatusCode::SERVICE_UNAVAILABLE,
         format!("Service Unavailable: {why}"),
-    )
-        .into_response();
+    );
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));

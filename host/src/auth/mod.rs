@@ -90,6 +90,11 @@ impl Principal {
         &self.id
     }
 
+    /// [`Principal::id`], shared (a key without an allocation).
+    pub fn shared_id(&self) -> Arc<str> {
+        self.id.clone()
+    }
+
     /// The issuer of a `sub:` principal's token.
     pub fn issuer(&self) -> Option<&str> {
         self.issuer.as_deref()

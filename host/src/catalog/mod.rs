@@ -65,6 +65,15 @@ impl Changes {
     }
 }
 
+/// What a client-visible name names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Tool,
+    Prompt,
+    /// A resource URI, or a resource template's URI template.
+    Resource,
+}
+
 /// An immutable merged view of the advertisable backends.
 #[derive(Debug, Default)]
 pub struct Catalog {
@@ -174,6 +183,56 @@ impl Catalog {
         let mut c = Catalog::from_sources(naming, sources);
         c.hidden = self.hidden.clone();
         c
+    }
+
+    /// This view with only what `keep` keeps of its lists (a principal's
+    /// view under `[[policy]]`): tools and prompts by client-visible name,
+    /// resources by URI, templates by their URI template. Routes of what
+    /// was taken out go too; resource routing stays whole (a read is
+    /// checked against the URI it asks for, not against a template).
+    pub fn filtered(&self, keep: impl Fn(Kind, &str) -> bool) -> Catalog {
+        Catalog {
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| keep(Kind::Tool, &t.name))
+                .cloned()
+                .collect(),
+            resources: self
+                .resources
+                .iter()
+                .filter(|r| keep(Kind::Resource, &r.uri))
+                .cloned()
+                .collect(),
+            templates: self
+                .templates
+                .iter()
+                .filter(|t| keep(Kind::Resource, &t.uri_template))
+                .cloned()
+                .collect(),
+            prompts: self
+                .prompts
+                .iter()
+                .filter(|p| keep(Kind::Prompt, &p.name))
+                .cloned()
+                .collect(),
+            tool_routes: self
+                .tool_routes
+                .iter()
+                .filter(|(n, _)| keep(Kind::Tool, n))
+                .map(|(n, r)| (n.clone(), r.clone()))
+                .collect(),
+            prompt_routes: self
+                .prompt_routes
+                .iter()
+                .filter(|(n, _)| keep(Kind::Prompt, n))
+                .map(|(n, r)| (n.clone(), r.clone()))
+                .collect(),
+            uris: self.uris.clone(),
+            conflicts: self.conflicts.clone(),
+            hidden: self.hidden.clone(),
+            sources: self.sources.clone(),
+        }
     }
 
     /// Whether `backend` is among the shown backends.

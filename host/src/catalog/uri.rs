@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct UriRoutes {
     exact: HashMap<String, Arc<str>>,
     /// (literal prefix of a template, backend), longest prefix first.

@@ -36,6 +36,21 @@ impl std::fmt::Debug for ApiToken {
     }
 }
 
+/// `[api] roles = { operator = [...], viewer = [...] }`: principal patterns
+/// (`group:ops`, `sub:alice`, `scope:vigil:admin`, `*`; matched like
+/// `[[policy]] principals`). Operator wins when both match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiRoles {
+    pub operator: Vec<String>,
+    pub viewer: Vec<String>,
+}
+
+impl ApiRoles {
+    pub fn is_empty(&self) -> bool {
+        self.operator.is_empty() && self.viewer.is_empty()
+    }
+}
+
 /// `[api]`: the control API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiConfig {
@@ -54,6 +69,9 @@ pub struct ApiConfig {
     pub allowed_origins: Vec<String>,
     /// `failed_token_*`: the cool-down after repeated unknown tokens.
     pub failed_tokens: FailedTokens,
+    /// `roles`: which principals of `[auth.oauth]` tokens may call the API,
+    /// and as what (restart-only).
+    pub roles: ApiRoles,
 }
 
 /// `failed_token_limit`, `failed_token_window`, `failed_token_cooldown`:
@@ -99,8 +117,21 @@ impl Problems {
             SocketAddr::from(([127, 0, 0, 1], 8081))
         });
         let tokens = self.tokens(raw.tokens, env);
-        if tokens.is_empty() && !listen.ip().is_loopback() {
-            self.add("api.listen", "without [[api.tokens]] the control API must listen on a loopback address; add tokens to listen elsewhere");
+        let roles = raw.roles.map_or_else(ApiRoles::default, |r| {
+            for (key, patterns) in [("operator", &r.operator), ("viewer", &r.viewer)] {
+                for (i, p) in patterns.iter().enumerate() {
+                    if let Some(problem) = super::policy::principal_problem(p) {
+                        self.add(format!("api.roles.{key}[{i}]"), problem);
+                    }
+                }
+            }
+            ApiRoles {
+                operator: r.operator,
+                viewer: r.viewer,
+            }
+        });
+        if tokens.is_empty() && roles.is_empty() && !listen.ip().is_loopback() {
+            self.add("api.listen", "without [[api.tokens]] or [api] roles the control API must listen on a loopback address; add tokens to listen elsewhere");
         }
         let allowed_hosts = match raw.allowed_hosts {
             Some(hosts) => {
@@ -154,6 +185,7 @@ impl Problems {
             allowed_hosts,
             allowed_origins,
             failed_tokens,
+            roles,
         }
     }
 

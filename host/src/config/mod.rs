@@ -17,6 +17,7 @@ mod health;
 mod limits;
 mod oauth;
 mod plugins;
+mod policy;
 pub mod raw;
 mod store;
 mod telemetry;
@@ -27,7 +28,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use api::{ApiConfig, ApiToken, FailedTokens, Role};
+pub use api::{ApiConfig, ApiRoles, ApiToken, FailedTokens, Role};
 pub use auth::{ApiKey, AuthConfig};
 pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport, is_backend_name};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
@@ -36,6 +37,7 @@ pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};
 pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
 pub use oauth::{Introspection, OAuthConfig};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
+pub use policy::{PolicyConfig, Rate, parse_rate};
 use raw::RawConfig;
 pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;
@@ -95,6 +97,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[auth]`: who may use `/mcp`.
     pub auth: AuthConfig,
+    /// `[[policy]]`: what each principal may see and use (applied live).
+    pub policies: Vec<PolicyConfig>,
     /// `[health]`: probe schedule and thresholds; `[backends.health]`
     /// overrides them per backend (already applied in each backend).
     pub health: HealthConfig,
@@ -273,6 +277,13 @@ impl Config {
             path.parent().unwrap_or(Path::new(".")),
             env,
         );
+        if !api.roles.is_empty() && auth.oauth.is_none() {
+            p.add(
+                "api.roles",
+                "gives roles to principals of OAuth access tokens, but [auth.oauth] is not configured: add [auth.oauth], or use [[api.tokens]]",
+            );
+        }
+        let policies = p.policies(raw.policy);
         let freshness = p.freshness(raw.freshness, health.interval);
         let poller = p.poller(raw.poller, env);
         let plugins = p.plugins(raw.plugins, path, &data_dir);
@@ -332,6 +343,7 @@ impl Config {
             restart,
             api,
             auth,
+            policies,
             freshness,
             poller,
             plugins,

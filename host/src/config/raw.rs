@@ -27,6 +27,9 @@ pub struct RawConfig {
     pub restart: Option<RawRestart>,
     pub api: Option<RawApi>,
     pub auth: Option<super::auth::RawAuth>,
+    /// `[[policy]]` entries, in order.
+    #[serde(default)]
+    pub policy: Vec<super::policy::RawPolicy>,
     pub freshness: Option<super::freshness::RawFreshness>,
     pub poller: Option<super::freshness::RawPoller>,
     pub plugins: Option<super::plugins::RawPlugins>,
@@ -86,6 +89,17 @@ pub struct RawApi {
     pub failed_token_limit: Option<u32>,
     pub failed_token_window: Option<String>,
     pub failed_token_cooldown: Option<String>,
+    pub roles: Option<RawRoles>,
+}
+
+/// `[api] roles`: control-API roles for principals of `[auth.oauth]` tokens.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoles {
+    #[serde(default)]
+    pub operator: Vec<String>,
+    #[serde(default)]
+    pub viewer: Vec<String>,
 }
 
 /// `[[api.tokens]]`.

@@ -111,6 +111,9 @@ pub struct Gateway {
     /// The validator of `[auth.oauth]` tokens, shared by `/mcp` and the
     /// control API (restart-only: a reload never replaces it).
     oauth: Option<Arc<crate::auth::oauth::OAuth>>,
+    /// `[[policy]]` in force: the one decision on what each principal may
+    /// see and call, replaced by each reload that changes it.
+    policies: Arc<crate::policy::Policies>,
     /// Masks secrets in reasons, forwarded errors (and, shared with the log
     /// writer, logs); kept in step with the backend set.
     redactor: Redactor,
@@ -226,7 +229,8 @@ impl Gateway {
         shutdown: CancellationToken,
     ) -> Startup {
         let catalog = Arc::new(Current::default());
-        let sessions = Sessions::new(catalog.clone());
+        let policies = Arc::new(crate::policy::Policies::new(config.policies.clone()));
+        let sessions = Sessions::new(catalog.clone(), policies.clone());
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
             sessions: sessions.clone(),
@@ -255,6 +259,7 @@ impl Gateway {
                 .oauth
                 .clone()
                 .map(crate::auth::oauth::OAuth::new),
+            policies,
             config,
             redactor,
         });
@@ -273,6 +278,7 @@ impl Gateway {
         if let Some(oauth) = &gw.oauth {
             oauth.spawn_refresh(tracker, shutdown.clone());
         }
+        gw.log_policies(&gw.config.policies);
         let (updates_tx, updates_rx) = mpsc::unbounded_channel();
         let plugins = gw.start_plugins(tracker, &shutdown);
         let _ = gw.plugins.set(plugins.clone());
@@ -698,6 +704,30 @@ impl Gateway {
     /// whose secrets stay masked while they shut down (their last stderr
     /// lines and logs come after the swap). Built once per backend set: it
     /// reads every backend's config.
+    /// Says what `policies` let callers do: at start, and after a reload
+    /// that changed them.
+    fn log_policies(&self, policies: &[crate::config::PolicyConfig]) {
+        if policies.is_empty() {
+            if self.config.auth.required() {
+                tracing::info!(
+                    "no [[policy]]: every authenticated principal may list and call every tool, resource and prompt"
+                );
+            }
+            return;
+        }
+        for (i, p) in policies.iter().enumerate() {
+            tracing::info!(
+                policy = i,
+                principals = ?p.principals,
+                allow = ?p.allow,
+                deny = ?p.deny,
+                rate = p.rate.map(|r| r.to_string()),
+                rate_per_tool = p.rate_per_tool.map(|r| r.to_string()),
+                "[[policy]] in force (the first entry naming a caller decides; callers no entry names may use nothing)"
+            );
+        }
+    }
+
     fn refresh_secrets(&self, retiring: &[Arc<Backend>]) {
         use crate::redact::configured;
         let set = self.backends();
@@ -723,6 +753,11 @@ impl Gateway {
     /// The live `[[auth.keys]]` the `/mcp` endpoint checks.
     pub fn mcp_keys(&self) -> Arc<crate::auth::Keys> {
         self.mcp_keys.clone()
+    }
+
+    /// The `[[policy]]` set in force.
+    pub fn policies(&self) -> &crate::policy::Policies {
+        &self.policies
     }
 
     /// The `[auth.oauth]` validator, when configured.

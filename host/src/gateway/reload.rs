@@ -107,6 +107,13 @@ impl Gateway {
             }
             summary.applied.push("auth.keys");
         }
+        if self.policies.replace(next.policies.clone()) {
+            self.log_policies(&next.policies);
+            // Each session compares its new view with what it saw: only
+            // those whose view changed hear of it.
+            self.sessions().resync_all();
+            summary.applied.push("policy");
+        }
         self.refresh_secrets(&gone);
         for b in gone {
             if let Ok(mut stops) = spawner.stops.lock()
@@ -164,6 +171,7 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
                 allowed_hosts: api_hosts,
                 allowed_origins: api_origins,
                 failed_tokens,
+                roles: api_roles,
             },
         freshness,
         poller,
@@ -180,6 +188,7 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
             },
         // Applied by the reload.
         backends: _,
+        policies: _,
     } = next;
     let r = running;
     [
@@ -210,6 +219,7 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
             "api.failed_token_cooldown",
             r.api.failed_tokens.cooldown != failed_tokens.cooldown,
         ),
+        ("api.roles", r.api.roles != *api_roles),
         ("freshness", r.freshness != *freshness),
         ("poller", r.poller != *poller),
         ("plugins", r.plugins != *plugins),

@@ -17,9 +17,11 @@ use super::route::{
 };
 use super::sessions::Channel;
 use super::streams::StreamSessions;
+use crate::auth::Principal;
 use crate::backend::{Backend, Connection, FrontCall, Outbox, StreamClosed};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Kind};
 use crate::health::{HealthState, advertisable};
+use crate::policy::Refused;
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
 pub struct FrontSession {
@@ -47,6 +49,16 @@ fn authorization(extensions: &rmcp::model::Extensions) -> Option<&str> {
         .ok()
 }
 
+/// The caller of this request, as `/mcp`'s authentication put it in the
+/// request (stdio, which has none: [`Principal::local`]).
+fn principal(extensions: &rmcp::model::Extensions) -> Principal {
+    extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Principal>())
+        .cloned()
+        .unwrap_or_else(Principal::local)
+}
+
 impl FrontSession {
     /// The backend that serves resource `uri` in `catalog`, or the
     /// "unknown resource" error.
@@ -67,9 +79,11 @@ impl FrontSession {
         }
     }
 
-    /// What this session sees: the shared catalog, with its own catalogs of
-    /// `forward_auth` backends in place once it is registered (listed
-    /// through its own connections first where due).
+    /// What this session routes by: the shared catalog, with its own
+    /// catalogs of `forward_auth` backends in place once it is registered
+    /// (listed through its own connections first where due). Calls are
+    /// checked by [`FrontSession::admit`] first; lists show
+    /// [`FrontSession::visible`].
     async fn catalog(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
         let shared = self.gw.catalog();
         if !self.registered.load(Ordering::Acquire) {
@@ -77,6 +91,39 @@ impl FrontSession {
         }
         self.observe(&ctx.extensions, &ctx.peer);
         self.pool.derive(shared).await
+    }
+
+    /// What the caller of `ctx` may see of this session's catalog
+    /// (`[[policy]]`).
+    async fn visible(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
+        let base = self.catalog(ctx).await;
+        self.gw.policies().view(&principal(&ctx.extensions), base)
+    }
+
+    /// Whether the caller of `ctx` may call `name` now: the one policy
+    /// decision, for every call path. A name it may not use gets exactly
+    /// the error of an unknown one (`unknown`); a call over a rate gets an
+    /// error that says which and when to retry.
+    fn admit(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        kind: Kind,
+        name: &str,
+        unknown: fn(&str) -> McpError,
+    ) -> Result<(), McpError> {
+        let who = principal(&ctx.extensions);
+        let refused = match self.gw.policies().admit(&who, kind, name) {
+            Ok(()) => return Ok(()),
+            Err(Refused::Denied) => unknown(name),
+            Err(Refused::RateLimited {
+                rate,
+                per_tool,
+                policy,
+                retry_after,
+            }) => rate_limited(&who, name, rate, per_tool, policy, retry_after),
+        };
+        self.forget_stream(ctx);
+        Err(refused)
     }
 
     /// Hands what a request (or the `initialized` notification) carries
@@ -261,7 +308,7 @@ impl FrontSession {
     ) -> Result<(Vec<T>, Option<String>), McpError> {
         let cursor = p.as_ref().and_then(|p| p.cursor.as_deref());
         page(
-            list(&*self.catalog(ctx).await),
+            list(&*self.visible(ctx).await),
             cursor,
             self.gw.config.page_size,
         )
@@ -291,6 +338,40 @@ fn schema_changed(backend: &str, tool: &str, e: McpError) -> McpError {
         Some(
             json!({"backend": backend, "tool": tool, "reason": "schema_changed", "backendError": e.data}),
         ),
+    )
+}
+
+/// A call over a `[[policy]]` rate: what was limited, by which entry, and
+/// `data.retryAfterSeconds` (whole seconds, at least 1) for a client or a
+/// model to act on.
+fn rate_limited(
+    who: &Principal,
+    name: &str,
+    rate: crate::config::Rate,
+    per_tool: bool,
+    policy: usize,
+    retry_after: std::time::Duration,
+) -> McpError {
+    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    let secs = secs.max(1);
+    let (what, key) = if per_tool {
+        (format!("calls of `{name}`"), "rate_per_tool")
+    } else {
+        ("calls".to_owned(), "rate")
+    };
+    McpError::new(
+        ErrorCode(-32029),
+        format!(
+            "rate limited: {who} may make {rate} {what} (policy[{policy}].{key}); retry in {secs} s"
+        ),
+        Some(json!({
+            "reason": "rate_limited",
+            "principal": who.id(),
+            "limit": rate.to_string(),
+            "scope": if per_tool { "tool" } else { "principal" },
+            "policy": policy,
+            "retryAfterSeconds": secs,
+        })),
     )
 }
 
@@ -380,6 +461,7 @@ impl ServerHandler for FrontSession {
                 Channel::Session(ctx.peer.clone()),
                 Some(self.pool.clone()),
                 self.outbox.clone(),
+                principal(&ctx.extensions),
             );
             tracing::debug!(session = self.id, "client session opened");
         }
@@ -438,6 +520,7 @@ impl ServerHandler for FrontSession {
         mut p: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        self.admit(&ctx, Kind::Tool, &p.name, unknown_tool)?;
         // The route is taken from one snapshot, so a call never mixes a
         // name from one catalog generation with a backend from another.
         let catalog = self.catalog(&ctx).await;
@@ -497,6 +580,7 @@ impl ServerHandler for FrontSession {
         mut p: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        self.admit(&ctx, Kind::Resource, &p.uri, unknown_uri)?;
         let backend = match Self::uri_backend(&*self.catalog(&ctx).await, &p.uri) {
             Ok(b) => b,
             Err(e) => {
@@ -524,6 +608,7 @@ impl ServerHandler for FrontSession {
         mut p: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        self.admit(&ctx, Kind::Prompt, &p.name, unknown_prompt)?;
         let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
@@ -551,7 +636,12 @@ impl ServerHandler for FrontSession {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
         let catalog = self.catalog(&ctx).await;
+        let access = self.gw.policies().access(&principal(&ctx.extensions));
         let backend = match &mut p.r#ref {
+            Reference::Prompt(r) if !access.permits(&r.name) => {
+                return Err(unknown_prompt(&r.name));
+            }
+            Reference::Resource(r) if !access.permits(&r.uri) => return Err(unknown_uri(&r.uri)),
             Reference::Prompt(r) => {
                 let route = catalog
                     .route_prompt(&r.name)
@@ -590,6 +680,14 @@ impl ServerHandler for FrontSession {
         mut p: SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        if !self
+            .gw
+            .policies()
+            .access(&principal(&ctx.extensions))
+            .permits(&p.uri)
+        {
+            return Err(unknown_uri(&p.uri));
+        }
         let backend = Self::uri_backend(&*self.catalog(&ctx).await, &p.uri)?;
         let uri = p.uri.clone();
         p.meta = forwardable_meta(p.meta);
@@ -688,9 +786,10 @@ impl ServerHandler for FrontSession {
             .load(Ordering::Acquire)
             .then(|| self.pool.clone());
         let outbox = Outbox::new(self.gw.config.limits.relay_queue);
+        let who = principal(&ctx.request_context().extensions);
         self.gw
             .sessions()
-            .add(id, Channel::Listen(ctx.sink().clone()), pool, outbox);
+            .add(id, Channel::Listen(ctx.sink().clone()), pool, outbox, who);
         ctx.cancelled().await;
         self.gw.sessions().remove(id);
         Ok(())

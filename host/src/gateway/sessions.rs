@@ -25,8 +25,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::pool::Pool;
+use crate::auth::Principal;
 use crate::backend::Outbox;
 use crate::catalog::{Catalog, Changes, Current};
+use crate::policy::Policies;
 
 pub use crate::backend::outbox::Channel;
 
@@ -49,6 +51,8 @@ struct Entry {
 pub struct Sessions {
     inner: Mutex<HashMap<u64, Entry>>,
     catalog: Arc<Current>,
+    /// What each session's principal may see (`[[policy]]`).
+    policies: Arc<Policies>,
     /// The last diff computed by a worker, (older, newer, changes): in a
     /// fan-out most sessions compare the same two snapshots, and a deep
     /// compare of a large catalog is the costly part of a resync.
@@ -59,10 +63,11 @@ pub struct Sessions {
 type Diffed = (Arc<Catalog>, Arc<Catalog>, Changes);
 
 impl Sessions {
-    pub fn new(catalog: Arc<Current>) -> Arc<Self> {
+    pub fn new(catalog: Arc<Current>, policies: Arc<Policies>) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::default(),
             catalog,
+            policies,
             last_diff: Mutex::default(),
         })
     }
@@ -74,20 +79,22 @@ impl Sessions {
     /// Registers a session that has seen the current catalog (it lists it
     /// from now on) and starts its resync worker. With a `pool`, what the
     /// session sees is the pool's view (see `pool.rs`), and a change of its
-    /// own catalogs wakes the worker too. Log messages and resource updates
-    /// reach it through `outbox`, which is connected to `channel` here.
+    /// own catalogs wakes the worker too; either way `principal`'s
+    /// `[[policy]]` filters it. Log messages and resource updates reach it
+    /// through `outbox`, which is connected to `channel` here.
     pub fn add(
         self: &Arc<Self>,
         id: u64,
         channel: Channel,
         pool: Option<Arc<Pool>>,
         outbox: Outbox,
+        principal: Principal,
     ) {
         outbox.connect(channel.clone());
         let resync = Arc::new(Notify::new());
         let stop = CancellationToken::new();
         let shared = self.catalog.get();
-        let seen = match &pool {
+        let base = match &pool {
             Some(p) => {
                 p.on_change(&resync);
                 p.current(shared)
@@ -97,7 +104,8 @@ impl Sessions {
         let worker = Resync {
             id,
             channel: channel.clone(),
-            seen,
+            seen: self.policies.view(&principal, base),
+            principal,
             pool: pool.clone(),
             wake: resync.clone(),
             registry: Arc::downgrade(self),
@@ -215,6 +223,8 @@ struct Resync {
     channel: Channel,
     /// The snapshot the session last saw.
     seen: Arc<Catalog>,
+    /// Whose view it is (the principal that opened the session).
+    principal: Principal,
     pool: Option<Arc<Pool>>,
     wake: Arc<Notify>,
     registry: std::sync::Weak<Sessions>,
@@ -231,10 +241,11 @@ impl Resync {
                 return;
             };
             let shared = registry.catalog.get();
-            let now = match &self.pool {
+            let base = match &self.pool {
                 Some(p) => p.derive(shared).await,
                 None => shared,
             };
+            let now = registry.policies.view(&self.principal, base);
             let changes = registry.diff(&self.seen, &now);
             drop(registry);
             self.seen = now;
@@ -413,13 +424,14 @@ mod tests {
     async fn a_session_hears_only_changes_it_has_not_seen() {
         let current = Arc::new(Current::default());
         current.replace(catalog(&["a"]));
-        let sessions = Sessions::new(current.clone());
+        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
         let p = connect().await;
         sessions.add(
             1,
             Channel::Session(p.server.peer().clone()),
             None,
             Outbox::new(8),
+            Principal::local(),
         );
 
         sessions.resync_all();
@@ -445,13 +457,14 @@ mod tests {
     #[tokio::test]
     async fn a_removed_session_hears_nothing_more() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone());
+        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
         let p = connect().await;
         sessions.add(
             7,
             Channel::Session(p.server.peer().clone()),
             None,
             Outbox::new(8),
+            Principal::local(),
         );
         assert_eq!(sessions.len(), 1);
 
@@ -466,13 +479,19 @@ mod tests {
     #[tokio::test]
     async fn a_session_whose_client_is_gone_leaves_at_its_next_resync() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone());
+        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
         let p = connect().await;
         let peer = p.server.peer().clone();
         // The client goes away without a goodbye (expired session).
         p.client.cancel().await.unwrap();
         let _ = p.server.cancel().await;
-        sessions.add(3, Channel::Session(peer), None, Outbox::new(8));
+        sessions.add(
+            3,
+            Channel::Session(peer),
+            None,
+            Outbox::new(8),
+            Principal::local(),
+        );
         assert_eq!(sessions.len(), 1, "registered (registration cannot tell)");
 
         current.replace(catalog(&["y"]));
@@ -483,13 +502,14 @@ mod tests {
     #[tokio::test]
     async fn concurrent_changes_coalesce_per_session() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone());
+        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
         let p = connect().await;
         sessions.add(
             1,
             Channel::Session(p.server.peer().clone()),
             None,
             Outbox::new(8),
+            Principal::local(),
         );
         // Many deliveries before the worker runs: at most one in flight and
         // one queued, each comparing against the latest snapshot.

@@ -113,17 +113,31 @@ def main() -> None:
             if args.hang_list_after is not None and listings > args.hang_list_after:
                 continue
             if args.bad_list == "invalid-utf8":
-                send_raw(b'{"jsonrpc":"2.0","id":' + json.dumps(mid).encode() + b',"result":{"tools":[],"x":"\xff\xfe"}}\n')
+                send_raw(
+                    b'{"jsonrpc":"2.0","id":' + json.dumps(mid).encode() + b',"result":{"tools":[],"x":"\xff\xfe"}}\n'
+                )
                 continue
             if args.bad_list == "huge-line":
-                send_raw(b'{"jsonrpc":"2.0","id":' + json.dumps(mid).encode() + b',"result":{"tools":[],"x":"' + b"y" * (64 << 20) + b'"}}\n')
+                send_raw(
+                    b'{"jsonrpc":"2.0","id":'
+                    + json.dumps(mid).encode()
+                    + b',"result":{"tools":[],"x":"'
+                    + b"y" * (64 << 20)
+                    + b'"}}\n'
+                )
                 continue
             if args.endless_pages:
                 page += 1
                 tools = [tool(f"t{page}_{i}", "d" * 1000) for i in range(100)]
                 send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools, "nextCursor": str(page)}})
                 continue
-            send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool("echo", "Echoes text"), tool("relist", "Announces a list change")]}})
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": mid,
+                    "result": {"tools": [tool("echo", "Echoes text"), tool("relist", "Announces a list change")]},
+                }
+            )
         elif method == "tools/call":
             params = msg.get("params", {})
             name = params.get("name")

@@ -7,8 +7,9 @@
 //! its keys. The key set (`jwks_uri`) is cached:
 //!
 //! - a token signed with a key id the cache lacks makes Vigil fetch the
-//!   set again — at most once per [`REFETCH_AFTER`], so a stream of tokens
-//!   with made-up key ids costs the issuer one request per interval;
+//!   set again — at most once per [`REFETCH_AFTER`] (such a request waits
+//!   for the next fetch), so a stream of tokens with made-up key ids costs
+//!   the issuer one request per interval;
 //! - a failed fetch keeps the keys already known: tokens signed with them
 //!   go on working while the issuer is unreachable;
 //! - the set is fetched again every [`REFRESH_EVERY`] in the background,
@@ -157,9 +158,10 @@ impl Issuer {
     }
 
     /// Fetches metadata (when not yet known) and the key set. Without
-    /// `force`, nothing happens within [`REFETCH_AFTER`] of the last
-    /// attempt (whose error then stands). Concurrent callers share one
-    /// fetch.
+    /// `force`, a fetch within [`REFETCH_AFTER`] of the last attempt waits
+    /// until that much time has passed (a new key is then found on the
+    /// first request that needs it, a little late, never refused).
+    /// Concurrent callers share one fetch.
     pub async fn refresh(&self, force: bool) -> Result<(), String> {
         let started = Instant::now();
         let mut last = self.fetching.lock().await;
@@ -169,11 +171,7 @@ impl Issuer {
                 return Ok(());
             }
             if !force && at.elapsed() < REFETCH_AFTER {
-                return Err(format!(
-                    "the keys of issuer {} were fetched less than {} s ago",
-                    self.url,
-                    REFETCH_AFTER.as_secs()
-                ));
+                tokio::time::sleep_until(at + REFETCH_AFTER).await;
             }
         }
         *last = Some(Instant::now());

@@ -1,0 +1,237 @@
+//! `[[policy]]`: the one place that decides what a principal may see and
+//! use, and how fast.
+//!
+//! - [`Policies::view`]: a session's catalog with what its principal may
+//!   not use taken out (lists, and so `list_changed`, are per principal);
+//! - [`Policies::admit`]: whether one call (`tools/call`, `resources/read`,
+//!   `prompts/get`) may go ahead, or is denied, or over a rate. Every call
+//!   path asks it; a denied name is answered exactly like an unknown one,
+//!   so a caller cannot tell a tool it may not use from one that does not
+//!   exist.
+//!
+//! The first entry whose `principals` names the caller decides; a caller
+//! no entry names may use nothing; without entries everyone may use
+//! everything. A reload replaces the set whole ([`Policies::replace`]);
+//! entries that did not change keep their rate buckets.
+
+mod glob;
+mod rate;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use crate::auth::Principal;
+use crate::catalog::{Catalog, Kind};
+use crate::config::{PolicyConfig, Rate};
+
+pub use glob::matches;
+
+/// Why [`Policies::admit`] refused a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The principal may not use the name: answer as for an unknown name.
+    Denied,
+    /// Over `rate` (`per_tool`: the entry's `rate_per_tool`) of entry
+    /// `policy`; the next call is possible in `retry_after`.
+    RateLimited {
+        rate: Rate,
+        per_tool: bool,
+        policy: usize,
+        retry_after: Duration,
+    },
+}
+
+/// One compiled `[[policy]]` entry.
+pub struct Rule {
+    /// Its place in the file (`policy[N]`).
+    pub index: usize,
+    pub config: PolicyConfig,
+    per_principal: Option<rate::Buckets<Arc<str>>>,
+    per_tool: Option<rate::Buckets<(Arc<str>, String)>>,
+}
+
+impl Rule {
+    fn new(index: usize, config: PolicyConfig) -> Rule {
+        Rule {
+            index,
+            per_principal: config.rate.map(rate::Buckets::new),
+            per_tool: config.rate_per_tool.map(rate::Buckets::new),
+            config,
+        }
+    }
+
+    /// Whether the entry is for `p`.
+    fn names(&self, p: &Principal) -> bool {
+        self.config.principals.iter().any(|pattern| {
+            pattern == "*"
+                || matches(pattern, p.id())
+                || p.memberships().iter().any(|m| matches(pattern, m))
+        })
+    }
+
+    /// `allow = ["*"]` without `deny`: its view is the catalog itself.
+    fn allows_all(&self) -> bool {
+        self.config.deny.is_empty() && self.config.allow.iter().any(|g| g == "*")
+    }
+
+    /// Whether the entry lets its principals use `name`.
+    pub fn permits(&self, name: &str) -> bool {
+        self.config.allow.iter().any(|g| matches(g, name))
+            && !self.config.deny.iter().any(|g| matches(g, name))
+    }
+}
+
+/// What a principal may use.
+#[derive(Clone)]
+pub enum Access {
+    /// No `[[policy]]` at all.
+    Everything,
+    /// The first entry naming it.
+    Rule(Arc<Rule>),
+    /// No entry names it.
+    Nothing,
+}
+
+impl Access {
+    pub fn permits(&self, name: &str) -> bool {
+        match self {
+            Access::Everything => true,
+            Access::Rule(r) => r.permits(name),
+            Access::Nothing => false,
+        }
+    }
+}
+
+/// The `[[policy]]` set in force, and the per-entry views built from it.
+pub struct Policies {
+    rules: ArcSwap<Vec<Arc<Rule>>>,
+    /// Filtered catalogs by (base snapshot, entry): sessions under the same
+    /// entry share one view, so a catalog change filters once per entry,
+    /// not once per session (and their diffs compare the same snapshots).
+    views: Mutex<Vec<(Arc<Catalog>, Arc<Rule>, Arc<Catalog>)>>,
+    nothing: Arc<Catalog>,
+}
+
+/// Views kept: a few per entry across two catalog generations.
+const VIEWS_KEPT: usize = 64;
+
+impl Policies {
+    pub fn new(configs: Vec<PolicyConfig>) -> Self {
+        let p = Policies {
+            rules: ArcSwap::from_pointee(Vec::new()),
+            views: Mutex::default(),
+            nothing: Arc::new(Catalog::default()),
+        };
+        p.replace(configs);
+        p
+    }
+
+    /// Puts `next` in force; `false` when it is the set in force already.
+    /// Entries equal to one in force (same place, same text) keep its
+    /// rate buckets.
+    pub fn replace(&self, next: Vec<PolicyConfig>) -> bool {
+        let old = self.rules.load_full();
+        if old.len() == next.len() && old.iter().zip(&next).all(|(r, c)| r.config == *c) {
+            return false;
+        }
+        let rules = next
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| match old.get(i).filter(|r| r.config == c) {
+                Some(kept) => kept.clone(),
+                None => Arc::new(Rule::new(i, c)),
+            })
+            .collect();
+        self.rules.store(Arc::new(rules));
+        self.lock_views().clear();
+        true
+    }
+
+    /// Whether any `[[policy]]` entry is configured.
+    pub fn configured(&self) -> bool {
+        !self.rules.load().is_empty()
+    }
+
+    fn lock_views(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Vec<(Arc<Catalog>, Arc<Rule>, Arc<Catalog>)>> {
+        self.views.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The entry that decides for `p`.
+    pub fn access(&self, p: &Principal) -> Access {
+        let rules = self.rules.load();
+        if rules.is_empty() {
+            return Access::Everything;
+        }
+        match rules.iter().find(|r| r.names(p)) {
+            Some(r) => Access::Rule(r.clone()),
+            None => Access::Nothing,
+        }
+    }
+
+    /// What `p` sees of `base`: `base` itself without policies.
+    pub fn view(&self, p: &Principal, base: Arc<Catalog>) -> Arc<Catalog> {
+        let rule = match self.access(p) {
+            Access::Everything => return base,
+            Access::Nothing => return self.nothing.clone(),
+            Access::Rule(r) if r.allows_all() => return base,
+            Access::Rule(r) => r,
+        };
+        let mut views = self.lock_views();
+        if let Some((_, _, v)) = views
+            .iter()
+            .find(|(b, r, _)| Arc::ptr_eq(b, &base) && Arc::ptr_eq(r, &rule))
+        {
+            return v.clone();
+        }
+        let view = Arc::new(base.filtered(|_, name| rule.permits(name)));
+        if views.len() >= VIEWS_KEPT {
+            views.remove(0);
+        }
+        views.push((base, rule, view.clone()));
+        view
+    }
+
+    /// Whether `p` may call `name` (a tool or prompt's client-visible
+    /// name, a resource URI) now; takes one token of each rate that
+    /// applies. Counted in `vigil_rate_limited_total` when over a rate.
+    pub fn admit(&self, p: &Principal, _kind: Kind, name: &str) -> Result<(), Refused> {
+        let rule = match self.access(p) {
+            Access::Everything => return Ok(()),
+            Access::Nothing => return Err(Refused::Denied),
+            Access::Rule(r) => r,
+        };
+        if !rule.permits(name) {
+            return Err(Refused::Denied);
+        }
+        let over = |rate: Rate, per_tool: bool, retry_after: Duration| {
+            crate::metrics::get()
+                .rate_limited
+                .get_or_create(&crate::metrics::PrincipalLabel {
+                    principal: p.id().to_owned(),
+                })
+                .inc();
+            Refused::RateLimited {
+                rate,
+                per_tool,
+                policy: rule.index,
+                retry_after,
+            }
+        };
+        let id = p.shared_id();
+        if let Some(b) = &rule.per_principal {
+            b.take(&id).map_err(|wait| over(b.rate, false, wait))?;
+        }
+        if let Some(b) = &rule.per_tool {
+            b.take(&(id, name.to_owned()))
+                .map_err(|wait| over(b.rate, true, wait))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

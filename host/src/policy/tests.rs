@@ -1,0 +1,207 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::catalog::BackendCatalog;
+use crate::config::{Naming, parse_rate};
+
+fn entry(config: &str) -> PolicyConfig {
+    #[derive(serde::Deserialize)]
+    struct E {
+        principals: Vec<String>,
+        allow: Vec<String>,
+        #[serde(default)]
+        deny: Vec<String>,
+        rate: Option<String>,
+        rate_per_tool: Option<String>,
+    }
+    let e: E = toml::from_str(config).unwrap();
+    PolicyConfig {
+        principals: e.principals,
+        allow: e.allow,
+        deny: e.deny,
+        rate: e.rate.map(|r| parse_rate(&r).unwrap()),
+        rate_per_tool: e.rate_per_tool.map(|r| parse_rate(&r).unwrap()),
+    }
+}
+
+fn catalog() -> Arc<Catalog> {
+    let files: Arc<str> = "files".into();
+    let remote: Arc<str> = "remote".into();
+    let tool = |n: &str| {
+        serde_json::from_value(json!({"name": n, "inputSchema": {"type": "object"}})).unwrap()
+    };
+    let f = BackendCatalog {
+        tools: vec![tool("read"), tool("read_secret"), tool("write")],
+        resources: vec![
+            serde_json::from_value(json!({"uri": "file:///docs/a.md", "name": "a"})).unwrap(),
+            serde_json::from_value(json!({"uri": "file:///etc/passwd", "name": "p"})).unwrap(),
+        ],
+        ..Default::default()
+    };
+    let r = BackendCatalog {
+        tools: vec![tool("search"), tool("delete")],
+        ..Default::default()
+    };
+    let naming = Naming::Prefix {
+        separator: "__".into(),
+    };
+    Arc::new(Catalog::build(&naming, [(&files, &f), (&remote, &r)]))
+}
+
+fn policies() -> Policies {
+    Policies::new(vec![
+        entry(
+            r#"principals = ["group:ops", "key:ci-bot"]
+                 allow = ["*"]"#,
+        ),
+        entry(
+            r#"principals = ["*"]
+                 allow = ["files__read*", "remote__search", "file:///docs/*"]
+                 deny = ["files__read_secret"]
+                 rate = "3/min"
+                 rate_per_tool = "2/min""#,
+        ),
+    ])
+}
+
+fn tools(c: &Catalog) -> Vec<String> {
+    c.tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+fn alice() -> Principal {
+    Principal::subject("http://idp", "alice", ["dev"], ["mcp"])
+}
+
+#[test]
+fn the_first_entry_naming_the_caller_decides_what_it_sees() {
+    let p = policies();
+    let base = catalog();
+    let ops = Principal::subject("http://idp", "olga", ["ops"], ["mcp"]);
+    assert!(
+        Arc::ptr_eq(&p.view(&ops, base.clone()), &base),
+        "allow * is the base itself"
+    );
+    assert!(Arc::ptr_eq(
+        &p.view(&Principal::key("ci-bot"), base.clone()),
+        &base
+    ));
+    let v = p.view(&alice(), base.clone());
+    assert_eq!(tools(&v), ["files__read", "remote__search"]);
+    let uris: Vec<&str> = v.resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(uris, ["file:///docs/a.md"]);
+    assert!(
+        v.route_tool("files__write").is_none(),
+        "no route to what is taken out"
+    );
+    assert!(
+        Arc::ptr_eq(&v, &p.view(&Principal::key("other"), base.clone())),
+        "callers under one entry share one view"
+    );
+}
+
+#[test]
+fn a_caller_no_entry_names_sees_nothing_and_no_policies_mean_everything() {
+    let only_ops = Policies::new(vec![entry(
+        r#"principals = ["group:ops"]
+                                              allow = ["*"]"#,
+    )]);
+    let v = only_ops.view(&alice(), catalog());
+    assert!(v.tools.is_empty() && v.resources.is_empty());
+    assert_eq!(
+        only_ops.admit(&alice(), Kind::Tool, "files__read"),
+        Err(Refused::Denied)
+    );
+    let none = Policies::new(Vec::new());
+    assert!(!none.configured());
+    let base = catalog();
+    assert!(Arc::ptr_eq(&none.view(&alice(), base.clone()), &base));
+    assert_eq!(none.admit(&alice(), Kind::Tool, "files__write"), Ok(()));
+}
+
+#[test]
+fn calls_are_denied_like_the_view_and_rated_per_principal_and_tool() {
+    let p = policies();
+    let a = alice();
+    assert_eq!(
+        p.admit(&a, Kind::Tool, "files__read_secret"),
+        Err(Refused::Denied)
+    );
+    assert_eq!(
+        p.admit(&a, Kind::Tool, "files__write"),
+        Err(Refused::Denied)
+    );
+    assert_eq!(
+        p.admit(&a, Kind::Resource, "file:///etc/passwd"),
+        Err(Refused::Denied)
+    );
+    assert_eq!(p.admit(&a, Kind::Tool, "files__read"), Ok(()));
+    assert_eq!(p.admit(&a, Kind::Tool, "files__read"), Ok(()));
+    match p.admit(&a, Kind::Tool, "files__read") {
+        Err(Refused::RateLimited {
+            per_tool: true,
+            policy: 1,
+            retry_after,
+            rate,
+        }) => {
+            assert_eq!(rate.to_string(), "2/min");
+            assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(30));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The per-principal rate (3/min) ran out with that third call.
+    match p.admit(&a, Kind::Tool, "remote__search") {
+        Err(Refused::RateLimited {
+            per_tool: false, ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let bob = Principal::subject("http://idp", "bob", ["dev"], ["mcp"]);
+    assert_eq!(
+        p.admit(&bob, Kind::Tool, "remote__search"),
+        Ok(()),
+        "bob has his own bucket"
+    );
+}
+
+#[test]
+fn a_reload_keeps_the_buckets_of_unchanged_entries_and_resets_changed_ones() {
+    let p = policies();
+    let a = alice();
+    for _ in 0..2 {
+        p.admit(&a, Kind::Tool, "files__read").unwrap();
+    }
+    assert!(!p.replace(vec![
+        entry(
+            r#"principals = ["group:ops", "key:ci-bot"]
+                 allow = ["*"]"#
+        ),
+        entry(
+            r#"principals = ["*"]
+                 allow = ["files__read*", "remote__search", "file:///docs/*"]
+                 deny = ["files__read_secret"]
+                 rate = "3/min"
+                 rate_per_tool = "2/min""#
+        ),
+    ]));
+    assert!(
+        p.admit(&a, Kind::Tool, "files__read").is_err(),
+        "same set: same buckets"
+    );
+    assert!(p.replace(vec![entry(
+        r#"principals = ["*"]
+                                   allow = ["files__*"]
+                                   rate_per_tool = "2/min""#
+    )]));
+    assert_eq!(
+        p.admit(&a, Kind::Tool, "files__read"),
+        Ok(()),
+        "a new entry starts full"
+    );
+    assert_eq!(
+        tools(&p.view(&a, catalog())),
+        ["files__read", "files__read_secret", "files__write"]
+    );
+}

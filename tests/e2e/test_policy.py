@@ -1,0 +1,151 @@
+"""`[[policy]]`: per-principal views, denied calls, live edits and rate limits (issue 14, acceptance 3 and 5).
+
+Real peers: the official Python SDK as the client of two (or three)
+principals at once, each with its own `[[auth.keys]]` key; the demo backend
+over stdio; the config file edited on disk while the sessions stay open.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness import Gateways, demo_stdio_args, stdio_backend, toml_value
+from support import (
+    DEMO_TOOLS,
+    Inbox,
+    call_error,
+    call_text,
+    http_session,
+    is_tools_list_changed,
+    prefixed,
+    tool_names,
+)
+from test_reload import rewrite
+
+pytestmark = pytest.mark.anyio
+
+KEYS = {
+    "alice": "a1ice-7c1f0e8b4f9c2b7e1a0d8c3f6b5e9a2d",
+    "bob": "b0b-4f9c2b7e1a0d8c3f6b5e9a2d7c1f0e8b",
+    "carol": "car0l-9a2d7c1f0e8b4f9c2b7e1a0d8c3f6b5e",
+}
+ALL = prefixed("demo", DEMO_TOOLS)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def policies(bob_allows: list[str], alice_denies: list[str] | None = None) -> list[dict[str, Any]]:
+    return [
+        {"principals": ["key:alice"], "allow": ["*"], "deny": alice_denies or []},
+        {"principals": ["key:carol"], "allow": ["demo__echo"], "rate": "60/min"},
+        {"principals": ["*"], "allow": bob_allows, "deny": ["demo__crash"]},
+    ]
+
+
+def gateway(vigil: Gateways, demo_bin: Path, bob_allows: list[str]) -> Any:
+    return vigil(
+        [stdio_backend("demo", demo_bin, demo_stdio_args("demo"))],
+        api={},
+        auth={"keys": [{"name": n, "key_env": f"VIGIL_KEY_{n.upper()}"} for n in KEYS]},
+        env={f"VIGIL_KEY_{n.upper()}": k for n, k in KEYS.items()},
+        policy=policies(bob_allows),
+    )
+
+
+def bearer(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[name]}"}
+
+
+async def test_two_principals_see_and_call_what_their_policy_allows(vigil: Gateways, demo_bin: Path) -> None:
+    gw = gateway(vigil, demo_bin, ["demo__echo", "demo__a*", "demo__crash"])
+    async with (
+        http_session(gw.url, headers=bearer("alice")) as alice,
+        http_session(gw.url, headers=bearer("bob")) as bob,
+    ):
+        assert await tool_names(alice) == ALL
+        assert await tool_names(bob) == {"demo__echo", "demo__add", "demo__ask_llm", "demo__ask_user"}
+        assert await call_text(bob, "demo__echo", {"text": "allowed"}) == "allowed"
+        assert await call_text(alice, "demo__whoami") != ""
+
+        # A denied tool (not allowed, or allowed and denied) answers exactly
+        # like a tool that does not exist: same code, same message but the name.
+        unknown = await call_error(bob, "demo__no_such_tool")
+        for denied in ("demo__whoami", "demo__crash"):
+            err = await call_error(bob, denied)
+            assert err.error.code == unknown.error.code, (denied, err.error, unknown.error)
+            assert err.error.message.replace(denied, "NAME") == unknown.error.message.replace(
+                "demo__no_such_tool", "NAME"
+            ), (err.error.message, unknown.error.message)
+            assert json.dumps(err.error.data).replace(denied, "NAME") == json.dumps(unknown.error.data).replace(
+                "demo__no_such_tool", "NAME"
+            ), (err.error.data, unknown.error.data)
+        # The same tool is there for alice.
+        assert await call_text(alice, "demo__echo", {"text": "all"}) == "all"
+
+
+async def test_a_policy_edit_reaches_only_the_sessions_whose_view_changed(vigil: Gateways, demo_bin: Path) -> None:
+    gw = gateway(vigil, demo_bin, ["demo__echo"])
+    alice_inbox, bob_inbox = Inbox(), Inbox()
+    async with (
+        http_session(gw.url, headers=bearer("alice"), message_handler=alice_inbox) as alice,
+        http_session(gw.url, headers=bearer("bob"), message_handler=bob_inbox) as bob,
+    ):
+        assert await tool_names(bob) == {"demo__echo"}
+        assert await tool_names(alice) == ALL
+
+        def edit(entries: list[dict[str, Any]]) -> None:
+            text = gw.config_path.read_text(encoding="utf-8")
+            edited = re.sub(r"(?m)^policy = .*$", "policy = " + toml_value(entries), text)
+            assert edited != text
+            rewrite(gw.config_path, edited)
+
+        # Bob may now add: his view changes, alice's does not.
+        edit(policies(["demo__echo", "demo__add"]))
+        await bob_inbox.wait_for(is_tools_list_changed, "bob's list_changed after the first edit")
+        assert await tool_names(bob) == {"demo__echo", "demo__add"}
+        assert await call_text(bob, "demo__add", {"a": 2, "b": 3}) == "5"
+
+        # Alice may no longer crash the backend: her view changes, bob's
+        # does not. Her notification for this edit is the first she gets:
+        # had the first edit notified her, it would have come before it.
+        edit(policies(["demo__echo", "demo__add"], alice_denies=["demo__crash"]))
+        await alice_inbox.wait_for(is_tools_list_changed, "alice's list_changed after the second edit")
+        assert await tool_names(alice) == ALL - {"demo__crash"}
+        assert len(alice_inbox.matching(is_tools_list_changed)) == 1, alice_inbox.items
+        assert len(bob_inbox.matching(is_tools_list_changed)) == 1, bob_inbox.items
+        assert await tool_names(bob) == {"demo__echo", "demo__add"}
+        reloads = [line for line in ANSI.sub("", gw.proc.stderr()).splitlines() if "config reloaded" in line]
+        assert len(reloads) == 2 and all('"policy"' in line for line in reloads), reloads
+
+
+async def test_a_rate_limited_principal_gets_retry_after_and_others_are_unaffected(
+    vigil: Gateways, demo_bin: Path
+) -> None:
+    gw = gateway(vigil, demo_bin, ["demo__echo"])
+    async with (
+        http_session(gw.url, headers=bearer("carol")) as carol,
+        http_session(gw.url, headers=bearer("bob")) as bob,
+    ):
+        for i in range(60):
+            assert await call_text(carol, "demo__echo", {"text": str(i)}) == str(i)
+        err = await call_error(carol, "demo__echo", {"text": "61st"})
+        assert err.error.code == -32029, err.error
+        assert "rate limited" in err.error.message and "60/min" in err.error.message, err.error.message
+        assert "policy[1].rate" in err.error.message, err.error.message
+        data = err.error.data
+        assert data["reason"] == "rate_limited" and data["principal"] == "key:carol", data
+        assert isinstance(data["retryAfterSeconds"], int) and 1 <= data["retryAfterSeconds"] <= 60, data
+        # Another principal has its own budget.
+        for i in range(5):
+            assert await call_text(bob, "demo__echo", {"text": f"b{i}"}) == f"b{i}"
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        metrics = (await http.get(gw.api_base + "/metrics")).text
+    line = [m for m in metrics.splitlines() if m.startswith('vigil_rate_limited_total{principal="key:carol"}')]
+    assert line and float(line[0].split()[-1]) >= 1, metrics[-3000:]
+    assert 'vigil_rate_limited_total{principal="key:bob"}' not in metrics
