@@ -38,6 +38,7 @@ from support import (
     DEADLINE,
     DEMO_TOOLS,
     SDK_READ_TIMEOUT,
+    ControlApi,
     call_text,
     http_session,
     prefixed,
@@ -261,3 +262,36 @@ async def test_a_wide_listen_with_oauth_needs_an_explicit_resource(vigil: Gatewa
     assert out.returncode != 0
     assert "auth.oauth.resource: missing" in out.stderr, out.stderr
     assert "set resource to the URL of /mcp as clients reach it" in out.stderr, out.stderr
+
+
+async def test_the_control_api_takes_provider_tokens_with_roles_from_their_groups(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    gw = vigil(
+        [stdio_backend("demo", demo_bin, demo_stdio_args("demo"))],
+        api={"roles": {"operator": ["group:ops"], "viewer": ["group:dev"]}},
+        auth={"oauth": {"issuers": [idp.issuer], "required_scopes": [MCP_SCOPE]}},
+    )
+    idp.add_resource(gw.url)
+    ops = ControlApi(gw.api_base, idp.client_credentials_token(SVC, SVC_SECRET, resource=gw.url, scope=MCP_SCOPE))
+    dev = ControlApi(gw.api_base, idp.client_credentials_token(BOT, BOT_SECRET, resource=gw.url, scope=MCP_SCOPE))
+    await ops.wait_state("demo", "running")
+
+    assert (await dev.get_json("/api/v1/health/instances/demo"))["state"] == "running", "a viewer may read"
+    refused = await dev.act("demo", "restart")
+    assert refused.status_code == 403, refused.text
+    assert "viewer" in refused.text, refused.text
+    restarted = await ops.act("demo", "restart")
+    assert restarted.status_code == 200, restarted.text
+
+    anonymous = await ControlApi(gw.api_base).request("GET", "/api/v1/health/instances")
+    assert anonymous.status_code == 401, "with [api] roles the API needs credentials"
+    wrong = await ControlApi(gw.api_base, idp.bad_tokens(gw.url)["wrong_audience"]).request(
+        "GET", "/api/v1/health/instances"
+    )
+    assert wrong.status_code == 401 and 'error="invalid_token"' in wrong.headers["www-authenticate"], wrong.headers
+
+    entries = await ops.audit()
+    restarts = [(e["principal"], e["action"], e["outcome"]) for e in entries if e["action"] == "restart"]
+    assert (f"sub:{BOT}", "restart", restarts[0][2]) == restarts[0] and restarts[0][2].startswith("denied"), restarts
+    assert (f"sub:{SVC}", "restart", "ok") in restarts, restarts

@@ -217,7 +217,7 @@ pub async fn serve_on(
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
     let tokens = state.tokens.current();
-    if tokens.is_empty() {
+    if tokens.is_empty() && (state.roles.is_empty() || state.oauth.is_none()) {
         if !address.ip().is_loopback() {
             return Err(std::io::Error::other(format!(
                 "control API: refusing to serve on {address} without [[api.tokens]]: anyone who can connect would be an operator"
