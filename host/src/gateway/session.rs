@@ -17,6 +17,7 @@ use super::route::{
 };
 use super::sessions::Channel;
 use super::streams::StreamSessions;
+use crate::audit::Method;
 use crate::backend::{Backend, Connection, FrontCall, Outbox, StreamClosed};
 use crate::catalog::Catalog;
 use crate::health::{HealthState, advertisable};
@@ -438,12 +439,18 @@ impl ServerHandler for FrontSession {
         mut p: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let audit = self.gw.audit().begin(
+            Method::ToolsCall,
+            &p.name,
+            p.arguments.as_ref(),
+            &ctx.extensions,
+        );
         // The route is taken from one snapshot, so a call never mixes a
         // name from one catalog generation with a backend from another.
         let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_tool(&p.name).cloned() else {
             self.forget_stream(&ctx);
-            return Err(self.unrouted(&catalog, &p.name, unknown_tool));
+            return Err(audit.unrouted(self.unrouted(&catalog, &p.name, unknown_tool)));
         };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
@@ -484,6 +491,7 @@ impl ServerHandler for FrontSession {
             b.stats.record(ok, took);
             b.call_metrics.record(ok, took);
         }
+        audit.finish(&route.backend, &result);
         match result? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
@@ -497,6 +505,10 @@ impl ServerHandler for FrontSession {
         mut p: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        let audit = self
+            .gw
+            .audit()
+            .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions);
         let backend = match Self::uri_backend(&*self.catalog(&ctx).await, &p.uri) {
             Ok(b) => b,
             Err(e) => {
@@ -505,14 +517,15 @@ impl ServerHandler for FrontSession {
             }
         };
         p.meta = forwardable_meta(p.meta);
-        match self
+        let result = self
             .forward(
                 &backend,
                 ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p)),
                 &ctx,
             )
-            .await?
-        {
+            .await;
+        audit.finish(&backend, &result);
+        match result? {
             ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
             _ => Err(Self::unexpected(&backend, "resources/read")),
@@ -524,21 +537,28 @@ impl ServerHandler for FrontSession {
         mut p: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        let audit = self.gw.audit().begin(
+            Method::PromptsGet,
+            &p.name,
+            p.arguments.as_ref(),
+            &ctx.extensions,
+        );
         let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
-            return Err(self.unrouted(&catalog, &p.name, unknown_prompt));
+            return Err(audit.unrouted(self.unrouted(&catalog, &p.name, unknown_prompt)));
         };
         p.name = route.name;
         p.meta = forwardable_meta(p.meta);
-        match self
+        let result = self
             .forward(
                 &route.backend,
                 ClientRequest::GetPromptRequest(GetPromptRequest::new(p)),
                 &ctx,
             )
-            .await?
-        {
+            .await;
+        audit.finish(&route.backend, &result);
+        match result? {
             ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             _ => Err(Self::unexpected(&route.backend, "prompts/get")),
