@@ -25,6 +25,7 @@ ALICE_KEY = "a1ice-9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b"
 BOB_KEY = "b0b-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 SESSION_TAG = re.compile(r"s-[0-9a-f]{8}")
 BURST = 2000
+KEYS_ENV: dict[str, str | None] = {"VIGIL_KEY_ALICE": ALICE_KEY, "VIGIL_KEY_BOB": BOB_KEY}
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -40,7 +41,7 @@ def audited(vigil: Gateways, demo_bin: Path, **audit: Any) -> Vigil:
         ],
         api={},
         auth={"keys": [{"name": "alice", "key_env": "VIGIL_KEY_ALICE"}, {"name": "bob", "key_env": "VIGIL_KEY_BOB"}]},
-        env={"VIGIL_KEY_ALICE": ALICE_KEY, "VIGIL_KEY_BOB": BOB_KEY},
+        env=KEYS_ENV,
         **({"audit": audit} if audit else {}),
     )
 
@@ -160,7 +161,7 @@ async def test_a_burst_of_2000_calls_is_all_recorded_and_survives_a_restart(vigi
     assert all(int(n) == 0 for n in dropped), dropped
 
     # Stopped and started again on the same data_dir: every row is there.
-    again = vigil.serve_again(gw)
+    again = vigil.serve_again(gw, env=KEYS_ENV)
     after = await calls(again, principal="key:alice", limit=10000)
     assert [r["id"] for r in after] == [r["id"] for r in rows]
     assert after == rows
