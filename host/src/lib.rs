@@ -16,6 +16,9 @@
 //!   rebinding and cross-origin protection), for `/mcp` and the control API.
 //! - [`redact`] masks secrets (configured values, URL credentials) in every
 //!   log line, reason and forwarded error.
+//! - [`audit`] records every `tools/call`, `resources/read` and
+//!   `prompts/get` (who, what, outcome, duration) in the store, off the
+//!   call path.
 //!
 //! Data flows one way: backend supervisors send updates to the gateway,
 //! which rebuilds the catalog snapshot and notifies sessions; sessions read
@@ -38,6 +41,7 @@
 #![allow(deprecated)]
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod backend;
 pub mod catalog;

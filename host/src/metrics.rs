@@ -57,6 +57,13 @@ pub struct TransitionLabel {
     pub to: String,
 }
 
+/// Why call-audit records were not stored (`queue_full`, `shut_down`,
+/// `write_failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
 type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Buckets from 0.5 ms to ~16 s: gateway hops are sub-millisecond, slow
@@ -90,6 +97,7 @@ pub struct Metrics {
     pub connections_cut: Family<CutLabel, Counter>,
     pub sessions_refused: Counter,
     pub rate_limited: Family<PrincipalLabel, Counter>,
+    pub audit_dropped: Family<ReasonLabel, Counter>,
 }
 
 /// The process's metrics.
@@ -117,6 +125,7 @@ pub fn get() -> &'static Metrics {
         connections_cut: Family::default(),
         rate_limited: Family::default(),
         sessions_refused: Counter::default(),
+        audit_dropped: Family::default(),
     })
 }
 
@@ -243,6 +252,15 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// `n` call-audit records were not stored, for `reason`.
+    pub fn count_audit_dropped(&self, reason: &str, n: u64) {
+        self.audit_dropped
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            })
+            .inc_by(n);
+    }
+
     /// Registers every instrumented metric in `registry` under `vigil_`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("vigil");
@@ -348,6 +366,11 @@ impl Metrics {
             "rate_limited",
             "Calls refused by a [[policy]] rate or rate_per_tool, per principal",
             self.rate_limited.clone(),
+        );
+        r.register(
+            "audit_dropped",
+            "Call-audit records not stored, by reason: queue_full (the store did not keep up), shut_down, write_failed",
+            self.audit_dropped.clone(),
         );
         r.register(
             "notifications_sent",

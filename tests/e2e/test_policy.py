@@ -23,9 +23,11 @@ from support import (
     call_text,
     http_session,
     is_tools_list_changed,
+    poll,
     prefixed,
     tool_names,
 )
+from test_audit import calls
 from test_reload import rewrite
 
 pytestmark = pytest.mark.anyio
@@ -87,6 +89,21 @@ async def test_two_principals_see_and_call_what_their_policy_allows(vigil: Gatew
         # The same tool is there for alice.
         assert await call_text(alice, "demo__echo", {"text": "all"}) == "all"
 
+    # The audit has who called what, and the refusals as `denied`.
+    def seen(rows: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {(r["principal"], r["name"], r["outcome"]) for r in rows}
+
+    rows = await poll(
+        lambda: calls(gw, limit=100),
+        lambda rows: {("key:bob", "demo__whoami", "denied"), ("key:bob", "demo__crash", "denied")} <= seen(rows),
+        "bob's denied calls in the audit",
+    )
+    assert {("key:bob", "demo__echo", "ok"), ("key:alice", "demo__echo", "ok")} <= seen(rows), rows
+    # A name bob may not use is `denied` whether or not it exists: the
+    # policy answers before any route is looked up.
+    assert ("key:bob", "demo__no_such_tool", "denied") in seen(rows), rows
+    assert all(isinstance(r["duration_us"], int) for r in rows), rows
+
 
 async def test_a_policy_edit_reaches_only_the_sessions_whose_view_changed(vigil: Gateways, demo_bin: Path) -> None:
     gw = gateway(vigil, demo_bin, ["demo__echo"])
@@ -143,6 +160,15 @@ async def test_a_rate_limited_principal_gets_retry_after_and_others_are_unaffect
         # Another principal has its own budget.
         for i in range(5):
             assert await call_text(bob, "demo__echo", {"text": f"b{i}"}) == f"b{i}"
+
+    rows = await poll(
+        lambda: calls(gw, principal="key:carol", limit=1000),
+        lambda rows: len(rows) >= 61,
+        "carol's 61 calls in the audit",
+    )
+    outcomes = [r["outcome"] for r in rows]
+    assert outcomes.count("ok") == 60 and outcomes.count("rate_limited") == 1, outcomes
+    assert rows[0]["outcome"] == "rate_limited", "newest first: the 61st call"
 
     async with httpx.AsyncClient(timeout=10) as http:
         metrics = (await http.get(gw.api_base + "/metrics")).text

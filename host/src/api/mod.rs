@@ -8,6 +8,7 @@
 //! monitor; it writes audit entries to the [`Store`](crate::store::Store).
 
 mod auth;
+mod calls;
 mod error;
 pub mod events;
 mod guard;

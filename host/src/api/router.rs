@@ -8,6 +8,7 @@
 //! | `POST /api/v1/health/instances/{id}/quarantine` | operator | same; optional body `{"reason": "..."}` |
 //! | `POST /api/v1/health/instances/{id}/release` | operator | same |
 //! | `GET /api/v1/audit?limit=N` | operator | `{"entries": [AuditEntry, ...]}`, oldest first (N ≤ 1000, default 100) |
+//! | `GET /api/v1/audit/calls?principal=&backend=&outcome=&since=&limit=&after=` | viewer | `{"calls": [StoredCall, ...]}` (see [`super::calls`]) |
 //! | `GET /api/v1/plugins` | viewer | `{"dir": ..., "plugins": [PluginInfo, ...]}` |
 //! | `GET /api/v1/events` | viewer | server-sent events: a `hello` snapshot, then changes (see [`super::events`]) |
 //! | `GET /metrics` | viewer | Prometheus text format (see [`super::metrics`]) |
@@ -158,6 +159,7 @@ fn build(state: ApiState, closing: CancellationToken) -> Router {
         .route("/api/v1/health/instances/{id}/quarantine", post(quarantine))
         .route("/api/v1/health/instances/{id}/release", post(release))
         .route("/api/v1/audit", get(audit))
+        .route("/api/v1/audit/calls", get(calls))
         .route("/api/v1/plugins", get(plugins))
         .route("/api/v1/events", get(events))
         .route("/metrics", get(super::metrics::scrape).with_state(metrics))
@@ -315,6 +317,14 @@ async fn audit(
         .map_err(|e| ApiError::Internal(e.to_string()))?
         .logged("audit log");
     Ok(Json(AuditEntries { entries }))
+}
+
+/// `GET /api/v1/audit/calls`: see [`super::calls`].
+async fn calls(
+    State(s): St,
+    q: Result<Query<crate::audit::RawCallQuery>, QueryRejection>,
+) -> Result<Json<super::calls::Calls>, ApiError> {
+    super::calls::list(s.store.clone(), q).await
 }
 
 // === action handlers ===

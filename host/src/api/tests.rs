@@ -509,6 +509,27 @@ impl Store for BrokenStore {
             value: "broken".into(),
         })
     }
+    fn append_calls(&self, _: &[crate::audit::CallRecord]) -> Result<(), StoreError> {
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
+    }
+    fn calls(
+        &self,
+        _: &crate::audit::CallQuery,
+    ) -> Result<Rows<crate::audit::StoredCall>, StoreError> {
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
+    }
+    fn prune_calls(&self, _: std::time::SystemTime) -> Result<usize, StoreError> {
+        Err(StoreError::Corrupt {
+            column: "test",
+            value: "broken".into(),
+        })
+    }
 }
 
 #[tokio::test]
@@ -1001,4 +1022,153 @@ async fn replaced_tokens_take_effect_on_the_next_request() {
         "unauthorized",
     );
     assert_eq!(get(&app, path, Some(rotated)).await.status, StatusCode::OK);
+}
+
+// === call audit ===
+
+fn call(
+    n: u64,
+    principal: &str,
+    backend: &str,
+    outcome: crate::audit::Outcome,
+) -> crate::audit::CallRecord {
+    crate::audit::CallRecord {
+        at: std::time::SystemTime::now() - std::time::Duration::from_secs(3600 - n),
+        principal: principal.into(),
+        session: Some("s-0a1b2c3d".into()),
+        backend: backend.into(),
+        method: crate::audit::Method::ToolsCall,
+        name: format!("{backend}__t{n}"),
+        outcome,
+        duration_us: 1000 + n,
+        arguments: None,
+    }
+}
+
+fn ids(a: &Answer) -> Vec<i64> {
+    a.json["calls"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no calls: {}", a.json))
+        .iter()
+        .map(|c| c["id"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn viewers_read_the_call_audit_newest_first_with_filters_and_a_cursor() {
+    use crate::audit::Outcome;
+    let (state, _control, store) = testutil::state(testutil::tokens());
+    store
+        .append_calls(&[
+            call(1, "key:alice", "files", Outcome::Ok),
+            call(2, "key:bob", "files", Outcome::Error),
+            call(3, "key:alice", "search", Outcome::Unavailable),
+            call(4, "key:alice", "files", Outcome::RateLimited),
+        ])
+        .unwrap();
+    let app = router(state);
+    let a = get(&app, "/api/v1/audit/calls", Some(VIEWER_SECRET)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.json);
+    assert_eq!(ids(&a), [4, 3, 2, 1]);
+    let first = &a.json["calls"][3];
+    assert_eq!(
+        (
+            &first["principal"],
+            &first["backend"],
+            &first["method"],
+            &first["name"],
+            &first["outcome"],
+            &first["duration_us"],
+            &first["session"],
+        ),
+        (
+            &Value::from("key:alice"),
+            &Value::from("files"),
+            &Value::from("tools/call"),
+            &Value::from("files__t1"),
+            &Value::from("ok"),
+            &Value::from(1001),
+            &Value::from("s-0a1b2c3d"),
+        )
+    );
+    assert!(first["at"].as_i64().is_some_and(|ms| ms > 0));
+    for (query, want) in [
+        ("?principal=key:alice", vec![4, 3, 1]),
+        ("?backend=files&outcome=rate_limited", vec![4]),
+        ("?outcome=error", vec![2]),
+        ("?limit=2", vec![4, 3]),
+        ("?after=1", vec![2, 3, 4]),
+        ("?after=2&limit=1", vec![3]),
+        ("?after=4", vec![]),
+        ("?since=10m", vec![]),
+        ("?since=2h", vec![4, 3, 2, 1]),
+        ("?since=2000-01-01T00:00:00Z&principal=key:bob", vec![2]),
+        ("?principal=&backend=", vec![4, 3, 2, 1]),
+    ] {
+        let path = format!("/api/v1/audit/calls{query}");
+        let a = get(&app, &path, Some(OPERATOR_SECRET)).await;
+        assert_eq!(a.status, StatusCode::OK, "{query}: {}", a.json);
+        assert_eq!(ids(&a), want, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn bad_call_audit_queries_are_400_naming_the_parameter() {
+    let (state, ..) = testutil::state(testutil::tokens());
+    let app = router(state);
+    for (query, says) in [
+        (
+            "outcome=fine",
+            "outcome: unknown outcome `fine`: use one of ok, error, denied, rate_limited, unavailable",
+        ),
+        (
+            "since=yesterday",
+            "since: `yesterday` is neither an RFC 3339 time",
+        ),
+        ("limit=0", "limit: `0` is not a number from 1 to 10000"),
+        (
+            "limit=10001",
+            "limit: `10001` is not a number from 1 to 10000",
+        ),
+        ("after=-3", "after: `-3` is not a row id"),
+        ("colour=red", "unknown field `colour`"),
+    ] {
+        let a = get(
+            &app,
+            &format!("/api/v1/audit/calls?{query}"),
+            Some(VIEWER_SECRET),
+        )
+        .await;
+        assert_error(&a, StatusCode::BAD_REQUEST, "bad_request");
+        let message = a.json["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{query}: {message}");
+    }
+    let a = get(&app, "/api/v1/audit/calls", None).await;
+    assert_error(&a, StatusCode::UNAUTHORIZED, "unauthorized");
+}
+
+#[tokio::test]
+async fn without_a_store_the_call_audit_is_503_naming_store() {
+    let (state, ..) = testutil::state(testutil::tokens());
+    let app = router(ApiState {
+        store: None,
+        ..state
+    });
+    let a = get(&app, "/api/v1/audit/calls", Some(VIEWER_SECRET)).await;
+    assert_error(&a, StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    assert!(
+        a.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("[store]")),
+        "{}",
+        a.json
+    );
+    // A broken store is an internal error, its detail kept in the log.
+    let (state, ..) = testutil::state(testutil::tokens());
+    let app = router(ApiState {
+        store: Some(Arc::new(BrokenStore)),
+        ..state
+    });
+    let a = get(&app, "/api/v1/audit/calls", Some(VIEWER_SECRET)).await;
+    assert_error(&a, StatusCode::INTERNAL_SERVER_ERROR, "internal");
 }

@@ -59,6 +59,17 @@ impl Principal {
         }
     }
 
+    /// The caller of an MCP request, as `/mcp`'s authentication put it in
+    /// the HTTP request (`extensions` of an rmcp request context); a
+    /// request without one (stdio) is [`Principal::local`].
+    pub fn of(extensions: &rmcp::model::Extensions) -> Self {
+        extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Principal>())
+            .cloned()
+            .unwrap_or_else(Principal::local)
+    }
+
     /// The principal of `[[auth.keys]]` entry `name`.
     pub fn key(name: &str) -> Self {
         Principal::named(format!("key:{name}").into())

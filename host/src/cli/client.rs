@@ -164,6 +164,15 @@ impl ApiClient {
         self.send(Method::GET, self.url(&["plugins"]), None).await
     }
 
+    /// `GET /api/v1/audit/calls?...` with `query`: the raw answer.
+    pub async fn calls(&self, query: &[(&str, String)]) -> Result<Value, ClientError> {
+        let mut url = self.url(&["audit", "calls"]);
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        self.send(Method::GET, url, None).await
+    }
+
     /// `POST /api/v1/health/instances/{name}/{action}`: the raw answer
     /// (the backend's new report).
     pub async fn act(

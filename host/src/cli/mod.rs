@@ -1,6 +1,7 @@
 //! The operator commands that talk to a running gateway's control API:
 //! `vigil status`, `vigil restart NAME`, `vigil quarantine NAME [--reason R]`,
-//! `vigil release NAME`, `vigil plugins` and `vigil events [--follow]`.
+//! `vigil release NAME`, `vigil plugins`, `vigil events [--follow]` and
+//! `vigil audit [--follow]` (the audit of MCP calls, see [`audit`]).
 //!
 //! Each takes `--api URL` (env `VIGIL_API`, default
 //! `http://127.0.0.1:8081`), `--token T` (env `VIGIL_TOKEN`) and `--json`
@@ -8,17 +9,18 @@
 //! per event). Results go to stdout, errors to stderr, and the exit code
 //! says what happened ([`Exit`]):
 //!
-//! | code | `status` | `plugins` | `events` | `restart` / `quarantine` / `release` |
+//! | code | `status` | `plugins` | `events` / `audit` | `restart` / `quarantine` / `release` |
 //! |---|---|---|---|---|
 //! | 0 | every backend is serving (running, degraded or unknown) | every plugin active, or none | printed; with `--follow`: stopped by Ctrl-C | done |
-//! | 2 | API unreachable or not answering like Vigil (also clap's code for a usage error) | same | same, on the first connection (later ones are retried) | same |
+//! | 2 | API unreachable or not answering like Vigil (also clap's code for a usage error) | same | same, on the first connection (later ones are retried); `audit` without a store (503) | same |
 //! | 3 | some backend is not serving | some plugin disabled or rejected | — | — |
 //! | 4 | token missing or refused (401), or role too weak (403) | same | same, on any connection | same |
-//! | 5 | — | — | — | refused by the API: no such backend (404), the action does not apply now (409), bad input (400) |
+//! | 5 | — | — | `audit`: a filter the API refused (400) | refused by the API: no such backend (404), the action does not apply now (409), bad input (400) |
 //!
 //! `main.rs` embeds [`Command`] with `#[command(flatten)]` and hands it to
 //! [`run`] (inside a runtime) or [`run_blocking`].
 
+pub mod audit;
 mod client;
 mod events;
 mod sse;
@@ -58,6 +60,15 @@ Exit codes:
   2  the first connection failed: the API cannot be reached or did not answer
      like Vigil (also: usage error); later ones are retried
   4  the token is missing or refused (401/403), on any connection";
+
+const AUDIT_EXIT_CODES: &str = "\
+Exit codes:
+  0  printed; with --follow: stopped by Ctrl-C (or stdout closed)
+  2  the API cannot be reached or did not answer like Vigil, or the gateway runs
+     without its state store (also: usage error); with --follow, later polls
+     are retried
+  4  the token is missing or refused (401/403)
+  5  a filter the API refused (unknown outcome, unreadable --since)";
 
 const ACTION_EXIT_CODES: &str = "\
 Exit codes:
@@ -120,6 +131,35 @@ pub struct EventsArgs {
     pub api: ApiArgs,
 }
 
+/// `vigil audit [--follow] [filters]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuditArgs {
+    /// Only this principal's calls (`key:NAME`, `local`, ...).
+    #[arg(long, value_name = "PRINCIPAL")]
+    pub principal: Option<String>,
+    /// Only calls to this backend (its configured name).
+    #[arg(long, value_name = "NAME")]
+    pub backend: Option<String>,
+    /// Only calls with this outcome: ok, error, denied, rate_limited or
+    /// unavailable.
+    #[arg(long, value_name = "OUTCOME")]
+    pub outcome: Option<String>,
+    /// Only calls since this time: RFC 3339 (2025-06-01T09:00:00Z) or a
+    /// duration back from now (10m, 2h, 7d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// How many of the newest calls to show first.
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=crate::audit::MAX_LIMIT as u64))]
+    pub limit: u64,
+    /// Keep showing calls as they are recorded (polling every second)
+    /// until Ctrl-C.
+    #[arg(short, long)]
+    pub follow: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
 /// `vigil restart|release NAME`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ActionArgs {
@@ -169,6 +209,12 @@ pub enum Command {
     /// event of the stream as one JSON line instead.
     #[command(after_help = EVENTS_EXIT_CODES)]
     Events(EventsArgs),
+    /// Show the audit of MCP calls: time, principal, backend, method,
+    /// outcome, duration, session and name, oldest first; with --follow,
+    /// keep showing them as they are recorded. --json prints the API's
+    /// answer (with --follow: one JSON line per call).
+    #[command(after_help = AUDIT_EXIT_CODES)]
+    Audit(AuditArgs),
 }
 
 /// How a command ended; each is one process exit code.
@@ -260,6 +306,18 @@ pub async fn run(cmd: Command) -> ExitCode {
         }
         return events::run(a, &mut StdStreams, &stop).await.into();
     }
+    if let Command::Audit(a) = &cmd {
+        let stop = CancellationToken::new();
+        if a.follow {
+            let on_signal = stop.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    on_signal.cancel();
+                }
+            });
+        }
+        return audit::run(a, &mut StdStreams, &stop).await.into();
+    }
     let out = execute(&cmd, SystemTime::now()).await;
     // A closed stdout (`| head`) is not worth a panic.
     let mut sink = StdStreams;
@@ -293,6 +351,15 @@ pub async fn execute(cmd: &Command, now: SystemTime) -> Output {
         Command::Events(a) => {
             let mut out = Collect::default();
             let exit = events::run(a, &mut out, &CancellationToken::new()).await;
+            Output {
+                exit,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            }
+        }
+        Command::Audit(a) => {
+            let mut out = Collect::default();
+            let exit = audit::run(a, &mut out, &CancellationToken::new()).await;
             Output {
                 exit,
                 stdout: out.stdout,

@@ -1238,3 +1238,211 @@ fn parses_plugins_and_events() {
         assert!(help.contains(text), "{help}");
     }
 }
+
+// === audit ===
+
+fn call_record(
+    n: i64,
+    principal: &str,
+    outcome: crate::audit::Outcome,
+) -> crate::audit::CallRecord {
+    crate::audit::CallRecord {
+        at: crate::health::unix_ms::from_ms(T0 + n),
+        principal: principal.into(),
+        session: Some(format!("s-0000000{n}")),
+        backend: "alpha".into(),
+        method: crate::audit::Method::ToolsCall,
+        name: format!("alpha__tool{n}"),
+        outcome,
+        duration_us: 1_200,
+        arguments: None,
+    }
+}
+
+/// The control API over `testutil`'s fake backends and a store holding
+/// `calls`, on 127.0.0.1:<ephemeral>.
+async fn serve_calls(
+    calls: &[crate::audit::CallRecord],
+) -> (
+    SocketAddr,
+    CancellationToken,
+    std::sync::Arc<crate::store::sqlite::SqliteStore>,
+) {
+    use crate::store::Store;
+    let (state, _control, store) = testutil::state(testutil::tokens());
+    store.append_calls(calls).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    tokio::spawn(crate::api::serve_on(listener, state, stop.clone()));
+    (addr, stop, store)
+}
+
+fn audit_args(addr: SocketAddr, token: &str, json: bool) -> AuditArgs {
+    AuditArgs {
+        principal: None,
+        backend: None,
+        outcome: None,
+        since: None,
+        limit: 100,
+        follow: false,
+        api: args(addr, Some(token), json),
+    }
+}
+
+#[tokio::test]
+async fn audit_against_a_served_api() {
+    use crate::audit::Outcome;
+    let (addr, stop, _store) = serve_calls(&[
+        call_record(1, "key:alice", Outcome::Ok),
+        call_record(2, "key:bob", Outcome::Error),
+        call_record(3, "key:alice", Outcome::Unavailable),
+    ])
+    .await;
+    let run = |a: AuditArgs| async move { execute(&Command::Audit(a), SystemTime::now()).await };
+
+    let out = run(audit_args(addr, VIEWER_SECRET, false)).await;
+    assert_eq!(out.exit, Exit::Ok, "{out:?}");
+    assert_eq!(
+        out.stdout,
+        "\
+TIME                      PRINCIPAL  BACKEND  METHOD      OUTCOME      DURATION  SESSION     NAME
+2023-11-14T22:13:20.001Z  key:alice  alpha    tools/call  ok           1.2ms     s-00000001  alpha__tool1
+2023-11-14T22:13:20.002Z  key:bob    alpha    tools/call  error        1.2ms     s-00000002  alpha__tool2
+2023-11-14T22:13:20.003Z  key:alice  alpha    tools/call  unavailable  1.2ms     s-00000003  alpha__tool3
+",
+        "oldest first, like a log"
+    );
+
+    let mut a = audit_args(addr, VIEWER_SECRET, true);
+    a.principal = Some("key:alice".into());
+    a.limit = 1;
+    let out = run(a).await;
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["calls"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(
+        (
+            v["calls"][0]["id"].as_i64(),
+            v["calls"][0]["outcome"].as_str()
+        ),
+        (Some(3), Some("unavailable"))
+    );
+
+    let mut a = audit_args(addr, VIEWER_SECRET, false);
+    a.outcome = Some("fine".into());
+    let out = run(a).await;
+    assert_eq!(out.exit, Exit::Rejected, "{out:?}");
+    assert!(
+        out.stderr.contains("unknown outcome `fine`"),
+        "{}",
+        out.stderr
+    );
+
+    let mut a = audit_args(addr, VIEWER_SECRET, false);
+    a.backend = Some("nosuch".into());
+    let out = run(a).await;
+    assert_eq!(
+        (out.exit, out.stdout.as_str()),
+        (Exit::Ok, "no calls recorded match\n")
+    );
+
+    let out = run(audit_args(addr, "wrong-token", false)).await;
+    assert_eq!(out.exit, Exit::Refused, "{out:?}");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn audit_follow_prints_each_new_call_once() {
+    use crate::audit::Outcome;
+    use crate::store::Store;
+    let (addr, stop, store) = serve_calls(&[call_record(1, "key:alice", Outcome::Ok)]).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let halt = CancellationToken::new();
+    let mut a = audit_args(addr, VIEWER_SECRET, true);
+    a.follow = true;
+    let task = tokio::spawn({
+        let halt = halt.clone();
+        async move { audit::run(&a, &mut Lines(tx), &halt).await }
+    });
+    let mut seen = String::new();
+    let mut added = false;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while let Some((out, text)) = rx.recv().await {
+            assert!(out, "no notes expected: {text}");
+            seen.push_str(&text);
+            if !added && seen.contains("alpha__tool1") {
+                added = true;
+                store
+                    .append_calls(&[
+                        call_record(2, "key:bob", Outcome::Error),
+                        call_record(3, "key:bob", Outcome::Ok),
+                    ])
+                    .unwrap();
+            }
+            if seen.contains("alpha__tool3") {
+                return;
+            }
+        }
+    })
+    .await;
+    halt.cancel();
+    let exit = tokio::time::timeout(std::time::Duration::from_secs(5), task)
+        .await
+        .expect("audit --follow stops when cancelled")
+        .unwrap();
+    assert!(done.is_ok(), "never saw the new calls:\n{seen}");
+    assert_eq!(exit, Exit::Ok);
+    let ids: Vec<i64> = seen
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ids, [1, 2, 3], "one JSON line per call, each once:\n{seen}");
+    stop.cancel();
+}
+
+#[test]
+fn parses_audit() {
+    let cli = Cli::try_parse_from([
+        "vigil",
+        "audit",
+        "--follow",
+        "--principal",
+        "key:ci",
+        "--outcome",
+        "error",
+        "--since",
+        "10m",
+        "--limit",
+        "5",
+        "--json",
+    ])
+    .unwrap();
+    let Top::Control(Command::Audit(a)) = cli.command else {
+        panic!("not audit")
+    };
+    assert!(a.follow && a.api.json, "{a:?}");
+    assert_eq!(
+        (
+            a.principal.as_deref(),
+            a.outcome.as_deref(),
+            a.since.as_deref(),
+            a.limit
+        ),
+        (Some("key:ci"), Some("error"), Some("10m"), 5)
+    );
+    let Top::Control(Command::Audit(a)) = Cli::try_parse_from(["vigil", "audit"]).unwrap().command
+    else {
+        panic!("not audit")
+    };
+    assert_eq!((a.limit, a.follow), (100, false));
+    for bad in ["0", "10001", "many"] {
+        assert!(
+            Cli::try_parse_from(["vigil", "audit", "--limit", bad]).is_err(),
+            "--limit {bad}"
+        );
+    }
+}

@@ -8,6 +8,7 @@
 //! [`BackendConfig`], and in `docs/config.md`.
 
 mod api;
+mod audit;
 mod auth;
 mod backend;
 mod error;
@@ -29,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use api::{ApiConfig, ApiRoles, ApiToken, FailedTokens, Role};
+pub use audit::AuditConfig;
 pub use auth::{ApiKey, AuthConfig};
 pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport, is_backend_name};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
@@ -116,6 +118,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// `[limits]`: bounds on what a backend or a client may cost.
     pub limits: LimitsConfig,
+    /// `[audit]`: the audit of MCP calls (applied live by a reload).
+    pub audit: AuditConfig,
     /// Enabled backends, in file order.
     pub backends: Vec<BackendConfig>,
 }
@@ -290,6 +294,7 @@ impl Config {
         let telemetry = p.telemetry(raw.telemetry);
         let limits = p.limits(raw.limits);
         let store = p.store(raw.store);
+        let audit = p.audit(raw.audit);
 
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
@@ -349,6 +354,7 @@ impl Config {
             plugins,
             telemetry,
             limits,
+            audit,
             backends,
         })
     }

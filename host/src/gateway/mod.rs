@@ -52,6 +52,9 @@ use crate::store::{InstanceRecord, Store, StoreWriter};
 use crate::supervisor::{Outlets, Supervisor};
 use backends::BackendSet;
 pub use reload::{ReloadError, ReloadSummary};
+pub(crate) use route::unavailable_backend;
+#[cfg(test)]
+pub(crate) use route::{unavailable as unavailable_error, unknown_tool as unknown_tool_error};
 pub use session::FrontSession;
 use sessions::Sessions;
 
@@ -117,6 +120,8 @@ pub struct Gateway {
     /// Masks secrets in reasons, forwarded errors (and, shared with the log
     /// writer, logs); kept in step with the backend set.
     redactor: Redactor,
+    /// The audit of MCP calls (off without a store).
+    audit: crate::audit::CallAudit,
 }
 
 /// What the update task knows of each backend's catalog.
@@ -260,6 +265,13 @@ impl Gateway {
                 .clone()
                 .map(crate::auth::oauth::OAuth::new),
             policies,
+            audit: crate::audit::CallAudit::start(
+                store.clone(),
+                config.audit.clone(),
+                redactor.clone(),
+                tracker,
+                &shutdown,
+            ),
             config,
             redactor,
         });
@@ -696,6 +708,11 @@ impl Gateway {
     /// What masks secrets in text leaving the gateway.
     pub fn redactor(&self) -> &Redactor {
         &self.redactor
+    }
+
+    /// The audit of MCP calls, which the call paths record through.
+    pub fn audit(&self) -> &crate::audit::CallAudit {
+        &self.audit
     }
 
     /// Makes the secrets of the current backend set (and the API tokens)

@@ -20,7 +20,7 @@ pub struct ReloadSummary {
     pub removed: Vec<String>,
     pub changed: Vec<String>,
     /// Keys outside the backend list that changed and are in force now
-    /// (`api.tokens`).
+    /// (`api.tokens`, `auth.keys`, `audit`).
     pub applied: Vec<&'static str>,
     /// Keys that differ but take effect only after a restart.
     pub needs_restart: Vec<&'static str>,
@@ -114,6 +114,10 @@ impl Gateway {
             self.sessions().resync_all();
             summary.applied.push("policy");
         }
+        if self.audit.configure(next.audit.clone()) {
+            tracing::info!(arguments = next.audit.arguments, keep = %humantime::format_duration(next.audit.keep), "[audit] applied");
+            summary.applied.push("audit");
+        }
         self.refresh_secrets(&gone);
         for b in gone {
             if let Ok(mut stops) = spawner.stops.lock()
@@ -189,6 +193,8 @@ fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
         // Applied by the reload.
         backends: _,
         policies: _,
+        // Applied by the reload.
+        audit: _,
     } = next;
     let r = running;
     [

@@ -27,6 +27,20 @@ pub fn unavailable(backend: &str, state: HealthState, reason: &str) -> McpError 
     )
 }
 
+/// The backend named by an error [`unavailable`] made, `None` for any other
+/// error: how the call audit tells "unavailable" from a backend's own
+/// errors (which it passes through with their own data).
+pub fn unavailable_backend(e: &McpError) -> Option<&str> {
+    let data = e.data.as_ref()?.as_object()?;
+    if e.code != ErrorCode::INTERNAL_ERROR || data.len() != 2 || !data.contains_key("state") {
+        return None;
+    }
+    let backend = data.get("backend")?.as_str()?;
+    e.message
+        .starts_with(&format!("backend '{backend}' is unavailable ("))
+        .then_some(backend)
+}
+
 pub fn unknown_tool(name: &str) -> McpError {
     McpError::invalid_params(
         format!("unknown tool '{name}': list the tools with tools/list"),
@@ -121,6 +135,24 @@ mod tests {
         let e = page(&[1, 2], Some("9"), 2).unwrap_err();
         assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
         assert!(e.message.contains("invalid cursor '9'"));
+    }
+
+    #[test]
+    fn the_unavailable_error_is_told_from_others() {
+        let e = unavailable("files", HealthState::Offline, "backend 'files': exited");
+        assert_eq!(unavailable_backend(&e), Some("files"));
+        // A backend's own error with look-alike data is not the gateway's.
+        let own = McpError::new(
+            ErrorCode::INTERNAL_ERROR,
+            "disk on fire",
+            Some(json!({"backend": "files", "state": "offline"})),
+        );
+        assert_eq!(unavailable_backend(&own), None);
+        assert_eq!(unavailable_backend(&unknown_tool("x")), None);
+        assert_eq!(
+            unavailable_backend(&McpError::internal_error("no data", None)),
+            None
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::route::{
 use super::sessions::Channel;
 use super::streams::StreamSessions;
 use crate::auth::Principal;
+use crate::audit::{Method, Outcome, PendingCall};
 use crate::backend::{Backend, Connection, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Kind};
 use crate::health::{HealthState, advertisable};
@@ -47,16 +48,6 @@ fn authorization(extensions: &rmcp::model::Extensions) -> Option<&str> {
         .get(http::header::AUTHORIZATION)?
         .to_str()
         .ok()
-}
-
-/// The caller of this request, as `/mcp`'s authentication put it in the
-/// request (stdio, which has none: [`Principal::local`]).
-fn principal(extensions: &rmcp::model::Extensions) -> Principal {
-    extensions
-        .get::<http::request::Parts>()
-        .and_then(|p| p.extensions.get::<Principal>())
-        .cloned()
-        .unwrap_or_else(Principal::local)
 }
 
 impl FrontSession {
@@ -97,31 +88,38 @@ impl FrontSession {
     /// (`[[policy]]`).
     async fn visible(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
         let base = self.catalog(ctx).await;
-        self.gw.policies().view(&principal(&ctx.extensions), base)
+        self.gw.policies().view(&Principal::of(&ctx.extensions), base)
     }
 
     /// Whether the caller of `ctx` may call `name` now: the one policy
     /// decision, for every call path. A name it may not use gets exactly
     /// the error of an unknown one (`unknown`); a call over a rate gets an
     /// error that says which and when to retry.
+    /// A refusal is recorded in the audit (`audit`, the call's record so
+    /// far, comes back when the call may go ahead).
     fn admit(
         &self,
         ctx: &RequestContext<RoleServer>,
         kind: Kind,
         name: &str,
         unknown: fn(&str) -> McpError,
-    ) -> Result<(), McpError> {
-        let who = principal(&ctx.extensions);
-        let refused = match self.gw.policies().admit(&who, kind, name) {
-            Ok(()) => return Ok(()),
-            Err(Refused::Denied) => unknown(name),
+        audit: PendingCall,
+    ) -> Result<PendingCall, McpError> {
+        let who = Principal::of(&ctx.extensions);
+        let (refused, outcome) = match self.gw.policies().admit(&who, kind, name) {
+            Ok(()) => return Ok(audit),
+            Err(Refused::Denied) => (unknown(name), Outcome::Denied),
             Err(Refused::RateLimited {
                 rate,
                 per_tool,
                 policy,
                 retry_after,
-            }) => rate_limited(&who, name, rate, per_tool, policy, retry_after),
+            }) => (
+                rate_limited(&who, name, rate, per_tool, policy, retry_after),
+                Outcome::RateLimited,
+            ),
         };
+        audit.refused("", outcome);
         self.forget_stream(ctx);
         Err(refused)
     }
@@ -461,7 +459,7 @@ impl ServerHandler for FrontSession {
                 Channel::Session(ctx.peer.clone()),
                 Some(self.pool.clone()),
                 self.outbox.clone(),
-                principal(&ctx.extensions),
+                Principal::of(&ctx.extensions),
             );
             tracing::debug!(session = self.id, "client session opened");
         }
@@ -520,13 +518,19 @@ impl ServerHandler for FrontSession {
         mut p: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.admit(&ctx, Kind::Tool, &p.name, unknown_tool)?;
+        let audit = self.gw.audit().begin(
+            Method::ToolsCall,
+            &p.name,
+            p.arguments.as_ref(),
+            &ctx.extensions,
+        );
+        let audit = self.admit(&ctx, Kind::Tool, &p.name, unknown_tool, audit)?;
         // The route is taken from one snapshot, so a call never mixes a
         // name from one catalog generation with a backend from another.
         let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_tool(&p.name).cloned() else {
             self.forget_stream(&ctx);
-            return Err(self.unrouted(&catalog, &p.name, unknown_tool));
+            return Err(audit.unrouted(self.unrouted(&catalog, &p.name, unknown_tool)));
         };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
@@ -567,6 +571,7 @@ impl ServerHandler for FrontSession {
             b.stats.record(ok, took);
             b.call_metrics.record(ok, took);
         }
+        audit.finish(&route.backend, &result);
         match result? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
@@ -580,7 +585,11 @@ impl ServerHandler for FrontSession {
         mut p: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        self.admit(&ctx, Kind::Resource, &p.uri, unknown_uri)?;
+        let audit = self
+            .gw
+            .audit()
+            .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions);
+        let audit = self.admit(&ctx, Kind::Resource, &p.uri, unknown_uri, audit)?;
         let backend = match Self::uri_backend(&*self.catalog(&ctx).await, &p.uri) {
             Ok(b) => b,
             Err(e) => {
@@ -589,14 +598,15 @@ impl ServerHandler for FrontSession {
             }
         };
         p.meta = forwardable_meta(p.meta);
-        match self
+        let result = self
             .forward(
                 &backend,
                 ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p)),
                 &ctx,
             )
-            .await?
-        {
+            .await;
+        audit.finish(&backend, &result);
+        match result? {
             ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
             _ => Err(Self::unexpected(&backend, "resources/read")),
@@ -608,22 +618,29 @@ impl ServerHandler for FrontSession {
         mut p: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        self.admit(&ctx, Kind::Prompt, &p.name, unknown_prompt)?;
+        let audit = self.gw.audit().begin(
+            Method::PromptsGet,
+            &p.name,
+            p.arguments.as_ref(),
+            &ctx.extensions,
+        );
+        let audit = self.admit(&ctx, Kind::Prompt, &p.name, unknown_prompt, audit)?;
         let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
-            return Err(self.unrouted(&catalog, &p.name, unknown_prompt));
+            return Err(audit.unrouted(self.unrouted(&catalog, &p.name, unknown_prompt)));
         };
         p.name = route.name;
         p.meta = forwardable_meta(p.meta);
-        match self
+        let result = self
             .forward(
                 &route.backend,
                 ClientRequest::GetPromptRequest(GetPromptRequest::new(p)),
                 &ctx,
             )
-            .await?
-        {
+            .await;
+        audit.finish(&route.backend, &result);
+        match result? {
             ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             _ => Err(Self::unexpected(&route.backend, "prompts/get")),
@@ -636,7 +653,7 @@ impl ServerHandler for FrontSession {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
         let catalog = self.catalog(&ctx).await;
-        let access = self.gw.policies().access(&principal(&ctx.extensions));
+        let access = self.gw.policies().access(&Principal::of(&ctx.extensions));
         let backend = match &mut p.r#ref {
             Reference::Prompt(r) if !access.permits(&r.name) => {
                 return Err(unknown_prompt(&r.name));
@@ -683,7 +700,7 @@ impl ServerHandler for FrontSession {
         if !self
             .gw
             .policies()
-            .access(&principal(&ctx.extensions))
+            .access(&Principal::of(&ctx.extensions))
             .permits(&p.uri)
         {
             return Err(unknown_uri(&p.uri));
@@ -786,7 +803,7 @@ impl ServerHandler for FrontSession {
             .load(Ordering::Acquire)
             .then(|| self.pool.clone());
         let outbox = Outbox::new(self.gw.config.limits.relay_queue);
-        let who = principal(&ctx.request_context().extensions);
+        let who = Principal::of(&ctx.request_context().extensions);
         self.gw
             .sessions()
             .add(id, Channel::Listen(ctx.sink().clone()), pool, outbox, who);

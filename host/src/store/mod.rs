@@ -1,6 +1,7 @@
 //! Store: what must survive a gateway restart — each instance's current
-//! state, restart counts and quarantine, the append-only transition log and
-//! the audit log of operator actions.
+//! state, restart counts and quarantine, the append-only transition log,
+//! the audit log of operator actions and the audit of MCP calls
+//! ([`crate::audit`]).
 //!
 //! [`Store`] is the seam: [`sqlite::SqliteStore`] is the embedded default
 //! (one file under `data_dir`); a PostgreSQL implementation can serve several
@@ -22,6 +23,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::audit::{CallQuery, CallRecord, StoredCall};
 use crate::health::{HealthState, Transition};
 
 /// The persisted state of one backend instance.
@@ -144,7 +146,7 @@ impl<T> Rows<T> {
 /// A stored row a reader could not read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SkippedRow {
-    /// `instances`, `transitions` or `audit`.
+    /// `instances`, `transitions`, `audit` or `calls`.
     pub table: &'static str,
     /// The backend the row is about, when it names one.
     pub backend: Option<String>,
@@ -195,6 +197,16 @@ pub trait Store: Send + Sync + 'static {
     /// The newest `limit` audit entries, oldest first (rows that cannot be
     /// read are skipped, and count towards `limit`).
     fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError>;
+    /// Appends a batch of call records in one transaction: all of them or,
+    /// on error, none.
+    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError>;
+    /// The call records `q` selects, each with its row id: without
+    /// `q.after` the newest first, with it those of a larger id, oldest
+    /// first; at most `q.limit` (rows that cannot be read are skipped, and
+    /// count towards it).
+    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError>;
+    /// Deletes the call records received before `cutoff`; how many went.
+    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError>;
 }
 
 /// Opens the store in `data_dir` for `vigil serve` and `vigil stdio`.

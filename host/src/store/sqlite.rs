@@ -8,7 +8,10 @@
 //! - `transitions`: the append-only log of state changes, newest read by
 //!   `(backend, id)`;
 //! - `audit`: the append-only log of mutating control-API calls and monitor
-//!   actions, with their principal.
+//!   actions, with their principal;
+//! - `calls`: the audit of MCP calls ([`crate::audit`]), appended in
+//!   batches, read newest first or after a row id, indexed by time (for
+//!   pruning and `since`) and by `(principal, id)`; see `sqlite/calls.rs`.
 //!
 //! States are stored as their lowercase names ([`HealthState::as_str`]) and
 //! times as milliseconds since the Unix epoch, so the schema moves to
@@ -47,6 +50,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, Row, TransactionBehavior, params};
 
 use super::{AuditEntry, InstanceRecord, Rows, SkippedRow, Store, StoreError};
+use crate::audit::{CallQuery, CallRecord, StoredCall};
 use crate::health::{HealthState, Transition, unix_ms};
 use crate::private_fs::{self, Kind, Loose, Outcome};
 
@@ -88,6 +92,21 @@ const MIGRATIONS: &[&str] = &[
          outcome   TEXT    NOT NULL,
          at        INTEGER NOT NULL
      ) STRICT;",
+    // 2: the audit of MCP calls (`calls.rs`).
+    "CREATE TABLE calls (
+         id          INTEGER PRIMARY KEY AUTOINCREMENT,
+         at          INTEGER NOT NULL,
+         principal   TEXT    NOT NULL,
+         session     TEXT,
+         backend     TEXT    NOT NULL,
+         method      TEXT    NOT NULL,
+         name        TEXT    NOT NULL,
+         outcome     TEXT    NOT NULL,
+         duration_us INTEGER NOT NULL,
+         arguments   TEXT
+     ) STRICT;
+     CREATE INDEX calls_at ON calls (at);
+     CREATE INDEX calls_principal_id ON calls (principal, id);",
 ];
 
 /// The embedded [`Store`]: one SQLite connection behind a mutex.
@@ -291,6 +310,27 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError> {
+        calls::append(&mut self.conn(), calls)
+    }
+
+    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
+        calls::read(&self.conn(), q)
+    }
+
+    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
+        // In chunks, taking the lock for each: a prune of a large backlog
+        // never holds up the writer for long.
+        let mut deleted = 0;
+        loop {
+            let n = calls::prune_chunk(&self.conn(), cutoff)?;
+            deleted += n;
+            if n < calls::PRUNE_CHUNK {
+                return Ok(deleted);
+            }
+        }
+    }
+
     fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
@@ -492,5 +532,6 @@ fn time(row: &Row<'_>, idx: usize, column: &'static str) -> Result<SystemTime, U
         })
 }
 
+mod calls;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,153 @@
+//! The hook the gateway's call paths use: [`CallAudit::begin`] when a
+//! `tools/call`, `resources/read` or `prompts/get` arrives, then exactly one
+//! of [`PendingCall::finish`] (it was routed: the outcome is read off the
+//! result), [`PendingCall::unrouted`] (no route: recorded only when the name
+//! belongs to a backend that is not serving) or [`PendingCall::refused`]
+//! (an access check said no: `denied`, `rate_limited`).
+//!
+//! When the audit is off, `begin` returns an empty [`PendingCall`] and
+//! everything after costs nothing. When it is on, the call path pays a few
+//! small copies (name, principal, session id, and the arguments only with
+//! `[audit] arguments = true`) and a `try_send`; tagging the session and
+//! masking the arguments happen in `finish` and in the writer.
+
+use std::time::SystemTime;
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{Extensions, JsonObject, ServerResult};
+use tokio::time::Instant;
+
+use super::{CallAudit, CallRecord, Method, Outcome};
+use crate::auth::Principal;
+
+/// A call received and not yet recorded; see the module doc. Dropping it
+/// without one of its methods records nothing: that is how a name nobody
+/// serves goes unrecorded. (A call the client cancels still ends through
+/// `finish`, with the backend's error; only a handler torn down before the
+/// call returned, as when the whole session is dropped, leaves no record.)
+#[must_use = "a pending call is recorded by finish, unrouted or refused"]
+pub struct PendingCall(Option<Box<Started>>);
+
+struct Started {
+    audit: CallAudit,
+    at: SystemTime,
+    t0: Instant,
+    principal: Principal,
+    /// The client's `Mcp-Session-Id`, tagged when recorded.
+    session: Option<String>,
+    method: Method,
+    name: String,
+    arguments: Option<serde_json::Value>,
+}
+
+impl CallAudit {
+    /// A call of `method` for `name` (the client-visible tool or prompt
+    /// name, or the resource URI) with `arguments`, as the request's
+    /// `extensions` carry it: the caller is the [`Principal`] the `/mcp`
+    /// authentication put in the HTTP request's extensions, or
+    /// [`Principal::local`] without one (stdio); the session is the
+    /// request's `Mcp-Session-Id`.
+    pub fn begin(
+        &self,
+        method: Method,
+        name: &str,
+        arguments: Option<&JsonObject>,
+        extensions: &Extensions,
+    ) -> PendingCall {
+        if !self.is_on() {
+            return PendingCall(None);
+        }
+        let principal = Principal::of(extensions);
+        let session = extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let arguments = match arguments {
+            Some(a) if self.arguments() => Some(serde_json::Value::Object(a.clone())),
+            _ => None,
+        };
+        PendingCall(Some(Box::new(Started {
+            audit: self.clone(),
+            at: SystemTime::now(),
+            t0: Instant::now(),
+            principal,
+            session,
+            method,
+            name: name.to_owned(),
+            arguments,
+        })))
+    }
+}
+
+impl PendingCall {
+    /// The call was routed to `backend` and ended with `result` (after the
+    /// gateway's own handling: an answer it could not use is an error).
+    /// The outcome is [`outcome_of`] the result.
+    pub fn finish(self, backend: &str, result: &Result<ServerResult, McpError>) {
+        if let Some(s) = self.0 {
+            let outcome = outcome_of(s.method, result);
+            s.record(backend, outcome);
+        }
+    }
+
+    /// The name has no route and the gateway answers `e`: recorded as
+    /// `unavailable` when `e` is the "backend unavailable" error (the name
+    /// belongs to a backend that is not serving), else not at all — an
+    /// unknown name reached no backend. Returns `e`, so the call path
+    /// reads `return Err(pending.unrouted(e))`.
+    pub fn unrouted(self, e: McpError) -> McpError {
+        if let Some(s) = self.0
+            && let Some(backend) = crate::gateway::unavailable_backend(&e)
+        {
+            s.record(backend, Outcome::Unavailable);
+        }
+        e
+    }
+
+    /// An access check refused the call: `outcome` is
+    /// [`Outcome::Denied`] or [`Outcome::RateLimited`]; `backend` is the
+    /// one the name routes to, or empty when it was refused before routing.
+    pub fn refused(self, backend: &str, outcome: Outcome) {
+        if let Some(s) = self.0 {
+            s.record(backend, outcome);
+        }
+    }
+}
+
+impl Started {
+    fn record(self, backend: &str, outcome: Outcome) {
+        let duration_us = u64::try_from(self.t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.audit.record(CallRecord {
+            at: self.at,
+            principal: self.principal.id().to_owned(),
+            session: self.session.as_deref().map(crate::redact::session_tag),
+            backend: backend.to_owned(),
+            method: self.method,
+            name: self.name,
+            outcome,
+            duration_us,
+            arguments: self.arguments,
+        });
+    }
+}
+
+/// The outcome of a routed call of `method` that ended with `result`:
+/// `unavailable` for the gateway's "backend unavailable" error (the backend
+/// stopped serving, or the connection was lost mid-call), `error` for any
+/// other error, for a `tools/call` result with `isError: true` and for a
+/// result of the wrong type, `ok` otherwise (an `input_required` or task
+/// result included: the backend accepted the call).
+pub fn outcome_of(method: Method, result: &Result<ServerResult, McpError>) -> Outcome {
+    use ServerResult as R;
+    match (method, result) {
+        (_, Err(e)) if crate::gateway::unavailable_backend(e).is_some() => Outcome::Unavailable,
+        (_, Err(_)) => Outcome::Error,
+        (Method::ToolsCall, Ok(R::CallToolResult(r))) if r.is_error == Some(true) => Outcome::Error,
+        (Method::ToolsCall, Ok(R::CallToolResult(_) | R::CreateTaskResult(_)))
+        | (Method::ResourcesRead, Ok(R::ReadResourceResult(_)))
+        | (Method::PromptsGet, Ok(R::GetPromptResult(_)))
+        | (_, Ok(R::InputRequiredResult(_))) => Outcome::Ok,
+        (_, Ok(_)) => Outcome::Error,
+    }
+}

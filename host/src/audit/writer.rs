@@ -1,0 +1,78 @@
+//! The one writer of call records: takes what is queued in batches of up
+//! to [`BATCH`], masks their arguments, and appends each batch in one store
+//! transaction on the blocking pool — the call paths never wait on disk.
+//!
+//! Shutdown: when the token fires the queue is closed (later records are
+//! counted as dropped) and everything already in it is written before the
+//! task ends; the caller waits for it through its `TaskTracker`.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::CallRecord;
+use super::handle::{Counters, Lost};
+use crate::redact::Redactor;
+use crate::store::Store;
+
+/// The most records written in one transaction: large enough that a burst
+/// costs few commits, small enough that one commit stays short.
+pub(super) const BATCH: usize = 512;
+
+/// Runs until `shutdown` (then drains the queue) or until every handle is
+/// gone (then what was queued is written, too).
+pub(super) async fn run(
+    mut rx: mpsc::Receiver<CallRecord>,
+    store: Arc<dyn Store>,
+    redactor: Redactor,
+    counters: Arc<Counters>,
+    shutdown: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            n = rx.recv_many(&mut batch, BATCH) => {
+                if n == 0 {
+                    return; // every handle dropped and nothing queued
+                }
+                write(&store, &redactor, &counters, std::mem::take(&mut batch)).await;
+            }
+        }
+    }
+    rx.close();
+    let mut drained = 0;
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        drained += batch.len();
+        write(&store, &redactor, &counters, std::mem::take(&mut batch)).await;
+    }
+    tracing::debug!(
+        records = drained,
+        "call audit: queue written out at shutdown"
+    );
+}
+
+/// Masks and appends one batch; a failure is logged and counted.
+async fn write(
+    store: &Arc<dyn Store>,
+    redactor: &Redactor,
+    counters: &Counters,
+    mut batch: Vec<CallRecord>,
+) {
+    for r in &mut batch {
+        if let Some(args) = r.arguments.as_mut() {
+            redactor.mask_json(args);
+        }
+    }
+    let n = batch.len() as u64;
+    let store = store.clone();
+    let error = match tokio::task::spawn_blocking(move || store.append_calls(&batch)).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => format!("audit write task: {e}"),
+    };
+    tracing::error!(records = n, %error, "call audit: could not store a batch of call records");
+    counters.lost(n, Lost::WriteFailed);
+}
