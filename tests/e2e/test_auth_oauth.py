@@ -10,8 +10,10 @@ HTTP for the challenges a client library hides; the demo backend over stdio.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -25,7 +27,16 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
 
-from harness import INITIALIZE_BODY, MCP_HEADERS, Gateways, Procs, demo_stdio_args, run_vigil, stdio_backend
+from harness import (
+    INITIALIZE_BODY,
+    MCP_HEADERS,
+    Gateways,
+    Procs,
+    demo_stdio_args,
+    render_config,
+    run_vigil,
+    stdio_backend,
+)
 from oauth.provider import (
     MCP_SCOPE,
     SDK_REDIRECT_URI,
@@ -34,6 +45,7 @@ from oauth.provider import (
     confidential_client,
     public_client,
 )
+from oauth.test_provider_harness import start_stand_in
 from support import (
     DEADLINE,
     DEMO_TOOLS,
@@ -50,6 +62,8 @@ pytestmark = pytest.mark.anyio
 
 SVC, SVC_SECRET = "svc", "svc-secret-0123456789abcdef0123456789"
 BOT, BOT_SECRET = "bot", "bot-secret-0123456789abcdef0123456789"
+RS, RS_SECRET = "resource-server", "rs-secret-0123456789abcdef0123456789"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 APP = "app"
 ACCOUNTS = {"alice": {"groups": ["ops"]}, "bob": {"groups": ["dev"]}}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -64,6 +78,7 @@ def idp(procs: Procs, tmp_path: Path) -> Iterator[OAuthProvider]:
         clients=[
             confidential_client(SVC, SVC_SECRET, groups=["ops"], scope=MCP_SCOPE),
             confidential_client(BOT, BOT_SECRET, groups=["dev"], scope=MCP_SCOPE),
+            confidential_client(RS, RS_SECRET, grant_types=["client_credentials", TOKEN_EXCHANGE], scope=MCP_SCOPE),
             public_client(APP),
         ],
         accounts=ACCOUNTS,
@@ -295,3 +310,61 @@ async def test_the_control_api_takes_provider_tokens_with_roles_from_their_group
     restarts = [(e["principal"], e["action"], e["outcome"]) for e in entries if e["action"] == "restart"]
     assert (f"sub:{BOT}", "restart", restarts[0][2]) == restarts[0] and restarts[0][2].startswith("denied"), restarts
     assert (f"sub:{SVC}", "restart", "ok") in restarts, restarts
+
+
+async def test_a_forward_auth_backend_gets_a_token_for_its_own_audience_by_token_exchange(
+    vigil: Gateways, idp: OAuthProvider, procs: Procs
+) -> None:
+    backend = start_stand_in(procs, idp.issuer)  # checks every token: its own audience, the provider's keys
+    idp.add_resource(backend.url)
+    gw = vigil(
+        [
+            {
+                "name": "rs",
+                "transport": "http",
+                "url": backend.url,
+                "forward_auth": True,
+                "token_exchange": {
+                    "audience": backend.url,
+                    "scope": MCP_SCOPE,
+                    "client_id": RS,
+                    "client_secret_env": "VIGIL_RS_SECRET",
+                },
+            }
+        ],
+        api={},
+        auth={"oauth": {"issuers": [idp.issuer], "required_scopes": [MCP_SCOPE]}},
+        env={"VIGIL_RS_SECRET": RS_SECRET},
+    )
+    idp.add_resource(gw.url)
+    alice = idp.authorization_code_token(APP, resource=gw.url, scope=MCP_SCOPE, account="alice")["access_token"]
+    async with http_session(gw.url, headers=bearer(alice)) as session:
+        assert "rs__whoami" in await tool_names(session)
+        me = json.loads(await call_text(session, "rs__whoami"))
+    assert me["aud"] == backend.url, f"the backend got a token for another audience: {me}"
+    assert me["subject"] == "alice" and me["sub"] == RS, me
+    assert me["token_sha256"] != hashlib.sha256(alice.encode()).hexdigest(), "the backend got Vigil's own token"
+    assert "token refused" not in backend.proc.stderr(), backend.proc.stderr()[-2000:]
+    log = ANSI.sub("", gw.proc.stderr())
+    assert RS_SECRET not in log and alice not in log
+
+
+async def test_forward_auth_under_oauth_needs_token_exchange_or_an_explicit_passthrough(
+    vigil: Gateways, idp: OAuthProvider
+) -> None:
+    def check(backend: dict[str, object]) -> subprocess.CompletedProcess[str]:
+        config = vigil.dir / "fa.toml"
+        top = {"auth": {"oauth": {"issuers": [idp.issuer]}}}
+        config.write_text(render_config(top, [backend]), encoding="utf-8")
+        return run_vigil(vigil.vigil_bin, ["check", "--config", str(config)], vigil.dir)
+
+    plain = {"name": "gh", "transport": "http", "url": "http://127.0.0.1:9/mcp", "forward_auth": True}
+    refused = check(plain)
+    assert refused.returncode != 0
+    assert "backends[0].forward_auth: with [auth.oauth] the client's token is for Vigil" in refused.stderr, (
+        refused.stderr
+    )
+    assert "token_exchange = {" in refused.stderr and '"passthrough"' in refused.stderr, refused.stderr
+    assert check({**plain, "forward_auth": "passthrough"}).returncode == 0
+    odd = check({**plain, "forward_auth": "sometimes"})
+    assert "`sometimes` is not a mode" in odd.stderr, odd.stderr

@@ -154,7 +154,11 @@ pub async fn authenticate(
                 return challenge.unauthorized(Some("the key is not one of [[auth.keys]]"));
             }
             Some(oauth) => match oauth.validate(secret).await {
-                Ok(p) => p,
+                Ok(p) => {
+                    let token = super::InboundToken(secret.into());
+                    req.extensions_mut().insert(token);
+                    p
+                }
                 Err(Refusal::Invalid { why, counts }) => {
                     if counts {
                         auth.throttle.failed(client, Instant::now());

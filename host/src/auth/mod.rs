@@ -7,6 +7,8 @@
 //!   principal that opened it;
 //! - `oauth/`: access tokens of trusted authorization servers
 //!   (`[auth.oauth]`): discovery, signing keys, validation, a cache;
+//! - `exchange.rs`: RFC 8693 token exchange, so a `forward_auth` backend
+//!   gets a token for its own audience, never the client's for Vigil;
 //! - `metadata.rs`: the protected resource metadata (RFC 9728) that
 //!   tells clients where to get tokens;
 //! - `throttle.rs`: the cool-down for addresses that keep sending unknown
@@ -15,6 +17,7 @@
 //! Without `[auth]` every caller is [`Principal::local`] (config validation
 //! allows that only on a loopback listener, or with `allow_anonymous`).
 
+pub mod exchange;
 pub mod mcp;
 pub mod metadata;
 pub mod oauth;
@@ -26,6 +29,18 @@ use arc_swap::ArcSwap;
 use subtle::ConstantTimeEq;
 
 use crate::config::ApiKey;
+
+/// The access token a request to `/mcp` was authenticated with (an
+/// `[auth.oauth]` token, never a key), kept in the request for the token
+/// exchange of `forward_auth` backends after the header is removed.
+#[derive(Clone)]
+pub struct InboundToken(pub Arc<str>);
+
+impl std::fmt::Debug for InboundToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InboundToken(..)")
+    }
+}
 
 /// A caller of the MCP endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

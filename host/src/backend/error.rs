@@ -44,6 +44,10 @@ pub enum BackendError {
         method: &'static str,
         reason: String,
     },
+    /// The credentials a `forward_auth` backend needs could not be had
+    /// (the token exchange at the issuer failed).
+    #[error("backend '{backend}': no credentials for it: {reason}")]
+    Credentials { backend: Arc<str>, reason: String },
     #[error("backend '{backend}': request cancelled by the client")]
     Cancelled { backend: Arc<str> },
     /// The backend answered with a JSON-RPC error; passed through as is.

@@ -100,6 +100,13 @@ pub struct BackendConfig {
     /// own catalog of this backend; Vigil never talks MCP to it with
     /// credentials of its own.
     pub forward_auth: bool,
+    /// `forward_auth = "passthrough"`: the client's own token for Vigil is
+    /// sent on as it came (token passthrough, which the MCP spec forbids:
+    /// only for backends that trust Vigil's issuer and audience).
+    pub passthrough: bool,
+    /// `token_exchange`: with `[auth.oauth]`, the token a `forward_auth`
+    /// backend gets is traded for its own audience (RFC 8693).
+    pub token_exchange: Option<super::oauth::TokenExchange>,
     /// `session_idle` (with `forward_auth`): a session's connection unused
     /// this long is closed (reopened on its next use). Default `10m`.
     pub session_idle: Duration,
@@ -120,11 +127,12 @@ impl Problems {
         health: &HealthConfig,
         restart: &RestartPolicy,
         env: &dyn Fn(&str) -> Option<String>,
+        base: &std::path::Path,
     ) -> Option<BackendConfig> {
         let before = self.0.len();
         let enabled = b.enabled.unwrap_or(true);
         let mut substituted = Vec::new();
-        let b = self.expand_backend(at, b, enabled.then_some(env), &mut substituted);
+        let mut b = self.expand_backend(at, b, enabled.then_some(env), &mut substituted);
         let name = b.name.clone().unwrap_or_default();
         if name.is_empty() {
             self.add(
@@ -151,7 +159,29 @@ impl Problems {
                 "must be longer than zero, like session_idle = \"10m\"",
             );
         }
-        let forward_auth = b.forward_auth.unwrap_or(false);
+        use super::raw::RawForwardAuth;
+        let (forward_auth, passthrough) = match &b.forward_auth {
+            None | Some(RawForwardAuth::On(false)) => (false, false),
+            Some(RawForwardAuth::On(true)) => (true, false),
+            Some(RawForwardAuth::Mode(m)) if m == "passthrough" => (true, true),
+            Some(RawForwardAuth::Mode(m)) => {
+                self.add(
+                    format!("{at}.forward_auth"),
+                    format!("`{m}` is not a mode: write forward_auth = true (with [auth.oauth]: token_exchange), false, or \"passthrough\""),
+                );
+                (false, false)
+            }
+        };
+        let token_exchange = b
+            .token_exchange
+            .take()
+            .and_then(|t| self.token_exchange(at, t, base, env));
+        if token_exchange.is_some() && (!forward_auth || passthrough) {
+            self.add(
+                format!("{at}.token_exchange"),
+                "only applies with forward_auth = true (passthrough sends the client's token as it came)",
+            );
+        }
         let probes = self.probes(at, b.probes.clone());
         let runtime_name = b.runtime.clone();
         let (transport, runtime) = match b.transport.as_deref() {
@@ -164,6 +194,7 @@ impl Problems {
                         ("headers", !b.headers.is_empty()),
                         ("keep_alive", b.keep_alive.is_some()),
                         ("forward_auth", b.forward_auth.is_some()),
+                        ("token_exchange", token_exchange.is_some()),
                         ("session_idle", b.session_idle.is_some()),
                     ],
                 );
@@ -220,7 +251,7 @@ impl Problems {
                     "does not apply to http backends",
                     [("cwd", b.cwd.is_some())],
                 );
-                if b.forward_auth == Some(true)
+                if forward_auth
                     && let Some(k) = b
                         .headers
                         .keys()
@@ -231,7 +262,7 @@ impl Problems {
                         "conflicts with forward_auth = true, which sends each client's own Authorization header; remove one of them",
                     );
                 }
-                if b.forward_auth != Some(true) {
+                if !forward_auth {
                     self.refuse(
                         at,
                         "only applies with forward_auth = true",
@@ -308,6 +339,8 @@ impl Problems {
             health,
             restart,
             forward_auth,
+            passthrough,
+            token_exchange,
             session_idle,
             probes,
             substituted,

@@ -37,7 +37,7 @@ pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};
 pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
-pub use oauth::{Introspection, OAuthConfig};
+pub use oauth::{Introspection, OAuthConfig, TokenExchange};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
 pub use policy::{PolicyConfig, Rate, parse_rate};
 use raw::RawConfig;
@@ -52,6 +52,37 @@ pub enum Naming {
     /// Names as the backends give them; a name exported by two backends is
     /// refused at start (see [`crate::catalog::conflicts`]).
     None,
+}
+
+/// Why `backend`'s `forward_auth` cannot work with `auth`, if it cannot.
+///
+/// With `[auth]` the client's `Authorization` is its credential for Vigil:
+/// passing it on is token passthrough, which the MCP spec forbids. With
+/// `[auth.oauth]` a `forward_auth` backend gets a token for its own
+/// audience (`token_exchange`); `"passthrough"` passes the client's token
+/// on by the operator's explicit choice.
+fn forward_auth_problem(auth: &AuthConfig, backend: &BackendConfig) -> Option<&'static str> {
+    if !backend.forward_auth {
+        return None;
+    }
+    match (&auth.oauth, backend.passthrough, &backend.token_exchange) {
+        (_, _, Some(_)) if auth.oauth.is_none() => Some(
+            "token_exchange trades the client's token for Vigil at its issuer, and needs [auth.oauth]",
+        ),
+        (Some(_), false, None) => Some(
+            "with [auth.oauth] the client's token is for Vigil, and passing it on would be token passthrough (the MCP spec forbids it): \
+             add token_exchange = { audience = \"...\", client_id = \"...\", client_secret_env = \"...\" } so the backend gets a token for its own audience, \
+             or write forward_auth = \"passthrough\" if the backend is meant to accept Vigil's tokens",
+        ),
+        (None, true, _) if auth.required() => Some(
+            "\"passthrough\" passes on the client's OAuth token, and with [[auth.keys]] only there is none (a key is for Vigil alone): give the backend its own `headers`",
+        ),
+        (None, false, None) if auth.required() => Some(
+            "with [auth] the client's Authorization is its credential for Vigil, and passing it on would be token passthrough (the MCP spec forbids it): \
+             give the backend its own credentials in `headers` instead, or drop [[auth.keys]] and [auth.oauth]",
+        ),
+        _ => None,
+    }
 }
 
 /// The validated gateway config.
@@ -301,7 +332,8 @@ impl Config {
         for (i, b) in raw.backends.into_iter().enumerate() {
             let at = format!("backends[{i}]");
             let enabled = b.enabled.unwrap_or(true);
-            if let Some(backend) = p.backend(&at, b, &health, &restart, env) {
+            let base = path.parent().unwrap_or(Path::new("."));
+            if let Some(backend) = p.backend(&at, b, &health, &restart, env, base) {
                 if !seen.insert(backend.name.clone()) {
                     p.add(
                         format!("{at}.name"),
@@ -311,12 +343,8 @@ impl Config {
                         ),
                     );
                 } else if enabled {
-                    if auth.required() && backend.forward_auth {
-                        p.add(
-                            format!("{at}.forward_auth"),
-                            "with [auth] the client's Authorization is its credential for Vigil, and passing it on would be token passthrough (the MCP spec forbids it): \
-                             give the backend its own credentials in `headers` instead, or drop [[auth.keys]] and [auth.oauth]",
-                        );
+                    if let Some(problem) = forward_auth_problem(&auth, &backend) {
+                        p.add(format!("{at}.forward_auth"), problem);
                     }
                     if plugins.dir.is_none() && !backend.probes.is_empty() {
                         p.add(

@@ -40,6 +40,38 @@ pub struct RawIntrospection {
     pub client_secret_file: Option<String>,
 }
 
+/// `token_exchange = { ... }` on a `forward_auth` backend, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTokenExchange {
+    pub audience: Option<String>,
+    pub scope: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret_env: Option<String>,
+    pub client_secret_file: Option<String>,
+}
+
+/// RFC 8693 token exchange for a `forward_auth` backend: the client's
+/// token for Vigil is traded at its issuer for one for `audience`, the
+/// backend's own.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenExchange {
+    pub audience: String,
+    pub scope: Option<String>,
+    pub client_id: String,
+    pub client_secret: String,
+}
+
+impl std::fmt::Debug for TokenExchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenExchange")
+            .field("audience", &self.audience)
+            .field("scope", &self.scope)
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `[auth.oauth]`, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OAuthConfig {
@@ -201,43 +233,97 @@ impl Problems {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Option<Introspection> {
         const AT: &str = "auth.oauth.introspection";
-        let client_id = raw.client_id.unwrap_or_default();
-        if client_id.is_empty() {
+        let client_id = self.client_id(AT, raw.client_id, "introspection endpoint");
+        let secret =
+            self.client_secret(AT, raw.client_secret_env, raw.client_secret_file, base, env)?;
+        Some(Introspection {
+            client_id: client_id?,
+            client_secret: secret,
+        })
+    }
+
+    /// `token_exchange` of backend `at`.
+    pub(super) fn token_exchange(
+        &mut self,
+        at: &str,
+        raw: RawTokenExchange,
+        base: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<TokenExchange> {
+        let at = format!("{at}.token_exchange");
+        let audience = raw.audience.filter(|a| !a.is_empty());
+        if audience.is_none() {
             self.add(
-                format!("{AT}.client_id"),
-                "missing: the client id Vigil authenticates with at the issuer's introspection endpoint",
+                format!("{at}.audience"),
+                "missing: the audience the backend's tokens must carry (its resource URL, or the name its authorization server gives it)",
             );
         }
-        let secret = match (raw.client_secret_env, raw.client_secret_file) {
+        let client_id = self.client_id(&at, raw.client_id, "token endpoint");
+        let secret = self.client_secret(
+            &at,
+            raw.client_secret_env,
+            raw.client_secret_file,
+            base,
+            env,
+        );
+        Some(TokenExchange {
+            audience: audience?,
+            scope: raw.scope.filter(|s| !s.is_empty()),
+            client_id: client_id?,
+            client_secret: secret?,
+        })
+    }
+
+    fn client_id(&mut self, at: &str, id: Option<String>, endpoint: &str) -> Option<String> {
+        match id.filter(|i| !i.is_empty()) {
+            Some(id) => Some(id),
+            None => {
+                self.add(
+                    format!("{at}.client_id"),
+                    format!(
+                        "missing: the client id Vigil authenticates with at the issuer's {endpoint}"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A client secret from `client_secret_env` or `client_secret_file`.
+    fn client_secret(
+        &mut self,
+        at: &str,
+        var: Option<String>,
+        file: Option<String>,
+        base: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<String> {
+        match (var, file) {
             (Some(var), None) => env(&var).or_else(|| {
                 self.add(
-                    format!("{AT}.client_secret_env"),
+                    format!("{at}.client_secret_env"),
                     format!("environment variable `{var}` is not set"),
                 );
                 None
             }),
             (None, Some(file)) => super::auth::read_secret_file(&base.join(file))
-                .map_err(|why| self.add(format!("{AT}.client_secret_file"), why))
+                .map_err(|why| self.add(format!("{at}.client_secret_file"), why))
                 .ok(),
             (Some(_), Some(_)) => {
                 self.add(
-                    AT,
+                    at,
                     "set either client_secret_env or client_secret_file, not both",
                 );
                 None
             }
             (None, None) => {
                 self.add(
-                    AT,
+                    at,
                     "missing: set client_secret_env = \"VAR\" or client_secret_file = \"PATH\" (secrets are never written in the config file)",
                 );
                 None
             }
-        }?;
-        (!client_id.is_empty()).then_some(Introspection {
-            client_id,
-            client_secret: secret,
-        })
+        }
     }
 }
 

@@ -41,6 +41,14 @@ pub struct RawConfig {
     pub backends: Vec<RawBackend>,
 }
 
+/// `forward_auth = true | false | "passthrough"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum RawForwardAuth {
+    On(bool),
+    Mode(String),
+}
+
 /// `[health]` and `[backends.health]`.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,7 +139,8 @@ pub struct RawBackend {
     pub headers: BTreeMap<String, String>,
     pub request_timeout: Option<String>,
     pub keep_alive: Option<bool>,
-    pub forward_auth: Option<bool>,
+    pub forward_auth: Option<RawForwardAuth>,
+    pub token_exchange: Option<super::oauth::RawTokenExchange>,
     pub session_idle: Option<String>,
     pub runtime: Option<String>,
     pub image: Option<String>,

@@ -195,6 +195,17 @@ pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> std::io::Re
             "/mcp accepts access tokens of [auth.oauth] issuers"
         );
     }
+    for b in gw
+        .config
+        .backends
+        .iter()
+        .filter(|b| b.passthrough && auth.oauth.is_some())
+    {
+        tracing::warn!(
+            backend = %b.name,
+            "forward_auth = \"passthrough\": clients' access tokens for Vigil are sent on to this backend as they came (token passthrough, which the MCP spec forbids); use token_exchange unless the backend is meant to accept Vigil's tokens"
+        );
+    }
     if !gw.config.listen.ip().is_loopback() && !auth.required() && auth.allow_anonymous {
         tracing::warn!(
             listen = %gw.config.listen,

@@ -114,6 +114,8 @@ pub struct Gateway {
     /// The validator of `[auth.oauth]` tokens, shared by `/mcp` and the
     /// control API (restart-only: a reload never replaces it).
     oauth: Option<Arc<crate::auth::oauth::OAuth>>,
+    /// RFC 8693 token exchange for `forward_auth` backends (with OAuth).
+    exchanger: Option<crate::auth::exchange::Exchanger>,
     /// `[[policy]]` in force: the one decision on what each principal may
     /// see and call, replaced by each reload that changes it.
     policies: Arc<crate::policy::Policies>,
@@ -235,6 +237,11 @@ impl Gateway {
     ) -> Startup {
         let catalog = Arc::new(Current::default());
         let policies = Arc::new(crate::policy::Policies::new(config.policies.clone()));
+        let oauth = config
+            .auth
+            .oauth
+            .clone()
+            .map(crate::auth::oauth::OAuth::new);
         let sessions = Sessions::new(catalog.clone(), policies.clone());
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
@@ -259,11 +266,8 @@ impl Gateway {
             store: store.clone(),
             api_tokens: Arc::new(crate::api::Tokens::new(config.api.tokens.clone())),
             mcp_keys: Arc::new(crate::auth::Keys::new(config.auth.keys.clone())),
-            oauth: config
-                .auth
-                .oauth
-                .clone()
-                .map(crate::auth::oauth::OAuth::new),
+            exchanger: oauth.clone().map(crate::auth::exchange::Exchanger::new),
+            oauth,
             policies,
             audit: crate::audit::CallAudit::start(
                 store.clone(),
@@ -775,6 +779,11 @@ impl Gateway {
     /// The `[[policy]]` set in force.
     pub fn policies(&self) -> &crate::policy::Policies {
         &self.policies
+    }
+
+    /// The token exchange of `forward_auth` backends, with `[auth.oauth]`.
+    pub fn exchanger(&self) -> Option<&crate::auth::exchange::Exchanger> {
+        self.exchanger.as_ref()
     }
 
     /// The `[auth.oauth]` validator, when configured.

@@ -35,8 +35,12 @@ use crate::health::advertisable;
 pub struct Pool {
     session: u64,
     gw: Weak<Gateway>,
-    /// The client's `Authorization` header as last seen on its requests.
+    /// The client's `Authorization` header as last seen on its requests
+    /// (with `[auth.oauth]`: `Bearer` and the token it authenticated with).
     auth: Mutex<Option<String>>,
+    /// Who the client is, as of its last request (the key of exchanged
+    /// tokens).
+    principal: Mutex<crate::auth::Principal>,
     capabilities: Mutex<Option<ClientCapabilities>>,
     slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
     /// Bumped whenever one of this session's own catalogs changes.
@@ -98,6 +102,7 @@ impl Pool {
             session,
             gw,
             auth: Mutex::default(),
+            principal: Mutex::new(crate::auth::Principal::local()),
             capabilities: Mutex::default(),
             slots: Mutex::default(),
             version: AtomicU64::new(0),
@@ -122,6 +127,7 @@ impl Pool {
     pub fn observe(
         &self,
         auth: Option<&str>,
+        principal: crate::auth::Principal,
         capabilities: impl FnOnce() -> Option<ClientCapabilities>,
     ) {
         let mut cur = lock(&self.auth);
@@ -129,6 +135,11 @@ impl Pool {
             *cur = auth.map(str::to_owned);
         }
         drop(cur);
+        let mut who = lock(&self.principal);
+        if *who != principal {
+            *who = principal;
+        }
+        drop(who);
         let mut caps = lock(&self.capabilities);
         if caps.is_none() {
             *caps = capabilities();
@@ -165,10 +176,7 @@ impl Pool {
     ) -> Result<Arc<Connection>, BackendError> {
         let slot = self.slot(b);
         *lock(&slot.last_used) = Instant::now();
-        let auth = b
-            .forwards_auth()
-            .then(|| lock(&self.auth).clone())
-            .flatten();
+        let auth = self.credentials(b).await?;
         let mut st = slot.state.lock().await;
         if let Some(c) = st
             .conn
@@ -207,6 +215,36 @@ impl Pool {
             let _ = first_done.send(true);
         }
         Ok(conn)
+    }
+
+    /// The `Authorization` a connection to `b` carries: none unless it is a
+    /// `forward_auth` backend; then the client's own (no `[auth]`, or
+    /// `"passthrough"`), or with `token_exchange` a token for `b`'s own
+    /// audience, traded for the client's at its issuer.
+    async fn credentials(&self, b: &Arc<Backend>) -> Result<Option<String>, BackendError> {
+        if !b.forwards_auth() {
+            return Ok(None);
+        }
+        let client = lock(&self.auth).clone();
+        let Some(x) = &b.config.token_exchange else {
+            return Ok(client);
+        };
+        let (Some(client), Some(gw)) = (client, self.gw.upgrade()) else {
+            return Ok(None);
+        };
+        let Some(exchanger) = gw.exchanger() else {
+            return Ok(None);
+        };
+        let subject = client.strip_prefix("Bearer ").unwrap_or(&client);
+        let principal = lock(&self.principal).clone();
+        exchanger
+            .token_for(&principal, subject, &b.name, x)
+            .await
+            .map(|t| Some(format!("Bearer {t}")))
+            .map_err(|reason| BackendError::Credentials {
+                backend: b.name.clone(),
+                reason,
+            })
     }
 
     /// Stores a listing of `b`; a change wakes the session's resync worker.

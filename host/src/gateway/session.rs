@@ -17,8 +17,8 @@ use super::route::{
 };
 use super::sessions::Channel;
 use super::streams::StreamSessions;
-use crate::auth::Principal;
 use crate::audit::{Method, Outcome, PendingCall};
+use crate::auth::Principal;
 use crate::backend::{Backend, Connection, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Kind};
 use crate::health::{HealthState, advertisable};
@@ -40,14 +40,17 @@ pub struct FrontSession {
     outbox: Outbox,
 }
 
-/// The client's `Authorization` header on this request, if it came over HTTP.
-fn authorization(extensions: &rmcp::model::Extensions) -> Option<&str> {
+/// The client's own credentials on this request, if it came over HTTP:
+/// its `Authorization` header without `[auth]`; with `[auth.oauth]` (which
+/// removes the header) the access token it authenticated with, for the
+/// token exchange or passthrough of `forward_auth` backends.
+fn authorization(extensions: &rmcp::model::Extensions) -> Option<std::borrow::Cow<'_, str>> {
     let parts = extensions.get::<http::request::Parts>()?;
-    parts
-        .headers
-        .get(http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()
+    if let Some(h) = parts.headers.get(http::header::AUTHORIZATION) {
+        return h.to_str().ok().map(std::borrow::Cow::Borrowed);
+    }
+    let token = parts.extensions.get::<crate::auth::InboundToken>()?;
+    Some(std::borrow::Cow::Owned(format!("Bearer {}", token.0)))
 }
 
 impl FrontSession {
@@ -88,7 +91,9 @@ impl FrontSession {
     /// (`[[policy]]`).
     async fn visible(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
         let base = self.catalog(ctx).await;
-        self.gw.policies().view(&Principal::of(&ctx.extensions), base)
+        self.gw
+            .policies()
+            .view(&Principal::of(&ctx.extensions), base)
     }
 
     /// Whether the caller of `ctx` may call `name` now: the one policy
@@ -127,9 +132,11 @@ impl FrontSession {
     /// Hands what a request (or the `initialized` notification) carries
     /// to the pool: the client's `Authorization` and capabilities.
     fn observe(&self, extensions: &rmcp::model::Extensions, peer: &rmcp::Peer<RoleServer>) {
-        self.pool.observe(authorization(extensions), || {
-            peer.peer_info().map(|i| i.capabilities.clone())
-        });
+        self.pool.observe(
+            authorization(extensions).as_deref(),
+            Principal::of(extensions),
+            || peer.peer_info().map(|i| i.capabilities.clone()),
+        );
     }
 
     /// The connection a request from this session to `backend` travels on:

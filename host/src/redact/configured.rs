@@ -83,6 +83,13 @@ pub fn configured<'a>(
                 add(format!("env.{k}"), v, false);
             }
         }
+        if let Some(t) = &b.token_exchange {
+            add(
+                "token_exchange.client_secret".to_owned(),
+                &t.client_secret,
+                true,
+            );
+        }
         // Values `${NAME}` references took from Vigil's environment,
         // wherever they went (a command line, a URL path).
         for v in &b.substituted {

@@ -8,7 +8,8 @@ that document (RFC 9728) names ISSUER as the authorization server, and a JWT
 access token is accepted when its signature checks against ISSUER's JWKS
 (fetched again for a kid it does not know), its `iss` is ISSUER, its `aud` is
 `http://127.0.0.1:PORT/mcp` and its scope holds `mcp`. One tool, `whoami`,
-answers with the token's `sub`, `client_id`, scopes and `groups` as JSON.
+answers with the token's `sub`, `client_id`, scopes, `groups`, `aud`, `subject`
+(the user of an exchanged token) and the SHA-256 of the token itself as JSON.
 
 It lets `test_provider_harness.py` run the SDK's OAuth client against the
 provider end to end before Vigil itself is a resource server.
@@ -16,6 +17,7 @@ provider end to end before Vigil itself is a resource server.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 
@@ -79,7 +81,16 @@ def main() -> None:
         assert token is not None
         claims = token.claims or {}
         return json.dumps(
-            {"sub": token.subject, "client_id": token.client_id, "scopes": token.scopes, "groups": claims.get("groups")}
+            {
+                "sub": token.subject,
+                "client_id": token.client_id,
+                "scopes": token.scopes,
+                "groups": claims.get("groups"),
+                "aud": claims.get("aud"),
+                # A token minted by token exchange names its user here (`sub` is the client that asked).
+                "subject": claims.get("subject"),
+                "token_sha256": hashlib.sha256(token.token.encode()).hexdigest(),
+            }
         )
 
     server.run("streamable-http", host="127.0.0.1", port=port)

@@ -218,8 +218,18 @@ impl OAuth {
         &self.issuers
     }
 
-    fn http(&self) -> &reqwest::Client {
+    pub(super) fn http(&self) -> &reqwest::Client {
         &self.http
+    }
+
+    /// The metadata of trusted issuer `url`.
+    pub(super) async fn metadata_of(&self, url: &str) -> Result<Arc<issuer::Metadata>, String> {
+        let issuer = self
+            .issuers
+            .iter()
+            .find(|i| i.url == url)
+            .ok_or_else(|| format!("{url} is not one of [auth.oauth] issuers"))?;
+        issuer.metadata().await
     }
 }
 
