@@ -391,6 +391,7 @@ impl Rig {
                 kind: TargetKind::Vigil,
                 url,
                 tool: "demo__echo".into(),
+                tokens: Vec::new(),
             },
             pids,
         })

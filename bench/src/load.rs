@@ -25,6 +25,9 @@ pub struct Target {
     pub url: String,
     /// The tool name as this endpoint advertises it.
     pub tool: String,
+    /// Bearer tokens, session `i` sending `tokens[i % len]` (none: no
+    /// `Authorization`).
+    pub tokens: Vec<String>,
 }
 
 /// How one target is driven.
@@ -77,8 +80,16 @@ pub(crate) fn client_config() -> ClientConfig {
 }
 
 /// Opens one MCP session (initialize handshake included).
-pub async fn connect(url: &str, keep_alive: bool) -> anyhow::Result<Client> {
-    let config = StreamableHttpClientTransportConfig::with_uri(url);
+/// With `token`: `Authorization: Bearer <token>` on every request.
+pub async fn connect_as(
+    url: &str,
+    keep_alive: bool,
+    token: Option<&str>,
+) -> anyhow::Result<Client> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(t) = token {
+        config = config.auth_header(t);
+    }
     let transport = if keep_alive {
         let http = reqwest::Client::builder()
             .build()
@@ -106,11 +117,22 @@ pub async fn wait_ready(
     tool: &str,
     within: Duration,
 ) -> anyhow::Result<()> {
+    wait_ready_as(server, url, tool, None, within).await
+}
+
+/// [`wait_ready`] with a bearer token.
+pub async fn wait_ready_as(
+    server: &mut Server,
+    url: &str,
+    tool: &str,
+    token: Option<&str>,
+    within: Duration,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
     let mut last = anyhow!("not tried");
     loop {
         server.check_alive()?;
-        match probe(url, tool).await {
+        match probe(url, tool, token).await {
             Ok(()) => return Ok(()),
             Err(e) => last = e,
         }
@@ -126,8 +148,8 @@ pub async fn wait_ready(
     }
 }
 
-async fn probe(url: &str, tool: &str) -> anyhow::Result<()> {
-    let client = connect(url, false).await?;
+async fn probe(url: &str, tool: &str, token: Option<&str>) -> anyhow::Result<()> {
+    let client = connect_as(url, false, token).await?;
     let tools = tokio::time::timeout(Duration::from_secs(5), client.list_all_tools()).await;
     close(client).await;
     let tools = tools.map_err(|_| anyhow!("tools/list timed out"))??;
@@ -184,8 +206,12 @@ pub async fn run_target(target: &Target, plan: &Plan, pids: &Pids) -> anyhow::Re
 
     // Open all sessions, and make one checked call on each (through Vigil
     // this also opens the session's backend connection).
-    let opened = futures::future::join_all((0..plan.sessions).map(|_| async {
-        let client = connect(&target.url, plan.keep_alive).await?;
+    let params_ref = &params;
+    let opened = futures::future::join_all((0..plan.sessions).map(|i| async move {
+        let params = params_ref;
+        let token =
+            (!target.tokens.is_empty()).then(|| target.tokens[i % target.tokens.len()].as_str());
+        let client = connect_as(&target.url, plan.keep_alive, token).await?;
         checked_call(&client, &params, &plan.payload)
             .await
             .context("first call")?;

@@ -16,7 +16,8 @@
 //! as `tools/list_changed` (see `fanout.rs`). `vigil-bench events`
 //! measures the control API's event stream (the dashboard's feed) with many
 //! backends and many open streams: delivery latency and Vigil's CPU (see
-//! `events.rs`).
+//! `events.rs`). `vigil-bench access` measures what `[auth.oauth]`, a
+//! `[[policy]]` and the call audit add to a call (see `access.rs`).
 //!
 //! ```text
 //! cargo build --release -p vigil -p vigil-demo-backend -p vigil-bench
@@ -24,8 +25,10 @@
 //! target/release/vigil-bench probes --backends 100,1000
 //! target/release/vigil-bench fanout --sessions 100,1000
 //! target/release/vigil-bench events --backends 1000 --streams 100
+//! target/release/vigil-bench access --sessions 8
 //! ```
 
+mod access;
 mod busy_plugins;
 mod events;
 mod fanout;
@@ -86,6 +89,9 @@ enum Command {
     /// MCP tools/call latency through Vigil while probe plugins spin until
     /// their deadlines beside it, against the same Vigil without them.
     BusyPlugins(busy_plugins::BusyArgs),
+    /// tools/call through Vigil with `[auth.oauth]`, a `[[policy]]` and the
+    /// call audit, against the same build without them.
+    Access(access::AccessArgs),
     /// The control API's event stream (`GET /api/v1/events`, the
     /// dashboard's feed): one Vigil with many backends, many open streams;
     /// time to `hello`, transition delivery latency, Vigil's CPU with 0 and
@@ -166,6 +172,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Plugins(args)) => main_plugins(args),
         Some(Command::BusyPlugins(args)) => run_async(None, busy_plugins::run(&args)),
         Some(Command::Events(args)) => main_events(args),
+        Some(Command::Access(args)) => run_async(None, access::run(&args)),
     }
 }
 
@@ -344,11 +351,13 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         kind: TargetKind::Direct,
         url: backend_url.clone(),
         tool: "echo".into(),
+        tokens: Vec::new(),
     };
     let via = Target {
         kind: TargetKind::Vigil,
         url: vigil_url.clone(),
         tool: "demo__echo".into(),
+        tokens: Vec::new(),
     };
     let pids = load::Pids {
         backend: backend.pid(),

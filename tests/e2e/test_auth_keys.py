@@ -18,6 +18,7 @@ import pytest
 
 from harness import INITIALIZE_BODY, MCP_HEADERS, Gateways, demo_stdio_args, free_port, run_vigil, stdio_backend
 from support import DEMO_TOOLS, ControlApi, call_text, http_session, poll, prefixed, tool_names
+from test_secrets import events_hello
 
 pytestmark = pytest.mark.anyio
 
@@ -112,8 +113,16 @@ async def test_no_key_shows_up_in_logs_api_answers_or_metrics(vigil: Gateways, d
     await poll(lambda: api.instance("demo"), lambda i: i["state"] == "running", "demo running")
     answers = []
     async with httpx.AsyncClient(timeout=10) as http:
-        for path in ["/api/v1/health/instances", "/api/v1/backends", "/api/v1/config", "/api/v1/audit", "/metrics"]:
+        for path in [
+            "/api/v1/health/instances",
+            "/api/v1/backends",
+            "/api/v1/config",
+            "/api/v1/audit",
+            "/api/v1/audit/calls",
+            "/metrics",
+        ]:
             answers.append((await http.get(gw.api_base + path)).text)
+    answers.append(await events_hello(gw.api_base))
     log = gw.proc.stderr()
     for secret in (ALICE_KEY, BOB_KEY):
         assert secret not in log, "a key is in the log"

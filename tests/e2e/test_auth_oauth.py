@@ -57,6 +57,7 @@ from support import (
     tool_names,
     unwrapped_failures,
 )
+from test_secrets import events_hello
 
 pytestmark = pytest.mark.anyio
 
@@ -86,14 +87,23 @@ def idp(procs: Procs, tmp_path: Path) -> Iterator[OAuthProvider]:
         yield provider
 
 
-def protected(vigil: Gateways, demo_bin: Path, idp: OAuthProvider, **oauth: object) -> object:
+def protected(
+    vigil: Gateways,
+    demo_bin: Path,
+    idp: OAuthProvider,
+    *,
+    env: dict[str, str] | None = None,
+    resource_format: str = "jwt",
+    **oauth: object,
+) -> object:
     """A gateway whose /mcp takes the provider's tokens (scope `mcp`) for its own URL."""
     gw = vigil(
         [stdio_backend("demo", demo_bin, demo_stdio_args("demo"))],
         api={},
         auth={"oauth": {"issuers": [idp.issuer], "required_scopes": [MCP_SCOPE], **oauth}},
+        env=env,
     )
-    idp.add_resource(gw.url)
+    idp.add_resource(gw.url, format=resource_format)
     return gw
 
 
@@ -148,6 +158,12 @@ async def test_a_client_credentials_token_lists_and_calls(vigil: Gateways, demo_
     log = ANSI.sub("", gw.proc.stderr())
     assert "fetched the authorization server's signing keys" in log, log[-3000:]
     assert token not in log, "the token is in the log"
+    answers = [await events_hello(gw.api_base)]
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        for path in ["/api/v1/health/instances", "/api/v1/config", "/api/v1/audit", "/api/v1/audit/calls", "/metrics"]:
+            answers.append((await http.get(gw.api_base + path)).text)
+    assert all(token not in a for a in answers), "the token is in an API answer, the event stream or the metrics"
+    assert "sub:svc" in answers[4], "the calls are audited under the token's principal"
 
 
 async def test_the_metadata_and_the_challenge_lead_a_client_to_the_issuer(
@@ -368,3 +384,29 @@ async def test_forward_auth_under_oauth_needs_token_exchange_or_an_explicit_pass
     assert check({**plain, "forward_auth": "passthrough"}).returncode == 0
     odd = check({**plain, "forward_auth": "sometimes"})
     assert "`sometimes` is not a mode" in odd.stderr, odd.stderr
+
+
+async def test_an_opaque_token_is_introspected_at_the_issuer(
+    vigil: Gateways, demo_bin: Path, idp: OAuthProvider
+) -> None:
+    introspection = {"client_id": RS, "client_secret_env": "VIGIL_RS_SECRET"}
+    gw = protected(
+        vigil,
+        demo_bin,
+        idp,
+        principal_claim="client_id",
+        introspection=introspection,
+        env={"VIGIL_RS_SECRET": RS_SECRET},
+        resource_format="opaque",
+    )
+    token = idp.client_credentials_token(SVC, SVC_SECRET, resource=gw.url, scope=MCP_SCOPE)
+    assert token.count(".") == 0, "the provider issues opaque tokens for this resource"
+    async with http_session(gw.url, headers=bearer(token)) as svc:
+        assert await call_text(svc, "demo__echo", {"text": "opaque"}) == "opaque"
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        made_up = await http.post(
+            gw.url, json=INITIALIZE_BODY, headers={**MCP_HEADERS, **bearer("made-up-opaque-token-0123456789")}
+        )
+    assert made_up.status_code == 401, made_up.text
+    assert "not active" in made_up.headers["www-authenticate"], made_up.headers
+    assert RS_SECRET not in ANSI.sub("", gw.proc.stderr())

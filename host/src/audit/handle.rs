@@ -181,9 +181,12 @@ impl CallAudit {
         })))
     }
 
-    /// Whether calls are recorded (there is a store).
+    /// Whether calls are recorded: there is a store, and `[audit] calls`
+    /// (live) is not `false`.
     pub fn is_on(&self) -> bool {
-        self.0.is_some()
+        self.0
+            .as_ref()
+            .is_some_and(|s| s.settings.current.load().calls)
     }
 
     /// Whether arguments are recorded (`[audit] arguments`, live).

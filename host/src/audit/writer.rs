@@ -1,6 +1,7 @@
 //! The one writer of call records: takes what is queued in batches of up
-//! to [`BATCH`], masks their arguments, and appends each batch in one store
-//! transaction on the blocking pool — the call paths never wait on disk.
+//! to [`BATCH`] (waiting up to [`LINGER`] for a batch to fill), masks their
+//! arguments, and appends each batch in one store transaction on the
+//! blocking pool — the call paths never wait on disk.
 //!
 //! Shutdown: when the token fires the queue is closed (later records are
 //! counted as dropped) and everything already in it is written before the
@@ -20,6 +21,10 @@ use crate::store::Store;
 /// costs few commits, small enough that one commit stays short.
 pub(super) const BATCH: usize = 512;
 
+/// How long a batch waits for more records before it is written: what a
+/// crash (not a shutdown, which drains) can lose at most.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Runs until `shutdown` (then drains the queue) or until every handle is
 /// gone (then what was queued is written, too).
 pub(super) async fn run(
@@ -38,9 +43,25 @@ pub(super) async fn run(
                 if n == 0 {
                     return; // every handle dropped and nothing queued
                 }
-                write(&store, &redactor, &counters, std::mem::take(&mut batch)).await;
             }
         }
+        // Linger for more: calls a few milliseconds apart then cost one
+        // commit per LINGER, not one each.
+        let until = tokio::time::Instant::now() + LINGER;
+        while batch.len() < BATCH {
+            let room = BATCH - batch.len();
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep_until(until) => break,
+                n = rx.recv_many(&mut batch, room) => {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        write(&store, &redactor, &counters, std::mem::take(&mut batch)).await;
     }
     rx.close();
     let mut drained = 0;

@@ -48,6 +48,8 @@ pub type Alive = Box<dyn Fn(&str) -> BoxFuture<'static, bool> + Send + Sync>;
 pub struct McpAuth {
     keys: Arc<Keys>,
     oauth: Option<Arc<OAuth>>,
+    /// The `WWW-Authenticate` parameters, built once.
+    challenge: Challenge,
     /// Cool-downs for addresses that keep sending unknown keys.
     throttle: Throttle,
     owners: Mutex<Owners>,
@@ -78,6 +80,7 @@ impl McpAuth {
     ) -> Self {
         McpAuth {
             keys,
+            challenge: Challenge::of(oauth.as_deref()),
             oauth,
             throttle: Throttle::new(FailedTokens::default(), "/mcp"),
             owners: Mutex::new(Owners {
@@ -142,7 +145,7 @@ pub async fn authenticate(
     if let Err(left) = auth.throttle.check(client, Instant::now()) {
         return throttled(client, left);
     }
-    let challenge = Challenge::of(auth.oauth.as_deref());
+    let challenge = &auth.challenge;
     let Some(secret) = bearer(req.headers()) else {
         return challenge.unauthorized(None);
     };
@@ -155,8 +158,8 @@ pub async fn authenticate(
             }
             Some(oauth) => match oauth.validate(secret).await {
                 Ok(p) => {
-                    let token = super::InboundToken(secret.into());
-                    req.extensions_mut().insert(token);
+                    let header = super::InboundToken(format!("Bearer {secret}").into());
+                    req.extensions_mut().insert(header);
                     p
                 }
                 Err(Refusal::Invalid { why, counts }) => {
@@ -171,12 +174,9 @@ pub async fn authenticate(
         },
     };
     req.headers_mut().remove(header::AUTHORIZATION);
-    let session = req
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if let Some(id) = &session
+    let session = req.headers().get("mcp-session-id").cloned();
+    let session = session.as_ref().and_then(|v| v.to_str().ok());
+    if let Some(id) = session
         && !auth.owned_by(id, &principal)
     {
         if let Some(more) = lock(&auth.foreign_log).admit(Instant::now()) {
@@ -186,15 +186,19 @@ pub async fn authenticate(
         return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
     }
     let delete = req.method() == Method::DELETE;
-    req.extensions_mut().insert(principal.clone());
+    // Kept only for a request that may open a session (no id yet).
+    let opener = session.is_none().then(|| principal.clone());
+    req.extensions_mut().insert(principal);
     let response = next.run(req).await;
-    match &session {
+    match session {
         None => {
-            if let Some(id) = response
-                .headers()
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-            {
+            if let (Some(id), Some(principal)) = (
+                response
+                    .headers()
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok()),
+                opener,
+            ) {
                 auth.bind(id, principal).await;
             }
         }

@@ -30,9 +30,10 @@ use subtle::ConstantTimeEq;
 
 use crate::config::ApiKey;
 
-/// The access token a request to `/mcp` was authenticated with (an
-/// `[auth.oauth]` token, never a key), kept in the request for the token
-/// exchange of `forward_auth` backends after the header is removed.
+/// The `Authorization` value (`Bearer <token>`) a request to `/mcp` was
+/// authenticated with when it carried an `[auth.oauth]` token (never a
+/// key), kept in the request for the token exchange or passthrough of
+/// `forward_auth` backends after the header itself is removed.
 #[derive(Clone)]
 pub struct InboundToken(pub Arc<str>);
 

@@ -19,6 +19,9 @@ pub const DEFAULT_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
 /// `[audit]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditConfig {
+    /// `calls`: record MCP calls at all. Default `true`; `false` turns the
+    /// call audit off (the control API's action log stays). Applies live.
+    pub calls: bool,
     /// `arguments`: also record each call's arguments, with every
     /// configured secret in them masked (`***`). Default `false`:
     /// arguments may hold what a user typed, which not every operator may
@@ -33,6 +36,7 @@ pub struct AuditConfig {
 impl Default for AuditConfig {
     fn default() -> Self {
         AuditConfig {
+            calls: true,
             arguments: false,
             keep: DEFAULT_KEEP,
         }
@@ -42,6 +46,7 @@ impl Default for AuditConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAudit {
+    pub calls: Option<bool>,
     pub arguments: Option<bool>,
     pub keep: Option<String>,
 }
@@ -79,6 +84,7 @@ impl Problems {
             },
         };
         AuditConfig {
+            calls: raw.calls.unwrap_or(true),
             arguments: raw.arguments.unwrap_or(false),
             keep,
         }
@@ -102,6 +108,7 @@ mod tests {
         assert_eq!(
             AuditConfig::default(),
             AuditConfig {
+                calls: true,
                 arguments: false,
                 keep: Duration::from_secs(30 * 86400)
             }
@@ -110,10 +117,12 @@ mod tests {
         assert_eq!(
             c.audit,
             AuditConfig {
+                calls: true,
                 arguments: true,
                 keep: Duration::from_secs(90 * 86400)
             }
         );
+        assert!(!parse("[audit]\ncalls = false\n").unwrap().audit.calls);
         assert_eq!(
             parse("[audit]\nkeep = \"1h\"\n").unwrap().audit.keep,
             MIN_KEEP

@@ -395,6 +395,58 @@ mod tests {
     }
 
     #[test]
+    fn forward_auth_under_oauth_needs_an_exchange_or_an_explicit_passthrough() {
+        let oauth = "[auth.oauth]\nissuers = [\"http://127.0.0.1:9000\"]\n";
+        let backend =
+            "[[backends]]\nname = \"gh\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:9/mcp\"\n";
+        let e = load(&format!("{oauth}{backend}forward_auth = true\n"), &[]).unwrap_err();
+        assert!(
+            e.contains(
+                "backends[0].forward_auth: with [auth.oauth] the client's token is for Vigil"
+            ),
+            "{e}"
+        );
+        let exchange = "forward_auth = true\ntoken_exchange = { audience = \"https://gh.example/mcp\", client_id = \"vigil\", client_secret_env = \"S\" }\n";
+        let c = load(
+            &format!("{oauth}{backend}{exchange}"),
+            &[("S", "exchange-secret")],
+        )
+        .unwrap();
+        let x = c.backends[0].token_exchange.as_ref().unwrap();
+        assert_eq!(
+            (x.audience.as_str(), x.client_secret.as_str()),
+            ("https://gh.example/mcp", "exchange-secret")
+        );
+        assert!(
+            !format!("{x:?}").contains("exchange-secret"),
+            "Debug hides the secret"
+        );
+        let p = load(
+            &format!("{oauth}{backend}forward_auth = \"passthrough\"\n"),
+            &[],
+        )
+        .unwrap();
+        assert!(p.backends[0].forward_auth && p.backends[0].passthrough);
+        // Without [auth], forward_auth = true forwards the client's header as before.
+        assert!(load(&format!("{backend}forward_auth = true\n"), &[]).is_ok());
+        let no_oauth =
+            load(&format!("{backend}{exchange}"), &[("S", "exchange-secret")]).unwrap_err();
+        assert!(no_oauth.contains("token_exchange trades the client's token for Vigil at its issuer, and needs [auth.oauth]"), "{no_oauth}");
+        let stray = load(&format!("{oauth}{backend}token_exchange = {{ audience = \"a\", client_id = \"v\", client_secret_env = \"S\" }}\n"), &[("S", "x")]).unwrap_err();
+        assert!(
+            stray.contains("backends[0].token_exchange: only applies with forward_auth = true"),
+            "{stray}"
+        );
+        let keys = "[[auth.keys]]\nname = \"a\"\nkey_env = \"K\"\n";
+        let k = load(
+            &format!("{keys}{backend}forward_auth = \"passthrough\"\n"),
+            &[("K", "7c1f0e8b4f9c2b7e1a0d8c3f6b5e9a2d")],
+        )
+        .unwrap_err();
+        assert!(k.contains("with [[auth.keys]] only there is none"), "{k}");
+    }
+
+    #[test]
     fn oauth_mistakes_name_the_key_and_the_fix() {
         let e = load(
             "listen = \"0.0.0.0:8080\"\n[auth.oauth]\nissuers = [\"http://login.example.com\"]\n\

@@ -44,13 +44,15 @@ pub struct FrontSession {
 /// its `Authorization` header without `[auth]`; with `[auth.oauth]` (which
 /// removes the header) the access token it authenticated with, for the
 /// token exchange or passthrough of `forward_auth` backends.
-fn authorization(extensions: &rmcp::model::Extensions) -> Option<std::borrow::Cow<'_, str>> {
+fn authorization(extensions: &rmcp::model::Extensions) -> Option<&str> {
     let parts = extensions.get::<http::request::Parts>()?;
     if let Some(h) = parts.headers.get(http::header::AUTHORIZATION) {
-        return h.to_str().ok().map(std::borrow::Cow::Borrowed);
+        return h.to_str().ok();
     }
-    let token = parts.extensions.get::<crate::auth::InboundToken>()?;
-    Some(std::borrow::Cow::Owned(format!("Bearer {}", token.0)))
+    parts
+        .extensions
+        .get::<crate::auth::InboundToken>()
+        .map(|t| &*t.0)
 }
 
 impl FrontSession {
@@ -132,11 +134,10 @@ impl FrontSession {
     /// Hands what a request (or the `initialized` notification) carries
     /// to the pool: the client's `Authorization` and capabilities.
     fn observe(&self, extensions: &rmcp::model::Extensions, peer: &rmcp::Peer<RoleServer>) {
-        self.pool.observe(
-            authorization(extensions).as_deref(),
-            Principal::of(extensions),
-            || peer.peer_info().map(|i| i.capabilities.clone()),
-        );
+        self.pool
+            .observe(authorization(extensions), Principal::of(extensions), || {
+                peer.peer_info().map(|i| i.capabilities.clone())
+            });
     }
 
     /// The connection a request from this session to `backend` travels on:

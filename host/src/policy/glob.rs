@@ -7,25 +7,39 @@
 /// Iterative, with one backtrack point (the last `*`): linear in practice
 /// and never exponential, whatever the pattern.
 pub fn matches(pattern: &str, text: &str) -> bool {
+    if !pattern.contains(['*', '?']) {
+        return pattern == text;
+    }
+    if !pattern.contains('?') {
+        // Only `*`: bytes will do (a literal of valid UTF-8 only matches
+        // at character boundaries), without collecting characters.
+        return wild(pattern.as_bytes(), text.as_bytes(), |_| false);
+    }
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    wild(&p, &t, |c| *c == '?')
+}
+
+/// The matcher over `p` and `t`; `any_one` says which pattern item is `?`.
+fn wild<T: PartialEq + Copy + From<u8>>(p: &[T], t: &[T], any_one: impl Fn(&T) -> bool) -> bool {
+    let star = T::from(b'*');
     let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
+    let mut back: Option<(usize, usize)> = None;
     while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
+        if pi < p.len() && (any_one(&p[pi]) || (p[pi] != star && p[pi] == t[ti])) {
             pi += 1;
             ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
+        } else if pi < p.len() && p[pi] == star {
+            back = Some((pi, ti));
             pi += 1;
-        } else if let Some((sp, st)) = star {
+        } else if let Some((sp, st)) = back {
             pi = sp + 1;
             ti = st + 1;
-            star = Some((sp, st + 1));
+            back = Some((sp, st + 1));
         } else {
             return false;
         }
     }
-    p[pi..].iter().all(|c| *c == '*')
+    p[pi..].iter().all(|c| *c == star)
 }
 
 #[cfg(test)]
