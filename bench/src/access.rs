@@ -156,7 +156,8 @@ pub async fn run(args: &AccessArgs) -> anyhow::Result<()> {
     variants[1].target.tokens = tokens;
     if let Some(v) = procs::version(&bin_dir.join("vigil")).await {
         println!(
-            "gateway: {v}; guarded: [auth.oauth] (issuer served by the bench, ES256), one [[policy]] entry with allow, deny, rate and rate_per_tool, call audit on"
+            "gateway: {v}; guarded turns on {:?} (oauth: an issuer served by the bench, ES256; policy: one entry with allow, deny, rate and rate_per_tool; audit: the call audit)",
+            args.guard
         );
     }
     println!();
