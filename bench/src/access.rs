@@ -100,24 +100,7 @@ pub async fn run(args: &AccessArgs) -> anyhow::Result<()> {
         }
     );
     let work = procs::WorkDir::create()?;
-    let backend_port = procs::free_port()?;
-    let backend_url = format!("http://127.0.0.1:{backend_port}/mcp");
-    let mut backend = Server::spawn(
-        "vigil-demo-backend",
-        &bin_dir.join("vigil-demo-backend"),
-        &[
-            "--transport".into(),
-            "http".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{backend_port}"),
-            "--name".into(),
-            "demo".into(),
-        ],
-        &[("RUST_LOG", "warn")],
-        None,
-        work.path().join("backend.log"),
-    )?;
-    load::wait_ready(&mut backend, &backend_url, "echo", Duration::from_secs(30)).await?;
+    let (mut backend, backend_url) = procs::demo_backend(&bin_dir, &work).await?;
     let issuer = serve_issuer().await?;
 
     let backend_toml = format!(

@@ -200,3 +200,34 @@ pub fn log_dir(given: Option<&Path>) -> anyhow::Result<(PathBuf, Option<WorkDir>
         }
     }
 }
+
+/// Starts `vigil-demo-backend --transport http` of `bin_dir` on a free
+/// loopback port (log in `work`) and waits until it lists `echo`; returns
+/// it with its `/mcp` URL.
+pub async fn demo_backend(bin_dir: &Path, work: &WorkDir) -> anyhow::Result<(Server, String)> {
+    let port = free_port()?;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let mut backend = Server::spawn(
+        "vigil-demo-backend",
+        &bin_dir.join("vigil-demo-backend"),
+        &[
+            "--transport".into(),
+            "http".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--name".into(),
+            "demo".into(),
+        ],
+        &[("RUST_LOG", "warn")],
+        None,
+        work.path().join("backend.log"),
+    )?;
+    crate::load::wait_ready(
+        &mut backend,
+        &url,
+        "echo",
+        std::time::Duration::from_secs(30),
+    )
+    .await?;
+    Ok((backend, url))
+}

@@ -16,6 +16,12 @@
 //!   rebinding and cross-origin protection), for `/mcp` and the control API.
 //! - [`redact`] masks secrets (configured values, URL credentials) in every
 //!   log line, reason and forwarded error.
+//! - [`auth`] knows who calls `/mcp`: `[[auth.keys]]`, `[auth.oauth]`
+//!   access tokens (JWKS, introspection, protected resource metadata),
+//!   sessions bound to their principal, RFC 8693 token exchange toward
+//!   `forward_auth` backends.
+//! - [`policy`] is the one decision on what a principal sees and may call,
+//!   and how fast (`[[policy]]`); both list and call paths ask it.
 //! - [`audit`] records every `tools/call`, `resources/read` and
 //!   `prompts/get` (who, what, outcome, duration) in the store, off the
 //!   call path.

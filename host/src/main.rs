@@ -337,7 +337,7 @@ fn main() -> ExitCode {
     // current across config reloads.
     let redactor = vigil::redact::Redactor::new(vigil::redact::configured::secrets(
         &config.api.tokens,
-        &config.auth.keys,
+        &vigil::redact::configured::auth_secrets(&config.auth.keys, config.auth.oauth.as_ref()),
         &config.backends,
     ));
     let exporter = match vigil::logging::init(&config, redactor.clone()) {

@@ -97,24 +97,11 @@ impl Exchanger {
             }
             form.finish()
         };
-        let response = self
+        let (status, body) = self
             .oauth
-            .http()
-            .post(&endpoint)
-            .basic_auth(&x.client_id, Some(&x.client_secret))
-            .header(
-                http::header::CONTENT_TYPE,
-                "application/x-www-form-urlencoded",
-            )
-            .header(http::header::ACCEPT, "application/json")
-            .body(body)
-            .send()
+            .post_form(&endpoint, &x.client_id, &x.client_secret, body, 64 << 10)
             .await
-            .map_err(|e| format!("token exchange at {endpoint}: {e}"))?;
-        let status = response.status();
-        let body = super::oauth::issuer::read_limited(response, 64 << 10)
-            .await
-            .map_err(|e| format!("token exchange at {endpoint}: {e}"))?;
+            .map_err(|e| format!("token exchange: {e}"))?;
         if !status.is_success() {
             return Err(format!(
                 "token exchange at {endpoint}: HTTP {status}: {}",

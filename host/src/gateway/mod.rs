@@ -760,6 +760,7 @@ impl Gateway {
             tracing::warn!("{warning}");
         }
         let all = current.chain(retiring.iter().map(|b| &b.config));
+        let keys = configured::auth_secrets(&keys, self.config.auth.oauth.as_ref());
         self.redactor
             .replace(configured::secrets(&tokens, &keys, all));
     }

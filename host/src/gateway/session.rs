@@ -101,9 +101,9 @@ impl FrontSession {
     /// Whether the caller of `ctx` may call `name` now: the one policy
     /// decision, for every call path. A name it may not use gets exactly
     /// the error of an unknown one (`unknown`); a call over a rate gets an
-    /// error that says which and when to retry.
-    /// A refusal is recorded in the audit (`audit`, the call's record so
-    /// far, comes back when the call may go ahead).
+    /// error that says which and when to retry. A refusal is recorded in
+    /// the audit (`audit`, the call's record so far, comes back when the
+    /// call may go ahead).
     fn admit(
         &self,
         ctx: &RequestContext<RoleServer>,

@@ -198,6 +198,8 @@ impl Policies {
     /// Whether `p` may call `name` (a tool or prompt's client-visible
     /// name, a resource URI) now; takes one token of each rate that
     /// applies. Counted in `vigil_rate_limited_total` when over a rate.
+    /// (`kind` does not change the decision today: one glob list covers
+    /// names and URIs; it is part of the question every call path asks.)
     pub fn admit(&self, p: &Principal, _kind: Kind, name: &str) -> Result<(), Refused> {
         let rule = match self.access(p) {
             Access::Everything => return Ok(()),

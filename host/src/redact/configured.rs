@@ -33,6 +33,19 @@ pub fn secrets<'a>(
     Secrets::new(all.iter().map(|c| c.value.as_str()))
 }
 
+/// `keys` and the other secrets of `[auth]` (the OAuth client secret of
+/// introspection), as the key list [`secrets`] masks.
+pub fn auth_secrets(keys: &[ApiKey], oauth: Option<&crate::config::OAuthConfig>) -> Vec<ApiKey> {
+    let mut all = keys.to_vec();
+    if let Some(i) = oauth.and_then(|o| o.introspection.as_ref()) {
+        all.push(ApiKey {
+            name: "oauth.introspection".into(),
+            secret: i.client_secret.clone(),
+        });
+    }
+    all
+}
+
 /// Every secret value of `tokens` and `backends`, with where it is set.
 pub fn configured<'a>(
     tokens: &[ApiToken],

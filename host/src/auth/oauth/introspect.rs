@@ -5,7 +5,6 @@
 //! names, the audience, the expiry.
 
 use super::claims::Claims;
-use super::issuer::read_limited;
 use super::{OAuth, Refusal, invalid};
 use crate::config::Introspection;
 
@@ -33,33 +32,23 @@ pub async fn introspect(
             .append_pair("token", token)
             .append_pair("token_type_hint", "access_token")
             .finish();
-        let answer = oauth
-            .http()
-            .post(&endpoint)
-            .basic_auth(&creds.client_id, Some(&creds.client_secret))
-            .header(
-                http::header::CONTENT_TYPE,
-                "application/x-www-form-urlencoded",
+        let bytes = match oauth
+            .post_form(
+                &endpoint,
+                &creds.client_id,
+                &creds.client_secret,
+                body,
+                MAX_ANSWER,
             )
-            .header(http::header::ACCEPT, "application/json")
-            .body(body)
-            .send()
-            .await;
-        let response = match answer {
-            Ok(r) if r.status().is_success() => r,
-            Ok(r) => {
-                unreachable.push(format!("POST {endpoint}: HTTP {}", r.status()));
+            .await
+        {
+            Ok((status, bytes)) if status.is_success() => bytes,
+            Ok((status, _)) => {
+                unreachable.push(format!("POST {endpoint}: HTTP {status}"));
                 continue;
             }
             Err(e) => {
-                unreachable.push(format!("POST {endpoint}: {e}"));
-                continue;
-            }
-        };
-        let bytes = match read_limited(response, MAX_ANSWER).await {
-            Ok(b) => b,
-            Err(e) => {
-                unreachable.push(format!("POST {endpoint}: {e}"));
+                unreachable.push(e);
                 continue;
             }
         };

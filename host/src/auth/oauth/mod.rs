@@ -218,8 +218,35 @@ impl OAuth {
         &self.issuers
     }
 
-    pub(super) fn http(&self) -> &reqwest::Client {
-        &self.http
+    /// POSTs the form `body` to `endpoint` of an issuer, authenticated as
+    /// a client with HTTP Basic (RFC 6749 §2.3.1): the status and at most
+    /// `limit` bytes of the answer.
+    pub(super) async fn post_form(
+        &self,
+        endpoint: &str,
+        client_id: &str,
+        secret: &str,
+        body: String,
+        limit: usize,
+    ) -> Result<(http::StatusCode, Vec<u8>), String> {
+        let response = self
+            .http
+            .post(endpoint)
+            .basic_auth(client_id, Some(secret))
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .header(http::header::ACCEPT, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("POST {endpoint}: {e}"))?;
+        let status = response.status();
+        let bytes = issuer::read_limited(response, limit)
+            .await
+            .map_err(|e| format!("POST {endpoint}: {e}"))?;
+        Ok((status, bytes))
     }
 
     /// The metadata of trusted issuer `url`.
