@@ -70,15 +70,7 @@ mod tests {
 
     #[test]
     fn the_document_has_what_rfc_9728_and_the_mcp_spec_ask_for() {
-        let c = OAuthConfig {
-            issuers: vec!["http://127.0.0.1:9000".into()],
-            resource: "http://127.0.0.1:8080/mcp".into(),
-            required_scopes: vec!["mcp".into()],
-            principal_claim: "sub".into(),
-            groups_claim: "groups".into(),
-            clock_skew: std::time::Duration::from_secs(30),
-            introspection: None,
-        };
+        let c = OAuthConfig::example();
         let d = document(&c);
         assert_eq!(d["resource"], "http://127.0.0.1:8080/mcp");
         assert_eq!(d["authorization_servers"][0], "http://127.0.0.1:9000");

@@ -111,6 +111,21 @@ impl std::fmt::Debug for Introspection {
 }
 
 impl OAuthConfig {
+    /// What unit tests validate against: issuer `http://127.0.0.1:9000`,
+    /// resource `http://127.0.0.1:8080/mcp`, scope `mcp`, the default claims.
+    #[cfg(test)]
+    pub fn example() -> Self {
+        OAuthConfig {
+            issuers: vec!["http://127.0.0.1:9000".into()],
+            resource: "http://127.0.0.1:8080/mcp".into(),
+            required_scopes: vec!["mcp".into()],
+            principal_claim: "sub".into(),
+            groups_claim: "groups".into(),
+            clock_skew: Duration::from_secs(30),
+            introspection: None,
+        }
+    }
+
     /// Where Vigil serves its protected resource metadata for `resource`:
     /// the well-known path inserted between host and path (RFC 9728 §3.1).
     pub fn metadata_url(&self) -> String {

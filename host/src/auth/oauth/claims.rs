@@ -80,15 +80,7 @@ mod tests {
     use super::*;
 
     fn config() -> OAuthConfig {
-        OAuthConfig {
-            issuers: vec!["http://127.0.0.1:9000".into()],
-            resource: "http://127.0.0.1:8080/mcp".into(),
-            required_scopes: vec!["mcp".into()],
-            principal_claim: "sub".into(),
-            groups_claim: "groups".into(),
-            clock_skew: std::time::Duration::from_secs(30),
-            introspection: None,
-        }
+        OAuthConfig::example()
     }
 
     fn claims(json: &str) -> Claims {

@@ -2,7 +2,6 @@
 //! server: the issuer's keys are known already). The end-to-end tests run
 //! the same rules against a real authorization server.
 
-use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
 use serde_json::json;
@@ -18,15 +17,7 @@ const EC_X: &str = "v4gssP8bAMSIJsVHmGxfmr7jDRPOR8NnOyo4bl3w-Cc";
 const EC_Y: &str = "Vb7YSSxK_Z4NK3ZP-jsj8PIZdHFzuE5kbpsM-Qa8heY";
 
 fn config() -> OAuthConfig {
-    OAuthConfig {
-        issuers: vec![ISS.into()],
-        resource: RESOURCE.into(),
-        required_scopes: vec!["mcp".into()],
-        principal_claim: "sub".into(),
-        groups_claim: "groups".into(),
-        clock_skew: Duration::from_secs(30),
-        introspection: None,
-    }
+    OAuthConfig::example()
 }
 
 fn oauth() -> OAuth {
