@@ -64,6 +64,15 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// How a routed request reached its backend: `path` is `raw` (forwarded as
+/// bytes, see `gateway::raw`) or `typed` (through rmcp), `method` the
+/// JSON-RPC method.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardLabel {
+    pub method: String,
+    pub path: String,
+}
+
 type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Buckets from 0.5 ms to ~16 s: gateway hops are sub-millisecond, slow
@@ -98,6 +107,7 @@ pub struct Metrics {
     pub sessions_refused: Counter,
     pub rate_limited: Family<PrincipalLabel, Counter>,
     pub audit_dropped: Family<ReasonLabel, Counter>,
+    pub forwarded: Family<ForwardLabel, Counter>,
 }
 
 /// The process's metrics.
@@ -126,6 +136,7 @@ pub fn get() -> &'static Metrics {
         rate_limited: Family::default(),
         sessions_refused: Counter::default(),
         audit_dropped: Family::default(),
+        forwarded: Family::default(),
     })
 }
 
@@ -261,6 +272,17 @@ impl Metrics {
             .inc_by(n);
     }
 
+    /// A routed `method` request went to its backend by `path` (`raw` or
+    /// `typed`).
+    pub fn forwarded(&self, method: &str, path: &str) {
+        self.forwarded
+            .get_or_create(&ForwardLabel {
+                method: method.to_owned(),
+                path: path.to_owned(),
+            })
+            .inc();
+    }
+
     /// Registers every instrumented metric in `registry` under `vigil_`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("vigil");
@@ -371,6 +393,11 @@ impl Metrics {
             "audit_dropped",
             "Call-audit records not stored, by reason: queue_full (the store did not keep up), shut_down, write_failed",
             self.audit_dropped.clone(),
+        );
+        r.register(
+            "requests_forwarded",
+            "Routed requests sent to a backend, by method and path: raw (forwarded as bytes on a shared backend session) or typed (through the MCP client)",
+            self.forwarded.clone(),
         );
         r.register(
             "notifications_sent",

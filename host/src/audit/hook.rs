@@ -57,22 +57,40 @@ impl CallAudit {
         if !self.is_on() {
             return PendingCall(None);
         }
-        let principal = Principal::of(extensions);
         let session = extensions
             .get::<http::request::Parts>()
             .and_then(|p| p.headers.get("mcp-session-id"))
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let arguments = match arguments {
-            Some(a) if self.arguments() => Some(serde_json::Value::Object(a.clone())),
-            _ => None,
-        };
+            .and_then(|v| v.to_str().ok());
+        self.begin_for(
+            method,
+            name,
+            || arguments.map(|a| serde_json::Value::Object(a.clone())),
+            &Principal::of(extensions),
+            session,
+        )
+    }
+
+    /// [`CallAudit::begin`] for a call path that has the caller and the
+    /// session at hand (the raw path); `arguments` is asked for only with
+    /// `[audit] arguments = true`.
+    pub fn begin_for(
+        &self,
+        method: Method,
+        name: &str,
+        arguments: impl FnOnce() -> Option<serde_json::Value>,
+        principal: &Principal,
+        session: Option<&str>,
+    ) -> PendingCall {
+        if !self.is_on() {
+            return PendingCall(None);
+        }
+        let arguments = if self.arguments() { arguments() } else { None };
         PendingCall(Some(Box::new(Started {
             audit: self.clone(),
             at: SystemTime::now(),
             t0: Instant::now(),
-            principal,
-            session,
+            principal: principal.clone(),
+            session: session.map(str::to_owned),
             method,
             name: name.to_owned(),
             arguments,
@@ -89,6 +107,20 @@ impl PendingCall {
             let outcome = outcome_of(s.method, result);
             s.record(backend, outcome);
         }
+    }
+
+    /// The call was routed to `backend` and ended as `outcome`: for a call
+    /// path that reads the outcome off the answer itself (the raw path,
+    /// which has no typed result), by the rule of [`outcome_of`].
+    pub fn finish_as(self, backend: &str, outcome: Outcome) {
+        if let Some(s) = self.0 {
+            s.record(backend, outcome);
+        }
+    }
+
+    /// A call no audit record is kept of (`completion/complete`).
+    pub fn untracked() -> Self {
+        PendingCall(None)
     }
 
     /// The name has no route and the gateway answers `e`: recorded as

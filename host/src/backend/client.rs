@@ -40,6 +40,14 @@ pub trait Downstream: Send + Sync + 'static {
     );
     /// A `notifications/resources/updated`; `session` as for [`Self::log`].
     fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String);
+    /// A `notifications/message` on the lane of `principal` (see
+    /// `lane.rs`): for that principal's client sessions that use lanes.
+    fn lane_log(
+        &self,
+        backend: &Arc<str>,
+        principal: &str,
+        params: LoggingMessageNotificationParam,
+    );
 }
 
 /// One backend connection's client handler.

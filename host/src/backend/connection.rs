@@ -159,6 +159,11 @@ impl Connection {
         &self.backend
     }
 
+    /// HTTP backends: the live backend session, as its requests carry it.
+    pub(crate) fn session_target(&self) -> Option<&Arc<SessionTarget>> {
+        self.ping_target.as_ref()
+    }
+
     /// What the backend declared at the handshake.
     pub fn capabilities(&self) -> ServerCapabilities {
         self.service

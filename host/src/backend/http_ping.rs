@@ -47,13 +47,29 @@ pub struct SessionTarget {
     reinits: std::sync::atomic::AtomicU64,
 }
 
-struct Target {
+/// One recorded backend session: where it is and what its requests carry.
+pub(crate) struct Target {
     uri: Arc<str>,
-    /// `uri`, parsed once rather than per ping.
-    url: reqwest::Url,
+    /// `uri`, parsed once rather than per request.
+    pub(crate) url: reqwest::Url,
     session_id: Arc<str>,
     auth: Option<String>,
     headers: Headers,
+}
+
+impl Target {
+    /// `req` with the session's id, its configured headers (the negotiated
+    /// `MCP-Protocol-Version` among them) and its credentials.
+    pub(crate) fn request(&self, mut req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        req = req.header("mcp-session-id", &*self.session_id);
+        for (k, v) in &self.headers {
+            req = req.header(k, v);
+        }
+        if let Some(auth) = &self.auth {
+            req = req.bearer_auth(auth);
+        }
+        req
+    }
 }
 
 impl SessionTarget {
@@ -95,7 +111,8 @@ impl SessionTarget {
         }
     }
 
-    fn get(&self) -> Option<Arc<Target>> {
+    /// The session as last recorded, if one was.
+    pub(crate) fn current(&self) -> Option<Arc<Target>> {
         self.target.lock().ok().and_then(|t| t.clone())
     }
 
@@ -133,7 +150,7 @@ pub enum Direct {
 
 /// Sends `ping` on the recorded session within `timeout`.
 pub async fn ping(target: &SessionTarget, timeout: Duration) -> Direct {
-    let Some(t) = target.get() else {
+    let Some(t) = target.current() else {
         return Direct::Undecided("no session recorded yet".into());
     };
     let client = match probe_client() {
@@ -153,19 +170,14 @@ async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), String> {
     // A string id cannot collide with rmcp's numeric ids on the same session.
     let id = RequestId::String(format!("vigil-probe-{n}").into());
     let body = format!(r#"{{"jsonrpc":"2.0","id":"vigil-probe-{n}","method":"ping"}}"#);
-    let mut req = client
-        .post(t.url.clone())
+    let resp = t
+        .request(client.post(t.url.clone()))
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json, text/event-stream")
-        .header("mcp-session-id", &*t.session_id)
-        .body(body);
-    for (k, v) in &t.headers {
-        req = req.header(k, v);
-    }
-    if let Some(auth) = &t.auth {
-        req = req.bearer_auth(auth);
-    }
-    let resp = req.send().await.map_err(|e| e.to_string())?;
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
     if resp.status() != http::StatusCode::OK {
         return Err(format!("HTTP {}", resp.status()));
     }
@@ -298,15 +310,18 @@ mod tests {
         let t = SessionTarget::default();
         let uri: Arc<str> = "http://127.0.0.1:1/mcp".into();
         t.observe(&uri, None, None, &Headers::new());
-        assert!(t.get().is_none());
+        assert!(t.current().is_none());
         let sid: Arc<str> = "abc".into();
         t.observe(&uri, Some(&sid), None, &Headers::new());
-        let first = t.get().unwrap();
+        let first = t.current().unwrap();
         t.observe(&uri, Some(&sid), None, &Headers::new());
-        assert!(Arc::ptr_eq(&first, &t.get().unwrap()), "unchanged: kept");
+        assert!(
+            Arc::ptr_eq(&first, &t.current().unwrap()),
+            "unchanged: kept"
+        );
         let other: Arc<str> = "def".into();
         t.observe(&uri, Some(&other), None, &Headers::new());
-        assert_eq!(&*t.get().unwrap().session_id, "def");
+        assert_eq!(&*t.current().unwrap().session_id, "def");
     }
 
     #[tokio::test]

@@ -4,17 +4,20 @@
 //! (opened by the supervisor over whatever endpoint the runtime gave it), its
 //! health [`Status`] (written only by the supervisor), its call statistics
 //! (written by the router) and a command channel to its supervisor.
-//! Streamable HTTP backends also get one extra connection per client session
-//! ([`Backend::open_session_connection`]) so each client has its own backend
-//! session.
+//! Streamable HTTP backends also get a *lane* ([`Backend::lane`]), one
+//! session shared by client sessions whose calls carry nothing per session,
+//! and one connection per client session that needs its own
+//! ([`Backend::open_session_connection`]).
 
 pub mod client;
 mod connection;
 pub mod error;
 mod http_ping;
 pub mod inflight;
+mod lane;
 mod listing;
 pub mod outbox;
+pub(crate) mod raw_http;
 mod reach;
 mod stream_watch;
 mod tap;
@@ -29,6 +32,7 @@ pub use client::{BackendClient, Downstream, ListKind};
 pub use connection::Connection;
 pub use error::BackendError;
 pub use inflight::{FrontCall, Inflight, StreamClosed};
+pub use lane::Opened as OpenLane;
 pub use listing::ListLimits;
 pub use outbox::Outbox;
 pub use reach::reach;
@@ -115,6 +119,8 @@ pub struct Backend {
     bounds: Bounds,
     downstream: Arc<dyn Downstream>,
     shared: RwLock<Option<Arc<Connection>>>,
+    /// HTTP backends: the sessions shared by calls with nothing per session.
+    lanes: lane::Lanes,
     status: RwLock<Status>,
     inflight: Arc<Inflight>,
     refresh: Notify,
@@ -149,6 +155,7 @@ impl Backend {
             bounds,
             downstream,
             shared: RwLock::new(None),
+            lanes: lane::Lanes::default(),
             status: RwLock::new(Status {
                 state: HealthState::Starting,
                 since: SystemTime::now(),
@@ -193,7 +200,8 @@ impl Backend {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
-    fn keep_alive(&self) -> bool {
+    /// Whether HTTP connections to the backend are reused (`keep_alive`).
+    pub fn keep_alive(&self) -> bool {
         matches!(
             self.config.transport,
             Transport::Http {
@@ -334,6 +342,24 @@ impl Backend {
         capabilities: Option<ClientCapabilities>,
         authorization: Option<&str>,
     ) -> Result<Connection, BackendError> {
+        self.open_connection(
+            Some(session),
+            capabilities,
+            authorization,
+            self.downstream.clone(),
+        )
+        .await
+    }
+
+    /// A connection of its own to an HTTP backend (a client session's, or a
+    /// lane), whose unsolicited traffic goes to `downstream`.
+    async fn open_connection(
+        &self,
+        session: Option<u64>,
+        capabilities: Option<ClientCapabilities>,
+        authorization: Option<&str>,
+        downstream: Arc<dyn Downstream>,
+    ) -> Result<Connection, BackendError> {
         let Transport::Http { url, headers, .. } = &self.config.transport else {
             return Err(BackendError::Transport {
                 backend: self.name.clone(),
@@ -345,16 +371,11 @@ impl Backend {
         let client = BackendClient::new(
             self.name.clone(),
             inflight.clone(),
-            self.downstream.clone(),
-            Some(session),
+            downstream.clone(),
+            session,
             capabilities,
         );
-        let relay = Relay::spawn(
-            inflight.clone(),
-            self.downstream.clone(),
-            self.name.clone(),
-            Some(session),
-        );
+        let relay = Relay::spawn(inflight.clone(), downstream, self.name.clone(), session);
         let mut headers = headers.clone();
         if let Some(auth) = authorization.filter(|_| self.forwards_auth()) {
             headers.insert("authorization".into(), auth.to_owned());

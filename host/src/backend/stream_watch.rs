@@ -38,11 +38,10 @@ pub struct WatchedHttp {
 }
 
 impl WatchedHttp {
-    /// `keep_alive`: reuse connections (see `[[backends]] keep_alive`). Off,
-    /// like rmcp's default client: a server that writes its SSE answer in
-    /// several small segments without TCP_NODELAY makes a reused connection
-    /// wait for the delayed ACK (~40 ms a call). No redirects either: one
-    /// would replay session ids and configured headers to another place.
+    /// `keep_alive`: reuse connections (`[[backends]] keep_alive`, on by
+    /// default; a new connection per request costs a handshake and a socket
+    /// in TIME_WAIT each). No redirects: one would replay session ids and
+    /// configured headers to another place.
     ///
     /// `target` receives the session context of every POST.
     pub fn new(

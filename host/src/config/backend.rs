@@ -35,7 +35,7 @@ pub enum Transport {
         cwd: Option<PathBuf>,
     },
     /// Over streamable HTTP (runtime `remote` or `container`).
-    /// `keep_alive`: reuse HTTP connections to the backend (default off).
+    /// `keep_alive`: reuse HTTP connections to the backend (default on).
     Http {
         url: String,
         headers: BTreeMap<String, String>,
@@ -311,7 +311,7 @@ impl Problems {
                     Transport::Http {
                         url,
                         headers: b.headers,
-                        keep_alive: b.keep_alive.unwrap_or(false),
+                        keep_alive: b.keep_alive.unwrap_or(true),
                     },
                     runtime,
                 )

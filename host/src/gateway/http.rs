@@ -28,7 +28,7 @@ use crate::origin::{HostRule, OriginRule};
 pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let c = &gw.config;
     let http = StreamableHttpServerConfig::default()
-        .with_cancellation_token(shutdown)
+        .with_cancellation_token(shutdown.clone())
         .with_max_request_body_bytes(c.max_body_bytes)
         .disable_allowed_hosts()
         .disable_allowed_origins();
@@ -38,6 +38,7 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     });
     let streams = Arc::new(StreamSessions::new(http.sse_retry, c.limits.max_sessions));
     let _ = gw.streams.set(streams.clone());
+    tokio::spawn(streams.clone().expire_idle(shutdown.clone()));
     let cap = Arc::new(SessionCap {
         streams: streams.clone(),
         max_body_bytes: c.max_body_bytes,
@@ -63,6 +64,10 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), streams, http);
     let mcp = Router::new()
         .nest_service("/mcp", service)
+        .route_layer(axum::middleware::from_fn_with_state(
+            super::raw::RawPath::new(gw.clone()),
+            super::raw::forward,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(cap, session_cap))
         .route_layer(axum::middleware::from_fn_with_state(
             auth,

@@ -13,12 +13,15 @@
 //! expose it; `reload.rs` swaps the backend set when the config file
 //! changes.
 
+mod admission;
 mod backends;
 mod bad_params;
 mod control;
+mod fronts;
 pub mod http;
 mod http_errors;
 mod pool;
+mod raw;
 mod reload;
 pub mod reload_trigger;
 mod route;
@@ -99,6 +102,8 @@ pub struct Gateway {
     next_session: AtomicU64,
     /// The HTTP endpoint's session manager, once serving over HTTP.
     streams: std::sync::OnceLock<Arc<streams::StreamSessions>>,
+    /// What the raw path knows of each HTTP client session.
+    fronts: fronts::Fronts,
     /// Every health transition, for whoever listens (API stream, notifiers).
     pub events: broadcast::Sender<Transition>,
     /// The plugin registry, when `[plugins] dir` is set (set at launch).
@@ -159,6 +164,15 @@ impl Downstream for Fanout {
     }
     fn resource_updated(&self, _backend: &Arc<str>, session: Option<u64>, uri: String) {
         self.sessions.resource_updated(session, uri);
+    }
+    fn lane_log(
+        &self,
+        _backend: &Arc<str>,
+        principal: &str,
+        mut params: rmcp::model::LoggingMessageNotificationParam,
+    ) {
+        self.redactor.mask_json(&mut params.data);
+        self.sessions.lane_log(principal, params)
     }
 }
 
@@ -261,6 +275,7 @@ impl Gateway {
             sessions,
             next_session: AtomicU64::new(1),
             streams: std::sync::OnceLock::new(),
+            fronts: fronts::Fronts::default(),
             events: events.clone(),
             plugins: OnceLock::new(),
             store: store.clone(),

@@ -65,6 +65,20 @@ pub fn unknown_uri(uri: &str) -> McpError {
     )
 }
 
+/// A tool's arguments refused right after its backend's session was
+/// recovered: the backend came back with another schema for it.
+pub fn schema_changed(backend: &str, tool: &str, e: McpError) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "the tool's schema changed: backend '{backend}' was restarted and refused the arguments of `{tool}` ({}); list the tools again (tools/list) and retry with the new schema",
+            e.message
+        ),
+        Some(
+            json!({"backend": backend, "tool": tool, "reason": "schema_changed", "backendError": e.data}),
+        ),
+    )
+}
+
 /// Marks a backend's final result as `complete` when it left the result
 /// type out (revisions before 2026-07-28 have none). rmcp strips it again for
 /// clients on older revisions; 2026-07-28 clients require it.

@@ -11,18 +11,19 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::json;
 
 use super::Gateway;
+use super::admission::{self, Admitted};
 use super::pool::Pool;
 use super::route::{
-    forwardable_meta, mark_complete, page, unavailable, unknown_prompt, unknown_tool, unknown_uri,
+    forwardable_meta, mark_complete, page, schema_changed, unavailable, unknown_prompt,
+    unknown_tool, unknown_uri,
 };
 use super::sessions::Channel;
 use super::streams::StreamSessions;
-use crate::audit::{Method, Outcome, PendingCall};
+use crate::audit::{Method, PendingCall};
 use crate::auth::Principal;
 use crate::backend::{Backend, Connection, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Kind};
 use crate::health::{HealthState, advertisable};
-use crate::policy::Refused;
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
 pub struct FrontSession {
@@ -38,6 +39,9 @@ pub struct FrontSession {
     /// What backends relay to this client (progress, logs, resource
     /// updates), queued apart from every other client's.
     outbox: Outbox,
+    /// Its `Mcp-Session-Id` and what the raw path knows of it, once the
+    /// handshake finished over HTTP.
+    front: std::sync::OnceLock<(Arc<str>, Arc<super::fronts::Front>)>,
 }
 
 /// The client's own credentials on this request, if it came over HTTP:
@@ -72,6 +76,7 @@ impl FrontSession {
             gw,
             id,
             registered: AtomicBool::new(false),
+            front: std::sync::OnceLock::new(),
         }
     }
 
@@ -98,37 +103,24 @@ impl FrontSession {
             .view(&Principal::of(&ctx.extensions), base)
     }
 
-    /// Whether the caller of `ctx` may call `name` now: the one policy
-    /// decision, for every call path. A name it may not use gets exactly
-    /// the error of an unknown one (`unknown`); a call over a rate gets an
-    /// error that says which and when to retry. A refusal is recorded in
-    /// the audit (`audit`, the call's record so far, comes back when the
-    /// call may go ahead).
+    /// Whether the caller of `ctx` may call `name` now
+    /// ([`admission::admit`], the one decision of every call path); a call
+    /// the raw path already admitted is not admitted again.
     fn admit(
         &self,
         ctx: &RequestContext<RoleServer>,
         kind: Kind,
         name: &str,
         unknown: fn(&str) -> McpError,
-        audit: PendingCall,
+        audit: impl FnOnce() -> PendingCall,
     ) -> Result<PendingCall, McpError> {
+        if let Some(admitted) = Admitted::take(&ctx.extensions) {
+            return Ok(admitted);
+        }
         let who = Principal::of(&ctx.extensions);
-        let (refused, outcome) = match self.gw.policies().admit(&who, kind, name) {
-            Ok(()) => return Ok(audit),
-            Err(Refused::Denied) => (unknown(name), Outcome::Denied),
-            Err(Refused::RateLimited {
-                rate,
-                per_tool,
-                policy,
-                retry_after,
-            }) => (
-                rate_limited(&who, name, rate, per_tool, policy, retry_after),
-                Outcome::RateLimited,
-            ),
-        };
-        audit.refused("", outcome);
-        self.forget_stream(ctx);
-        Err(refused)
+        admission::admit(&self.gw, &who, kind, name, unknown, audit()).inspect_err(|_| {
+            self.forget_stream(ctx);
+        })
     }
 
     /// Hands what a request (or the `initialized` notification) carries
@@ -203,6 +195,9 @@ impl FrontSession {
             ClientRequest::CallToolRequest(r) => Some(r.params.name.to_string()),
             _ => None,
         };
+        if let Some(method) = routed_method(&request) {
+            crate::metrics::get().forwarded(method, "typed");
+        }
         let reinits = conn.reinitializations();
         let result = conn.request(request, Some(front), &ctx.ct).await;
         if let Some(p) = polling {
@@ -333,52 +328,16 @@ fn needs_session(backend: &str) -> McpError {
     )
 }
 
-/// A tool's arguments refused right after its backend's session was
-/// recovered: the backend came back with another schema for it.
-fn schema_changed(backend: &str, tool: &str, e: McpError) -> McpError {
-    McpError::invalid_params(
-        format!(
-            "the tool's schema changed: backend '{backend}' was restarted and refused the arguments of `{tool}` ({}); list the tools again (tools/list) and retry with the new schema",
-            e.message
-        ),
-        Some(
-            json!({"backend": backend, "tool": tool, "reason": "schema_changed", "backendError": e.data}),
-        ),
-    )
-}
-
-/// A call over a `[[policy]]` rate: what was limited, by which entry, and
-/// `data.retryAfterSeconds` (whole seconds, at least 1) for a client or a
-/// model to act on.
-fn rate_limited(
-    who: &Principal,
-    name: &str,
-    rate: crate::config::Rate,
-    per_tool: bool,
-    policy: usize,
-    retry_after: std::time::Duration,
-) -> McpError {
-    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-    let secs = secs.max(1);
-    let (what, key) = if per_tool {
-        (format!("calls of `{name}`"), "rate_per_tool")
-    } else {
-        ("calls".to_owned(), "rate")
-    };
-    McpError::new(
-        ErrorCode(-32029),
-        format!(
-            "rate limited: {who} may make {rate} {what} (policy[{policy}].{key}); retry in {secs} s"
-        ),
-        Some(json!({
-            "reason": "rate_limited",
-            "principal": who.id(),
-            "limit": rate.to_string(),
-            "scope": if per_tool { "tool" } else { "principal" },
-            "policy": policy,
-            "retryAfterSeconds": secs,
-        })),
-    )
+/// The method of a request the raw path could also have taken (counted by
+/// path in `vigil_requests_forwarded_total`).
+fn routed_method(request: &ClientRequest) -> Option<&'static str> {
+    Some(match request {
+        ClientRequest::CallToolRequest(_) => "tools/call",
+        ClientRequest::ReadResourceRequest(_) => "resources/read",
+        ClientRequest::GetPromptRequest(_) => "prompts/get",
+        ClientRequest::CompleteRequest(_) => "completion/complete",
+        _ => return None,
+    })
 }
 
 /// The "unavailable" error for a backend that is not serving.
@@ -430,6 +389,9 @@ impl Polling {
 
 impl Drop for FrontSession {
     fn drop(&mut self) {
+        if let Some((id, _)) = self.front.get() {
+            self.gw.fronts.leave(id);
+        }
         if self.registered.load(Ordering::Acquire) {
             self.gw.sessions().remove(self.id);
             tracing::debug!(session = self.id, "client session closed");
@@ -462,12 +424,24 @@ impl ServerHandler for FrontSession {
             // first: the session starts out seeing them.
             self.observe(&ctx.extensions, &ctx.peer);
             self.pool.derive(self.gw.catalog()).await;
+            if let Some(id) = ctx
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.headers.get("mcp-session-id"))
+                .and_then(|v| v.to_str().ok())
+            {
+                let caps = ctx.peer.peer_info().map(|i| i.capabilities.clone());
+                let front = self.gw.fronts.enter(id, caps.as_ref());
+                let _ = self.front.set((id.into(), front));
+            }
+            let lanes = self.front.get().is_some_and(|(_, f)| f.raw());
             self.gw.sessions().add(
                 self.id,
                 Channel::Session(ctx.peer.clone()),
                 Some(self.pool.clone()),
                 self.outbox.clone(),
                 Principal::of(&ctx.extensions),
+                lanes,
             );
             tracing::debug!(session = self.id, "client session opened");
         }
@@ -526,13 +500,14 @@ impl ServerHandler for FrontSession {
         mut p: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let audit = self.gw.audit().begin(
-            Method::ToolsCall,
-            &p.name,
-            p.arguments.as_ref(),
-            &ctx.extensions,
-        );
-        let audit = self.admit(&ctx, Kind::Tool, &p.name, unknown_tool, audit)?;
+        let audit = self.admit(&ctx, Kind::Tool, &p.name, unknown_tool, || {
+            self.gw.audit().begin(
+                Method::ToolsCall,
+                &p.name,
+                p.arguments.as_ref(),
+                &ctx.extensions,
+            )
+        })?;
         // The route is taken from one snapshot, so a call never mixes a
         // name from one catalog generation with a backend from another.
         let catalog = self.catalog(&ctx).await;
@@ -542,18 +517,7 @@ impl ServerHandler for FrontSession {
         };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
-        // Exported when `[telemetry]` is on (see `crate::telemetry`). At
-        // trace level, so that otherwise (logs at info) it is disabled at
-        // its call site and costs the call path nothing.
-        let span = tracing::trace_span!(
-            target: crate::telemetry::TOOL_CALL,
-            "tools/call",
-            otel.kind = "client",
-            backend = %route.backend,
-            tool = %p.name,
-            otel.status_code = tracing::field::Empty,
-            error = tracing::field::Empty,
-        );
+        let span = admission::tool_call_span(&route.backend, &p.name);
         let t0 = tokio::time::Instant::now();
         let result = tracing::Instrument::instrument(
             self.forward(
@@ -567,18 +531,13 @@ impl ServerHandler for FrontSession {
         // Application signal: real traffic's outcome and latency.
         let ok = matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true));
         let took = t0.elapsed();
-        match &result {
-            Ok(_) if ok => span.record("otel.status_code", "OK"),
-            Ok(_) => span.record("error", "the tool answered isError"),
-            Err(e) => span.record("error", e.message.as_ref()),
+        let failure = match &result {
+            Ok(_) if ok => Ok(()),
+            Ok(_) => Err("the tool answered isError"),
+            Err(e) => Err(e.message.as_ref()),
         };
-        if !ok {
-            span.record("otel.status_code", "ERROR");
-        }
-        if let Some(b) = self.gw.backend(&route.backend) {
-            b.stats.record(ok, took);
-            b.call_metrics.record(ok, took);
-        }
+        admission::end_tool_call_span(&span, failure);
+        admission::record_call(&self.gw, &route.backend, ok, took);
         audit.finish(&route.backend, &result);
         match result? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
@@ -593,11 +552,11 @@ impl ServerHandler for FrontSession {
         mut p: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let audit = self
-            .gw
-            .audit()
-            .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions);
-        let audit = self.admit(&ctx, Kind::Resource, &p.uri, unknown_uri, audit)?;
+        let audit = self.admit(&ctx, Kind::Resource, &p.uri, unknown_uri, || {
+            self.gw
+                .audit()
+                .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions)
+        })?;
         let backend = match Self::uri_backend(&*self.catalog(&ctx).await, &p.uri) {
             Ok(b) => b,
             Err(e) => {
@@ -626,13 +585,14 @@ impl ServerHandler for FrontSession {
         mut p: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let audit = self.gw.audit().begin(
-            Method::PromptsGet,
-            &p.name,
-            p.arguments.as_ref(),
-            &ctx.extensions,
-        );
-        let audit = self.admit(&ctx, Kind::Prompt, &p.name, unknown_prompt, audit)?;
+        let audit = self.admit(&ctx, Kind::Prompt, &p.name, unknown_prompt, || {
+            self.gw.audit().begin(
+                Method::PromptsGet,
+                &p.name,
+                p.arguments.as_ref(),
+                &ctx.extensions,
+            )
+        })?;
         let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
@@ -752,6 +712,9 @@ impl ServerHandler for FrontSession {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.gw.sessions().set_log_level(self.id, p.level);
+        if let Some((_, front)) = self.front.get() {
+            front.set_log_level();
+        }
         for b in self.gw.backends().iter() {
             let Some(shared) = b.shared() else { continue };
             if shared.capabilities().logging.is_none() {
@@ -812,9 +775,14 @@ impl ServerHandler for FrontSession {
             .then(|| self.pool.clone());
         let outbox = Outbox::new(self.gw.config.limits.relay_queue);
         let who = Principal::of(&ctx.request_context().extensions);
-        self.gw
-            .sessions()
-            .add(id, Channel::Listen(ctx.sink().clone()), pool, outbox, who);
+        self.gw.sessions().add(
+            id,
+            Channel::Listen(ctx.sink().clone()),
+            pool,
+            outbox,
+            who,
+            false,
+        );
         ctx.cancelled().await;
         self.gw.sessions().remove(id);
         Ok(())

@@ -39,6 +39,11 @@ struct Entry {
     subscriptions: HashSet<String>,
     /// Minimum level of log messages the client asked for.
     log_level: Option<LoggingLevel>,
+    /// Whose session it is (the principal's id).
+    principal: Arc<str>,
+    /// Whether its calls may share its principal's lanes (see
+    /// `super::fronts`): it hears what the backend says on them.
+    lanes: bool,
     /// The session's own backend connections and catalogs (`None`: it
     /// sees the shared catalog as is).
     pool: Option<Arc<Pool>>,
@@ -89,8 +94,10 @@ impl Sessions {
         pool: Option<Arc<Pool>>,
         outbox: Outbox,
         principal: Principal,
+        lanes: bool,
     ) {
         outbox.connect(channel.clone());
+        let principal_id: Arc<str> = principal.id().into();
         let resync = Arc::new(Notify::new());
         let stop = CancellationToken::new();
         let shared = self.catalog.get();
@@ -118,6 +125,8 @@ impl Sessions {
                 outbox,
                 subscriptions: HashSet::new(),
                 log_level: None,
+                principal: principal_id,
+                lanes,
                 pool,
                 resync,
                 _worker: stop.drop_guard(),
@@ -199,6 +208,18 @@ impl Sessions {
                 e.log_level
                     .is_none_or(|min| level_rank(params.level) >= level_rank(min))
             })
+        {
+            e.outbox.log(params.clone());
+        }
+    }
+
+    /// Relays a log message a backend sent on `principal`'s lane: to that
+    /// principal's sessions that use lanes (and so set no log level).
+    pub fn lane_log(&self, principal: &str, params: LoggingMessageNotificationParam) {
+        for e in self
+            .lock()
+            .values()
+            .filter(|e| e.lanes && e.log_level.is_none() && *e.principal == *principal)
         {
             e.outbox.log(params.clone());
         }
@@ -432,6 +453,7 @@ mod tests {
             None,
             Outbox::new(8),
             Principal::local(),
+            false,
         );
 
         sessions.resync_all();
@@ -465,6 +487,7 @@ mod tests {
             None,
             Outbox::new(8),
             Principal::local(),
+            false,
         );
         assert_eq!(sessions.len(), 1);
 
@@ -491,6 +514,7 @@ mod tests {
             None,
             Outbox::new(8),
             Principal::local(),
+            false,
         );
         assert_eq!(sessions.len(), 1, "registered (registration cannot tell)");
 
@@ -510,6 +534,7 @@ mod tests {
             None,
             Outbox::new(8),
             Principal::local(),
+            false,
         );
         // Many deliveries before the worker runs: at most one in flight and
         // one queued, each comparing against the latest snapshot.

@@ -28,6 +28,11 @@ use tokio_stream::wrappers::ReceiverStream;
 // A session id is a bearer credential: logs name a session by its tag.
 use crate::redact::session_tag;
 
+/// How long a session may go without a request from its client before it
+/// is closed: rmcp's default idle timeout, kept here because the raw path
+/// (`super::raw`) serves requests rmcp never sees.
+pub const IDLE: Duration = Duration::from_secs(300);
+
 /// How long an answer waits for the client to resume a stream Vigil closed.
 /// Longer than the `retry` (3 s) clients are told to wait.
 const RESUME_WAIT: Duration = Duration::from_secs(10);
@@ -41,6 +46,8 @@ pub struct StreamSessions {
     streams: Mutex<HashMap<(SessionId, RequestId), u64>>,
     /// Resume counter per session with a closed stream waiting.
     resumes: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
+    /// When each session's client last sent something (see [`IDLE`]).
+    activity: Mutex<HashMap<SessionId, tokio::time::Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -76,12 +83,51 @@ pub const SESSIONS_FULL: &str = "Vigil is at its session limit";
 
 impl StreamSessions {
     pub fn new(retry: Option<Duration>, max_sessions: usize) -> Self {
+        let mut inner = LocalSessionManager::default();
+        // Idle sessions are closed by `expire_idle`, which also counts the
+        // raw path's requests.
+        inner.session_config.keep_alive = None;
         Self {
-            inner: LocalSessionManager::default(),
+            inner,
             max_sessions,
             retry,
             streams: Mutex::default(),
             resumes: Mutex::default(),
+            activity: Mutex::default(),
+        }
+    }
+
+    /// Notes a request of session `id`'s client.
+    pub fn touch(&self, id: &str) {
+        if let Some(at) = lock(&self.activity).get_mut(id) {
+            *at = tokio::time::Instant::now();
+        }
+    }
+
+    /// Closes sessions whose client sent nothing for [`IDLE`], until
+    /// `shutdown`.
+    pub async fn expire_idle(
+        self: std::sync::Arc<Self>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let every = IDLE / 10;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let now = tokio::time::Instant::now();
+            let idle: Vec<SessionId> = lock(&self.activity)
+                .iter()
+                .filter(|(_, at)| now.duration_since(**at) >= IDLE)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in idle {
+                tracing::debug!(session = %session_tag(&id), "closing a session idle for {IDLE:?}");
+                if let Err(e) = self.close_session(&id).await {
+                    tracing::debug!(session = %session_tag(&id), error = %e, "could not close an idle session");
+                }
+            }
         }
     }
 
@@ -158,7 +204,9 @@ impl SessionManager for StreamSessions {
                 max: self.max_sessions,
             });
         }
-        Ok(self.inner.create_session().await?)
+        let (id, transport) = self.inner.create_session().await?;
+        lock(&self.activity).insert(id.clone(), tokio::time::Instant::now());
+        Ok((id, transport))
     }
 
     async fn initialize_session(
@@ -175,6 +223,7 @@ impl SessionManager for StreamSessions {
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         lock(&self.streams).retain(|(s, _), _| s != id);
+        lock(&self.activity).remove(id);
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -184,6 +233,7 @@ impl SessionManager for StreamSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.touch(id);
         let handle = self
             .inner
             .sessions
@@ -212,6 +262,7 @@ impl SessionManager for StreamSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
+        self.touch(id);
         Ok(self.inner.accept_message(id, message).await?)
     }
 
@@ -219,6 +270,7 @@ impl SessionManager for StreamSessions {
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.touch(id);
         Ok(self.inner.create_standalone_stream(id).await?)
     }
 
@@ -228,6 +280,7 @@ impl SessionManager for StreamSessions {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.touch(id);
         let stream = self.inner.resume(id, last_event_id).await?;
         if let Some(r) = lock(&self.resumes).get(id) {
             r.send_modify(|n| *n += 1);

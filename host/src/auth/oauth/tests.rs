@@ -2,7 +2,6 @@
 //! server: the issuer's keys are known already). The end-to-end tests run
 //! the same rules against a real authorization server.
 
-
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
 use serde_json::json;
 

@@ -1,0 +1,129 @@
+//! A streamable HTTP backend's *lanes*: one backend session per principal,
+//! shared by that principal's client sessions whose calls carry nothing per
+//! session, so a thousand such clients cost the backend one session instead
+//! of a thousand (with their tasks and standing GET streams). Two principals
+//! never share a backend session: nothing one caller's calls make the
+//! backend say reaches another.
+//!
+//! A lane is an rmcp client connection like a per-session one, opened on
+//! first use, but it declares no client capabilities (no sampling,
+//! elicitation or roots): a backend cannot ask anything of a client through
+//! it. That is why only calls of clients that declared none of those may
+//! use it (the eligibility rule of `gateway::raw`). What a call's own stream
+//! carries reaches the caller on the raw path; a log message the backend
+//! sends on the lane's own stream reaches every client session of the
+//! lane's principal that uses lanes ([`Downstream::lane_log`]), as a stdio
+//! backend's reaches every client of its one session.
+//!
+//! A lane from an earlier instance of the backend, or one whose connection
+//! ended, is replaced on the next use; one the raw path found stale (the
+//! backend forgot its session) is dropped with [`Backend::drop_lane`].
+
+use std::sync::Arc;
+
+use rmcp::model::ClientCapabilities;
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use rmcp::model::LoggingMessageNotificationParam;
+
+use super::client::{Downstream, ListKind};
+use super::http_ping::SessionTarget;
+use super::{Backend, BackendError, Connection};
+
+/// A backend's lanes, by principal id (see the module docs).
+#[derive(Default)]
+pub struct Lanes {
+    open: RwLock<HashMap<Arc<str>, Arc<Opened>>>,
+    /// Serializes opening, so concurrent first calls open one session.
+    opening: tokio::sync::Mutex<()>,
+}
+
+/// An open lane and the instance of the backend it reaches.
+pub struct Opened {
+    pub conn: Connection,
+    instance: u64,
+}
+
+impl Opened {
+    /// The backend session the lane's requests carry.
+    pub fn session(&self) -> Option<&Arc<SessionTarget>> {
+        self.conn.session_target()
+    }
+}
+
+impl Lanes {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<Opened>>> {
+        self.open.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<Opened>>> {
+        self.open.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Where a lane's unsolicited traffic goes: its log messages to its
+/// principal's lane users; nothing else of it is per client (it subscribes
+/// to nothing).
+struct ForPrincipal {
+    inner: Arc<dyn Downstream>,
+    principal: Arc<str>,
+}
+
+impl Downstream for ForPrincipal {
+    fn list_changed(&self, backend: &Arc<str>, kind: ListKind) {
+        self.inner.list_changed(backend, kind);
+    }
+    fn log(&self, backend: &Arc<str>, _: Option<u64>, params: LoggingMessageNotificationParam) {
+        self.inner.lane_log(backend, &self.principal, params);
+    }
+    fn resource_updated(&self, _: &Arc<str>, _: Option<u64>, _: String) {}
+    fn lane_log(
+        &self,
+        backend: &Arc<str>,
+        principal: &str,
+        params: LoggingMessageNotificationParam,
+    ) {
+        self.inner.lane_log(backend, principal, params);
+    }
+}
+
+impl Backend {
+    /// `principal`'s lane, opened (or replaced) if need be within the
+    /// connect timeout.
+    pub async fn lane(&self, principal: &str) -> Result<Arc<Opened>, BackendError> {
+        if let Some(open) = self.usable_lane(principal) {
+            return Ok(open);
+        }
+        let _one = self.lanes.opening.lock().await;
+        if let Some(open) = self.usable_lane(principal) {
+            return Ok(open);
+        }
+        let instance = self.instance();
+        let principal: Arc<str> = principal.into();
+        let downstream = Arc::new(ForPrincipal {
+            inner: self.downstream.clone(),
+            principal: principal.clone(),
+        });
+        let conn = self
+            .open_connection(None, Some(ClientCapabilities::default()), None, downstream)
+            .await?;
+        tracing::debug!(backend = %self.name, %principal, instance, "lane opened");
+        let open = Arc::new(Opened { conn, instance });
+        self.lanes.write().insert(principal, open.clone());
+        Ok(open)
+    }
+
+    fn usable_lane(&self, principal: &str) -> Option<Arc<Opened>> {
+        let open = self.lanes.read().get(principal)?.clone();
+        (open.instance == self.instance() && !open.conn.is_closed()).then_some(open)
+    }
+
+    /// Forgets `stale` (if it still is a lane): the next call of its
+    /// principal opens another.
+    pub fn drop_lane(&self, stale: &Arc<Opened>) {
+        let mut lanes = self.lanes.write();
+        lanes.retain(|_, open| !Arc::ptr_eq(open, stale));
+    }
+}

@@ -1,0 +1,296 @@
+//! One JSON-RPC request sent as bytes on a backend's live HTTP session, and
+//! its answer read back as messages: the backend half of the gateway's raw
+//! forwarding path (`gateway::raw`).
+//!
+//! The session is one an rmcp client opened (the backend's lane, see
+//! [`super::Backend::lane`]): the same URL, `Mcp-Session-Id`,
+//! `MCP-Protocol-Version` and configured headers its own POSTs carry
+//! (recorded by [`SessionTarget`]). The POST travels on a pooled keep-alive
+//! connection with `TCP_NODELAY`, shared by every raw call.
+//!
+//! Contract: [`PostError::NotAccepted`] means the backend did not take the
+//! request (it forgot the session, or nothing accepted the connection), so
+//! sending it again another way cannot run it twice; every other failure
+//! after the send is [`PostError::Lost`].
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+
+use super::http_ping::SessionTarget;
+pub(crate) use super::http_ping::Target;
+
+/// Largest answer read (a JSON body, or all events of one request's
+/// stream): rmcp's own bound on a JSON answer.
+const MAX_ANSWER: usize = 16 * 1024 * 1024;
+
+/// How often a stream the backend closed before answering is resumed.
+const MAX_RESUMES: usize = 8;
+
+/// Longest wait before resuming that Vigil honours of a backend's `retry`.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(5);
+
+/// Why a raw POST did not produce an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    /// The backend did not take the request; sending it another way is safe.
+    #[error("{0}")]
+    NotAccepted(String),
+    /// The exchange broke after the request may have reached the backend.
+    #[error("{0}")]
+    Lost(String),
+}
+
+/// The answer of a raw POST.
+pub enum Posted {
+    /// One JSON message (the response, or an error) with its HTTP status.
+    Json {
+        status: http::StatusCode,
+        body: Bytes,
+    },
+    /// The request's event stream: its messages in order, the response last.
+    Events(Events),
+}
+
+/// A session to send on, if the lane has recorded one.
+pub fn target_of(session: &SessionTarget) -> Option<Arc<Target>> {
+    session.current()
+}
+
+/// Sends `body` (one request whose id is `id`, decoded) on `t`'s session;
+/// `keep_alive` follows the backend's setting.
+pub async fn post(
+    t: &Arc<Target>,
+    body: String,
+    id: Arc<str>,
+    keep_alive: bool,
+) -> Result<Posted, PostError> {
+    let client = forward_client(keep_alive).map_err(PostError::NotAccepted)?;
+    let resp = t
+        .request(client.post(t.url.clone()))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, text/event-stream")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_connect() {
+                PostError::NotAccepted(format!("cannot connect: {e}"))
+            } else {
+                PostError::Lost(format!("the request failed: {e}"))
+            }
+        })?;
+    let status = resp.status();
+    if status == http::StatusCode::NOT_FOUND {
+        return Err(PostError::NotAccepted(
+            "the backend does not know the session (HTTP 404)".into(),
+        ));
+    }
+    let sse = status.is_success()
+        && resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+    if sse {
+        return Ok(Posted::Events(Events::new(t.clone(), id, resp, keep_alive)));
+    }
+    let body = read_bounded(resp).await.map_err(PostError::Lost)?;
+    Ok(Posted::Json { status, body })
+}
+
+/// Sends one message the backend is owed (the answer to a request of its
+/// own, or a cancellation) on `t`'s session; failures are the caller's to
+/// log.
+pub async fn send(t: &Target, message: String, keep_alive: bool) -> Result<(), String> {
+    let client = forward_client(keep_alive)?;
+    let resp = t
+        .request(client.post(t.url.clone()))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, text/event-stream")
+        .body(message)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if resp.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("HTTP {}", resp.status()))
+    }
+}
+
+async fn read_bounded(resp: reqwest::Response) -> Result<Bytes, String> {
+    if resp.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
+        return Err(format!("the answer is larger than {MAX_ANSWER} bytes"));
+    }
+    let mut body = resp.bytes_stream();
+    let mut buf = bytes::BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| format!("the answer broke off: {e}"))?;
+        if buf.len() + chunk.len() > MAX_ANSWER {
+            return Err(format!("the answer is larger than {MAX_ANSWER} bytes"));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+type SseStream = std::pin::Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, String>> + Send>>;
+
+fn sse_of(resp: reqwest::Response) -> SseStream {
+    let mut read = 0usize;
+    let bytes = resp.bytes_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        read += chunk.len();
+        if read > MAX_ANSWER {
+            return Err(format!("the answer stream passed {MAX_ANSWER} bytes"));
+        }
+        Ok::<_, String>(chunk)
+    });
+    let events = sse_stream::SseStream::from_byte_stream(bytes.map(|r| r.map_err(Boxed::from)))
+        .map(|e| e.map_err(|e| e.to_string()));
+    Box::pin(events)
+}
+
+/// An error type `sse_stream` accepts for body errors.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Boxed(String);
+
+impl From<String> for Boxed {
+    fn from(s: String) -> Self {
+        Boxed(s)
+    }
+}
+
+/// The messages of one request's SSE stream, resumed with `Last-Event-ID`
+/// when the backend closes it before answering (SEP-1699 polling).
+pub struct Events {
+    target: Arc<Target>,
+    /// Vigil's id of the request, decoded.
+    id: Arc<str>,
+    stream: SseStream,
+    last_event: Option<String>,
+    retry: Option<Duration>,
+    resumes: usize,
+    answered: bool,
+    keep_alive: bool,
+}
+
+impl Events {
+    fn new(target: Arc<Target>, id: Arc<str>, resp: reqwest::Response, keep_alive: bool) -> Self {
+        Self {
+            target,
+            id,
+            stream: sse_of(resp),
+            last_event: None,
+            retry: None,
+            resumes: 0,
+            answered: false,
+            keep_alive,
+        }
+    }
+
+    /// The next message (an event's `data`), `Ok(None)` once the response
+    /// came, an error when the stream broke off without it.
+    pub async fn next(&mut self) -> Result<Option<String>, String> {
+        if self.answered {
+            return Ok(None);
+        }
+        loop {
+            match self.stream.next().await {
+                Some(Ok(event)) => {
+                    if let Some(id) = event.id {
+                        self.last_event = Some(id);
+                    }
+                    if let Some(ms) = event.retry {
+                        self.retry = Some(Duration::from_millis(ms));
+                    }
+                    let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+                        continue; // a priming event
+                    };
+                    if answers(&data, &self.id) {
+                        self.answered = true;
+                    }
+                    return Ok(Some(data));
+                }
+                Some(Err(e)) => return Err(format!("the answer stream broke off: {e}")),
+                None => self.resume().await?,
+            }
+        }
+    }
+
+    /// Opens the stream again after the backend closed it unanswered.
+    async fn resume(&mut self) -> Result<(), String> {
+        let Some(last) = self.last_event.clone() else {
+            return Err("the backend closed the stream without answering".into());
+        };
+        if self.resumes >= MAX_RESUMES {
+            return Err(format!(
+                "the backend closed the stream {MAX_RESUMES} times without answering"
+            ));
+        }
+        self.resumes += 1;
+        if let Some(wait) = self.retry {
+            tokio::time::sleep(wait.min(MAX_RETRY_WAIT)).await;
+        }
+        let client = forward_client(self.keep_alive)?;
+        let resp = self
+            .target
+            .request(client.get(self.target.url.clone()))
+            .header(http::header::ACCEPT, "text/event-stream")
+            .header("last-event-id", last)
+            .send()
+            .await
+            .map_err(|e| format!("cannot resume the answer stream: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "cannot resume the answer stream: HTTP {}",
+                resp.status()
+            ));
+        }
+        self.stream = sse_of(resp);
+        Ok(())
+    }
+}
+
+/// Whether `data` is the response (a result or an error) to `id`: cheap
+/// filter first.
+fn answers(data: &str, id: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        id: Option<rmcp::model::RequestId>,
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    if !(data.contains("\"result\"") || data.contains("\"error\"")) || !data.contains(id) {
+        return false;
+    }
+    serde_json::from_str::<Reply>(data).is_ok_and(|r| {
+        (r.result.is_some() || r.error.is_some())
+            && matches!(r.id, Some(rmcp::model::RequestId::String(s)) if &*s == id)
+    })
+}
+
+/// The HTTP client of raw forwarding: with `keep_alive` (the default of
+/// `[[backends]] keep_alive`) it keeps room for many calls in flight per
+/// backend; `TCP_NODELAY`; no redirects (one would replay session ids and
+/// configured headers to another place). Built once per setting; a build
+/// failure is retried on the next call.
+fn forward_client(keep_alive: bool) -> Result<reqwest::Client, String> {
+    static POOLED: OnceLock<reqwest::Client> = OnceLock::new();
+    static UNPOOLED: OnceLock<reqwest::Client> = OnceLock::new();
+    let cell = if keep_alive { &POOLED } else { &UNPOOLED };
+    if let Some(c) = cell.get() {
+        return Ok(c.clone());
+    }
+    let built = reqwest::Client::builder()
+        .pool_max_idle_per_host(if keep_alive { 256 } else { 0 })
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build the forwarding HTTP client: {e}"))?;
+    Ok(cell.get_or_init(|| built).clone())
+}

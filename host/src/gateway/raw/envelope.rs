@@ -1,0 +1,454 @@
+//! What the raw path reads of a JSON-RPC message, and the two splices it
+//! makes, without a typed parse.
+//!
+//! A request is read only as far as routing needs: `method`, `id`, the
+//! routed name (`params.name`, `params.uri`, `params.ref`) and the keys of
+//! `params._meta`. Every value is a slice of the original bytes
+//! ([`RawValue`]), so the message leaves as it came, but for the spans
+//! replaced: the id (Vigil's own toward the backend, the client's back) and
+//! the name (the backend's, under prefix naming). Anything this module does
+//! not expect (a batch, an escaped method, a field it does not know) makes
+//! the message ineligible: the typed path then takes it, whose parser is
+//! the one that answers malformed input.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The request methods the raw path can forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawMethod {
+    ToolsCall,
+    ResourcesRead,
+    PromptsGet,
+    Complete,
+}
+
+impl RawMethod {
+    fn of(method: &str) -> Option<Self> {
+        Some(match method {
+            "tools/call" => Self::ToolsCall,
+            "resources/read" => Self::ResourcesRead,
+            "prompts/get" => Self::PromptsGet,
+            "completion/complete" => Self::Complete,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ToolsCall => "tools/call",
+            Self::ResourcesRead => "resources/read",
+            Self::PromptsGet => "prompts/get",
+            Self::Complete => "completion/complete",
+        }
+    }
+}
+
+/// What a routed name is: a tool or prompt name, or a resource URI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Tool,
+    Prompt,
+    Uri,
+}
+
+/// A request the raw path may forward, borrowed from its body.
+#[derive(Debug)]
+pub struct Request<'a> {
+    pub method: RawMethod,
+    /// The client's id, as written.
+    pub id: &'a RawValue,
+    /// What the request names, decoded.
+    pub name: Cow<'a, str>,
+    pub target: Target,
+    /// Where the name's JSON string sits in the body.
+    name_span: (usize, usize),
+    id_span: (usize, usize),
+    /// `params.arguments`, as written (for the audit).
+    pub arguments: Option<&'a RawValue>,
+}
+
+/// The byte range of `part` inside `whole`; `part` must be borrowed from it.
+fn span(whole: &str, part: &str) -> Option<(usize, usize)> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let end = start + part.len();
+    (end <= whole.len()).then_some((start, end))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: &'a str,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    method: &'a str,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+}
+
+/// `params` of `tools/call` and `prompts/get`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NamedParams<'a> {
+    #[serde(borrow)]
+    name: &'a RawValue,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+}
+
+/// `params` of `resources/read`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UriParams<'a> {
+    #[serde(borrow)]
+    uri: &'a RawValue,
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+}
+
+/// `params` of `completion/complete`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompleteParams<'a> {
+    #[serde(borrow, rename = "ref")]
+    reference: &'a RawValue,
+    #[serde(borrow)]
+    argument: &'a RawValue,
+    #[serde(borrow)]
+    context: Option<&'a RawValue>,
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Reference<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    uri: Option<&'a RawValue>,
+}
+
+/// Whether `_meta` holds only the caller's own entries: no progress token
+/// (the typed path maps progress) and nothing of the client↔gateway hop
+/// (`io.modelcontextprotocol/…`, which each hop negotiates itself).
+fn meta_is_plain(meta: Option<&RawValue>) -> bool {
+    let Some(meta) = meta else { return true };
+    let Ok(keys) = serde_json::from_str::<std::collections::HashMap<&str, &RawValue>>(meta.get())
+    else {
+        return false;
+    };
+    keys.keys()
+        .all(|k| *k != "progressToken" && !k.starts_with("io.modelcontextprotocol/"))
+}
+
+/// A JSON string, decoded, with its span in `body`.
+fn string_at<'a>(body: &'a str, raw: &'a RawValue) -> Option<(Cow<'a, str>, (usize, usize))> {
+    let text = raw.get();
+    let decoded: Cow<'a, str> = if text.contains('\\') {
+        Cow::Owned(serde_json::from_str::<String>(text).ok()?)
+    } else {
+        Cow::Borrowed(serde_json::from_str::<&str>(text).ok()?)
+    };
+    Some((decoded, span(body, text)?))
+}
+
+impl<'a> Request<'a> {
+    /// `body` as a request the raw path may take, or `None` (the typed path
+    /// takes it).
+    pub fn parse(body: &'a str) -> Option<Self> {
+        if !body.trim_start().starts_with('{') {
+            return None; // a batch, or not JSON-RPC at all
+        }
+        let env: Envelope<'a> = serde_json::from_str(body).ok()?;
+        if env.jsonrpc != "2.0" {
+            return None;
+        }
+        let method = RawMethod::of(env.method)?;
+        let id = env.id?;
+        if !matches!(id.get().as_bytes().first(), Some(b'"' | b'0'..=b'9' | b'-')) {
+            return None; // ids are strings or numbers
+        }
+        let params = env.params?.get();
+        let (name_raw, target, arguments, meta) = match method {
+            RawMethod::ToolsCall | RawMethod::PromptsGet => {
+                let p: NamedParams<'a> = serde_json::from_str(params).ok()?;
+                let target = if method == RawMethod::ToolsCall {
+                    Target::Tool
+                } else {
+                    Target::Prompt
+                };
+                (p.name, target, p.arguments, p.meta)
+            }
+            RawMethod::ResourcesRead => {
+                let p: UriParams<'a> = serde_json::from_str(params).ok()?;
+                (p.uri, Target::Uri, None, p.meta)
+            }
+            RawMethod::Complete => {
+                let p: CompleteParams<'a> = serde_json::from_str(params).ok()?;
+                let _ = (p.argument, p.context);
+                let r: Reference<'a> = serde_json::from_str(p.reference.get()).ok()?;
+                match (r.kind, r.name, r.uri) {
+                    ("ref/prompt", Some(name), None) => (name, Target::Prompt, None, p.meta),
+                    ("ref/resource", None, Some(uri)) => (uri, Target::Uri, None, p.meta),
+                    _ => return None,
+                }
+            }
+        };
+        if !meta_is_plain(meta) {
+            return None;
+        }
+        let (name, name_span) = string_at(body, name_raw)?;
+        Some(Request {
+            method,
+            id,
+            name,
+            target,
+            name_span,
+            id_span: span(body, id.get())?,
+            arguments,
+        })
+    }
+
+    /// The body to send on: `body` with the id replaced by `id` (JSON) and,
+    /// when `name` is given, the routed name by it (as the backend knows
+    /// it). Nothing else changes.
+    pub fn rewrite(&self, body: &str, id: &str, name: Option<&str>) -> String {
+        let name = name.map(|n| serde_json::Value::from(n).to_string());
+        let mut spans = vec![(self.id_span, id)];
+        if let Some(n) = &name {
+            spans.push((self.name_span, n.as_str()));
+        }
+        splice(body, spans)
+    }
+}
+
+/// `text` with each span replaced; spans must not overlap.
+fn splice(text: &str, mut spans: Vec<((usize, usize), &str)>) -> String {
+    spans.sort_by_key(|((start, _), _)| *start);
+    let extra: usize = spans.iter().map(|(_, s)| s.len()).sum();
+    let mut out = String::with_capacity(text.len() + extra);
+    let mut at = 0;
+    for ((start, end), with) in spans {
+        out.push_str(&text[at..start]);
+        out.push_str(with);
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// What a message from the backend is, for the request it answers.
+#[derive(Debug)]
+pub enum Incoming<'a> {
+    /// The response to the request (`error`: it is a JSON-RPC error).
+    Response { error: bool },
+    /// A response to something else: not this request's.
+    Other,
+    /// A notification (`method`).
+    Notification(&'a str),
+    /// A request of the backend's own (`method`, its id as written).
+    Request(&'a str, &'a RawValue),
+}
+
+#[derive(Deserialize)]
+struct AnyMessage<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    method: Option<&'a str>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// A message from the backend, read against the id Vigil sent (`ours`,
+/// decoded): `None` when it is not a JSON-RPC message.
+pub fn classify<'a>(message: &'a str, ours: &str) -> Option<Incoming<'a>> {
+    let m: AnyMessage<'a> = serde_json::from_str(message).ok()?;
+    Some(match (m.method, m.id) {
+        (Some(method), None) => Incoming::Notification(method),
+        (Some(method), Some(id)) => Incoming::Request(method, id),
+        (None, Some(id)) if m.result.is_some() || m.error.is_some() => {
+            let is_ours = serde_json::from_str::<&str>(id.get()).is_ok_and(|s| s == ours)
+                || serde_json::from_str::<String>(id.get()).is_ok_and(|s| s == ours);
+            if is_ours {
+                Incoming::Response {
+                    error: m.error.is_some(),
+                }
+            } else {
+                Incoming::Other
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// The response `message` with its id replaced by `id` (JSON): the
+/// client's id back on the backend's answer, every other byte as the
+/// backend wrote it. `None` if `message` is not a response.
+pub fn with_id(message: &str, id: &str) -> Option<String> {
+    let m: AnyMessage<'_> = serde_json::from_str(message).ok()?;
+    let at = span(message, m.id?.get())?;
+    Some(splice(message, vec![(at, id)]))
+}
+
+/// Whether a `tools/call` result says `isError: true` (the backend's tool
+/// failed): read without decoding the rest of the result.
+pub fn tool_failed(message: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Outer<'a> {
+        #[serde(borrow)]
+        result: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Flag {
+        #[serde(rename = "isError")]
+        is_error: Option<bool>,
+    }
+    serde_json::from_str::<Outer<'_>>(message)
+        .ok()
+        .and_then(|o| o.result)
+        .and_then(|r| serde_json::from_str::<Flag>(r.get()).ok())
+        .and_then(|f| f.is_error)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hi \"there\""}}}"#;
+
+    #[test]
+    fn a_tool_call_is_read_and_rewritten_in_place() {
+        let r = Request::parse(CALL).unwrap();
+        assert_eq!(r.method, RawMethod::ToolsCall);
+        assert_eq!(r.id.get(), "7");
+        assert_eq!(r.name, "demo__echo");
+        assert_eq!(r.target, Target::Tool);
+        assert_eq!(r.arguments.unwrap().get(), r#"{"text":"hi \"there\""}"#);
+        let out = r.rewrite(CALL, r#""vr-1""#, Some("echo"));
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":"vr-1","method":"tools/call","params":{"name":"echo","arguments":{"text":"hi \"there\""}}}"#
+        );
+        // Without naming, only the id changes.
+        let out = r.rewrite(CALL, r#""vr-1""#, None);
+        assert_eq!(out, CALL.replacen("7", r#""vr-1""#, 1));
+    }
+
+    #[test]
+    fn escaped_names_are_decoded_and_replaced_whole() {
+        let body =
+            r#"{"jsonrpc":"2.0","id":"a","method":"prompts/get","params":{"name":"p\u0041"}}"#;
+        let r = Request::parse(body).unwrap();
+        assert_eq!(r.name, "pA");
+        assert_eq!(r.target, Target::Prompt);
+        assert_eq!(
+            r.rewrite(body, "1", Some("x\"y")),
+            r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"x\"y"}}"#
+        );
+    }
+
+    #[test]
+    fn resources_and_completions_name_their_target() {
+        let read =
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}"#;
+        let r = Request::parse(read).unwrap();
+        assert_eq!((r.target, &*r.name), (Target::Uri, "file:///a"));
+        let complete = r#"{"jsonrpc":"2.0","id":2,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"b__p"},"argument":{"name":"x","value":"y"}}}"#;
+        let r = Request::parse(complete).unwrap();
+        assert_eq!((r.target, &*r.name), (Target::Prompt, "b__p"));
+        assert!(
+            r.rewrite(complete, "2", Some("p"))
+                .contains(r#"{"type":"ref/prompt","name":"p"}"#)
+        );
+    }
+
+    #[test]
+    fn what_the_raw_path_does_not_know_is_left_to_the_typed_one() {
+        let refused = [
+            // a batch
+            format!("[{CALL}]"),
+            // a notification (no id)
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a"}}"#.into(),
+            // another method
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.into(),
+            // a progress token: the typed path maps progress
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":1}}}"#.into(),
+            // per-hop metadata of 2026-07-28
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"io.modelcontextprotocol/clientInfo":{}}}}"#.into(),
+            // a task-augmented call: its task lives on the typed path's session
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","task":{}}}"#.into(),
+            // an unknown envelope member
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"x":1}"#.into(),
+            // duplicate keys
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"a"}}"#.into(),
+            // a name that is not a string
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":3}}"#.into(),
+            // an object id
+            r#"{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{"name":"a"}}"#.into(),
+            "not json".into(),
+        ];
+        for body in refused {
+            assert!(Request::parse(&body).is_none(), "taken raw: {body}");
+        }
+        let own_meta = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"trace":"x"}}}"#;
+        assert!(Request::parse(own_meta).is_some(), "the caller's own _meta");
+    }
+
+    #[test]
+    fn backend_messages_are_told_apart_by_our_id() {
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":"vr-1","result":{}}"#, "vr-1"),
+            Some(Incoming::Response { error: false })
+        ));
+        assert!(matches!(
+            classify(
+                r#"{"jsonrpc":"2.0","id":"vr-1","error":{"code":1,"message":"x"}}"#,
+                "vr-1"
+            ),
+            Some(Incoming::Response { error: true })
+        ));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":"vr-2","result":{}}"#, "vr-1"),
+            Some(Incoming::Other)
+        ));
+        assert!(matches!(
+            classify(
+                r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#,
+                "vr-1"
+            ),
+            Some(Incoming::Notification("notifications/message"))
+        ));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#, "vr-1"),
+            Some(Incoming::Request("ping", _))
+        ));
+        assert!(classify("data", "vr-1").is_none());
+    }
+
+    #[test]
+    fn the_answer_gets_the_clients_id_and_keeps_every_other_byte() {
+        let answer = "{\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"isError\":false},\n \"id\" : \"vr-9\",\"jsonrpc\":\"2.0\"}";
+        let back = with_id(answer, "7").unwrap();
+        assert_eq!(back, answer.replace("\"vr-9\"", "7"));
+        assert!(!tool_failed(answer));
+        assert!(tool_failed(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#
+        ));
+        assert!(!tool_failed(
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#
+        ));
+    }
+}
