@@ -210,7 +210,7 @@ fn under_naming_none_the_first_backend_keeps_a_name_and_the_conflict_is_reported
         kept: "a".into(),
         hidden: "b".into(),
     };
-    assert_eq!(out.new_conflicts, [clash.clone()]);
+    assert_eq!(out.new_conflicts, std::slice::from_ref(&clash));
 
     // Still there on the next apply, but not new.
     let out = reg.apply(&r, [state("b", 2, true)]);
