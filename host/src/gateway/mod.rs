@@ -306,7 +306,7 @@ impl Gateway {
         let outlets = Outlets {
             updates: updates_tx,
             events,
-            store: store.map(StoreWriter::spawn),
+            store: store.map(|s| StoreWriter::spawn(s, tracker, &shutdown)),
             plugins,
         };
         let _ = gw.spawner.set(Spawner {
