@@ -34,6 +34,7 @@ pub use outbox::Outbox;
 pub use reach::reach;
 pub use tap::Relay;
 
+use crate::background::Background;
 use crate::catalog::BackendCatalog;
 use crate::config::{BackendConfig, Transport};
 use crate::health::stats::CallStats;
@@ -114,6 +115,8 @@ pub struct Backend {
     pub config: BackendConfig,
     bounds: Bounds,
     downstream: Arc<dyn Downstream>,
+    /// Where its connections' relay workers run.
+    background: Background,
     shared: RwLock<Option<Arc<Connection>>>,
     status: RwLock<Status>,
     inflight: Arc<Inflight>,
@@ -137,6 +140,7 @@ impl Backend {
         config: BackendConfig,
         bounds: Bounds,
         downstream: Arc<dyn Downstream>,
+        background: Background,
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -148,6 +152,7 @@ impl Backend {
             config,
             bounds,
             downstream,
+            background,
             shared: RwLock::new(None),
             status: RwLock::new(Status {
                 state: HealthState::Starting,
@@ -310,6 +315,7 @@ impl Backend {
             self.downstream.clone(),
             self.name.clone(),
             None,
+            &self.background,
         );
         connection::connect(
             &self.name,
@@ -354,6 +360,7 @@ impl Backend {
             self.downstream.clone(),
             self.name.clone(),
             Some(session),
+            &self.background,
         );
         let mut headers = headers.clone();
         if let Some(auth) = authorization.filter(|_| self.forwards_auth()) {

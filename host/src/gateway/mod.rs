@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{Backend, BackendUpdate, Bounds, Downstream, ListKind};
+use crate::background::Background;
 use crate::catalog::registry::{self, Registry};
 use crate::catalog::{Catalog, Conflict, Current};
 use crate::config::{BackendConfig, RuntimeKind, Transport};
@@ -126,6 +127,8 @@ pub struct Gateway {
     redactor: Redactor,
     /// The audit of MCP calls (off without a store).
     audit: crate::audit::CallAudit,
+    /// Where backends run their connections' workers.
+    background: Background,
 }
 
 /// Relays backend traffic that is not an answer to a request.
@@ -247,7 +250,8 @@ impl Gateway {
             .oauth
             .clone()
             .map(crate::auth::oauth::OAuth::new);
-        let sessions = Sessions::new(catalog.clone(), policies.clone());
+        let background = Background::new(tracker.clone(), shutdown.clone());
+        let sessions = Sessions::new(catalog.clone(), policies.clone(), background.clone());
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
             sessions: sessions.clone(),
@@ -283,6 +287,7 @@ impl Gateway {
             ),
             config,
             redactor,
+            background,
         });
         let restored = match &store {
             Some(store) => restore(store.clone(), &gw.config).await,
@@ -565,6 +570,7 @@ impl Gateway {
                 tracker.spawn(crate::plugins::notify::run(
                     p.clone(),
                     self.events.subscribe(),
+                    tracker.clone(),
                     shutdown.clone(),
                 ));
                 Some(p)
@@ -633,7 +639,12 @@ impl Gateway {
             request: self.config.request_timeout_for(config),
             list: self.config.limits.list,
         };
-        Backend::new(config.clone(), bounds, self.downstream.clone())
+        Backend::new(
+            config.clone(),
+            bounds,
+            self.downstream.clone(),
+            self.background.clone(),
+        )
     }
 
     /// A supervisor for `b`, restoring `record`, reporting to `outlets`.

@@ -13,7 +13,8 @@
 //! that differ, so a session never hears of a change it already saw, nor
 //! misses one that happened before it registered. A worker has at most one
 //! resync in flight and one queued (a `Notify` permit); a session whose
-//! channel is gone leaves the registry then.
+//! channel is gone leaves the registry then. Workers run on the gateway's
+//! [`Background`]: each ends when its entry leaves or at shutdown.
 //!
 //! Each wake-up by [`Sessions::resync_all`] is numbered, and each worker
 //! publishes the number of the last one it handled (a `watch` of
@@ -29,11 +30,12 @@ use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 
 use tokio::sync::{Notify, watch};
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::DropGuard;
 
 use super::pool::Pool;
 use crate::auth::Principal;
 use crate::backend::Outbox;
+use crate::background::Background;
 use crate::catalog::{Catalog, Changes, Current};
 use crate::policy::Policies;
 
@@ -79,19 +81,26 @@ pub struct Sessions {
     last_diff: Mutex<Option<Diffed>>,
     /// The number of the last [`Sessions::resync_all`] wake-up.
     asked: AtomicU64,
+    /// Where the resync workers run.
+    background: Background,
 }
 
 /// Two snapshots and what differs between them: (older, newer, changes).
 type Diffed = (Arc<Catalog>, Arc<Catalog>, Changes);
 
 impl Sessions {
-    pub fn new(catalog: Arc<Current>, policies: Arc<Policies>) -> Arc<Self> {
+    pub fn new(
+        catalog: Arc<Current>,
+        policies: Arc<Policies>,
+        background: Background,
+    ) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::default(),
             catalog,
             policies,
             last_diff: Mutex::default(),
             asked: AtomicU64::new(0),
+            background,
         })
     }
 
@@ -115,7 +124,7 @@ impl Sessions {
     ) {
         outbox.connect(channel.clone());
         let resync = Arc::new(Notify::new());
-        let stop = CancellationToken::new();
+        let stop = self.background.child_token();
         let shared = self.catalog.get();
         let base = match &pool {
             Some(p) => {
@@ -135,7 +144,7 @@ impl Sessions {
             wake: resync.clone(),
             registry: Arc::downgrade(self),
         };
-        tokio::spawn(worker.run(stop.clone()));
+        self.background.spawn(worker.run(stop.clone()));
         self.lock().insert(
             id,
             Entry {
@@ -271,7 +280,7 @@ struct Resync {
 }
 
 impl Resync {
-    async fn run(mut self, stop: CancellationToken) {
+    async fn run(mut self, stop: tokio_util::sync::CancellationToken) {
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -472,6 +481,18 @@ mod tests {
         ))
     }
 
+    fn registry(current: &Arc<Current>) -> Arc<Sessions> {
+        registry_on(current, Background::detached())
+    }
+
+    fn registry_on(current: &Arc<Current>, background: Background) -> Arc<Sessions> {
+        Sessions::new(
+            current.clone(),
+            Arc::new(Policies::new(Vec::new())),
+            background,
+        )
+    }
+
     /// Waits until session `id`'s worker has handled wake-up `asked`, and
     /// says what it has done by then.
     async fn handled(sessions: &Sessions, id: u64, asked: u64) -> Progress {
@@ -495,7 +516,7 @@ mod tests {
     async fn a_session_hears_only_changes_it_has_not_seen() {
         let current = Arc::new(Current::default());
         current.replace(catalog(&["a"]));
-        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
+        let sessions = registry(&current);
         let mut p = connect().await;
         sessions.add(
             1,
@@ -525,7 +546,7 @@ mod tests {
     #[tokio::test]
     async fn a_removed_session_hears_nothing_more() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
+        let sessions = registry(&current);
         let p = connect().await;
         sessions.add(
             7,
@@ -549,7 +570,7 @@ mod tests {
     #[tokio::test]
     async fn a_session_whose_client_is_gone_leaves_at_its_next_resync() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
+        let sessions = registry(&current);
         let p = connect().await;
         let peer = p.server.peer().clone();
         // The client goes away without a goodbye (expired session).
@@ -575,7 +596,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_changes_coalesce_per_session() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
+        let sessions = registry(&current);
         let mut p = connect().await;
         sessions.add(
             1,
@@ -600,5 +621,31 @@ mod tests {
         );
         p.received(n as usize).await;
         drop(p.client);
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_every_worker() {
+        let current = Arc::new(Current::default());
+        let (tracker, shutdown) = (
+            tokio_util::task::TaskTracker::new(),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let sessions = registry_on(&current, Background::new(tracker.clone(), shutdown.clone()));
+        let p = connect().await;
+        for id in [1, 2] {
+            sessions.add(
+                id,
+                Channel::Session(p.server.peer().clone()),
+                None,
+                Outbox::new(8),
+                Principal::local(),
+            );
+        }
+        shutdown.cancel();
+        tracker.close();
+        tokio::time::timeout(PATIENCE, tracker.wait())
+            .await
+            .expect("the workers end at shutdown, though their sessions stay registered");
+        assert_eq!(sessions.len(), 2);
     }
 }
