@@ -50,6 +50,7 @@ pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod backend;
+pub mod background;
 pub mod catalog;
 pub mod cli;
 pub mod config;

@@ -369,10 +369,32 @@ fn main() -> ExitCode {
     }
 }
 
+/// How long a shutdown waits for the background tasks (writers draining
+/// included) before the process exits anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Serves until a signal (or, for stdio, until the client leaves), then
+/// shuts down. Every background task runs on `tracker` and watches
+/// `shutdown` (or a child of it); the order is:
+///
+/// 1. SIGTERM or Ctrl-C (or the end of serving) cancels `shutdown`.
+/// 2. Everything watching it stops taking work: the MCP front and the
+///    control API stop accepting and close their connections; the update
+///    task, the poller, the resync workers, the relays and the plugin tasks
+///    end; each supervisor leaves its loop and stops its backend (no
+///    transition follows).
+/// 3. The writers drain: the health store writer and the call audit close
+///    their queues and write everything already in them, so every
+///    transition a supervisor handed over before the signal is on disk.
+/// 4. `tracker` is closed and waited for, up to [`SHUTDOWN_GRACE`]; past it
+///    the process exits with a WARN, and what is still queued is lost.
+///
+/// The same order runs when the start fails after the backends were
+/// launched (a naming conflict), so their first transitions are kept too.
 async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
     let shutdown = CancellationToken::new();
-    tokio::spawn(on_signal(shutdown.clone()));
+    tracker.spawn(on_signal(shutdown.clone()));
     match vigil::limits::raise_open_files() {
         Ok((before, after)) if after > before => {
             tracing::debug!(before, after, "raised the open-file limit")
@@ -381,9 +403,30 @@ async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> 
         Err(e) => tracing::warn!(error = %e, "serving with the current open-file limit"),
     }
     let store = open_store(&config).await?;
+    let result = serve(config, store, redactor, stdio, &tracker, &shutdown).await;
+    shutdown.cancel();
+    tracker.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace period over; exiting with tasks still running");
+    }
+    result
+}
+
+/// Launches the gateway and the control API on `tracker` and serves MCP
+/// until `shutdown` (or the end of stdio).
+async fn serve(
+    config: Config,
+    store: Option<std::sync::Arc<dyn vigil::store::Store>>,
+    redactor: vigil::redact::Redactor,
+    stdio: bool,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
     let api = config.api.clone();
-    let startup =
-        Gateway::launch(config, store.clone(), redactor, &tracker, shutdown.clone()).await;
+    let startup = Gateway::launch(config, store.clone(), redactor, tracker, shutdown.clone()).await;
     // The control API answers while backends start (they show `starting`).
     let api_state = vigil::api::ApiState::new(
         startup.gateway.clone(),
@@ -401,24 +444,15 @@ async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> 
             tracing::error!(address = %api.listen, error = %e, "the control API cannot listen; serving MCP without it (set [api] listen to a free address)");
         }
     });
-    let gw = startup.settle(&tracker).await?;
+    let gw = startup.settle(tracker).await?;
     tracker.spawn(gateway::reload_trigger::run(gw.clone(), shutdown.clone()));
-    let result = if stdio {
+    if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await
     } else {
         gateway::http::serve(gw, shutdown.clone())
             .await
             .map_err(Into::into)
-    };
-    shutdown.cancel();
-    tracker.close();
-    if tokio::time::timeout(Duration::from_secs(5), tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("shutdown grace period over; exiting with tasks still running");
     }
-    result
 }
 
 /// Opens the state store before any backend starts: refused (the start
@@ -430,7 +464,20 @@ async fn open_store(
     Ok(tokio::task::spawn_blocking(move || vigil::store::open(&dir, optional)).await??)
 }
 
+/// Cancels `shutdown` on SIGTERM or Ctrl-C; ends quietly when something
+/// else cancelled it first (stdio's client left, the start failed).
 async fn on_signal(shutdown: CancellationToken) {
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        _ = signalled() => {}
+    }
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}
+
+/// Resolves on the first SIGTERM or Ctrl-C (Ctrl-C only where SIGTERM
+/// cannot be listened for).
+async fn signalled() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -439,7 +486,6 @@ async fn on_signal(shutdown: CancellationToken) {
                 Ok(t) => t,
                 Err(_) => {
                     let _ = ctrl_c.await;
-                    shutdown.cancel();
                     return;
                 }
             };
@@ -450,6 +496,4 @@ async fn on_signal(shutdown: CancellationToken) {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-    tracing::info!("shutting down");
-    shutdown.cancel();
 }

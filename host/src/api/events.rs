@@ -248,6 +248,8 @@ async fn pump(hub: Arc<Hub>, mut transitions: Option<broadcast::Receiver<Transit
             }
         };
         tokio::select! {
+            // The API is closing: every stream ends with it.
+            _ = hub.closing.cancelled() => return,
             t = next => match t {
                 Ok(t) => {
                     hub.remember(&t);

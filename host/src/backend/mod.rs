@@ -38,6 +38,7 @@ pub use outbox::Outbox;
 pub use reach::reach;
 pub use tap::Relay;
 
+use crate::background::Background;
 use crate::catalog::BackendCatalog;
 use crate::config::{BackendConfig, Transport};
 use crate::health::stats::CallStats;
@@ -118,6 +119,8 @@ pub struct Backend {
     pub config: BackendConfig,
     bounds: Bounds,
     downstream: Arc<dyn Downstream>,
+    /// Where its connections' relay workers run.
+    background: Background,
     shared: RwLock<Option<Arc<Connection>>>,
     /// HTTP backends: the sessions shared by calls with nothing per session.
     lanes: lane::Lanes,
@@ -143,6 +146,7 @@ impl Backend {
         config: BackendConfig,
         bounds: Bounds,
         downstream: Arc<dyn Downstream>,
+        background: Background,
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -154,6 +158,7 @@ impl Backend {
             config,
             bounds,
             downstream,
+            background,
             shared: RwLock::new(None),
             lanes: lane::Lanes::default(),
             status: RwLock::new(Status {
@@ -318,6 +323,7 @@ impl Backend {
             self.downstream.clone(),
             self.name.clone(),
             None,
+            &self.background,
         );
         connection::connect(
             &self.name,
@@ -375,7 +381,13 @@ impl Backend {
             session,
             capabilities,
         );
-        let relay = Relay::spawn(inflight.clone(), downstream, self.name.clone(), session);
+        let relay = Relay::spawn(
+            inflight.clone(),
+            downstream,
+            self.name.clone(),
+            session,
+            &self.background,
+        );
         let mut headers = headers.clone();
         if let Some(auth) = authorization.filter(|_| self.forwards_auth()) {
             headers.insert("authorization".into(), auth.to_owned());

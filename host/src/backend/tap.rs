@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::Downstream;
 use super::inflight::Inflight;
+use crate::background::Background;
 
 /// Notifications waiting for the relay worker. The worker only moves them
 /// to per-session outboxes, so this fills only when the backend outruns
@@ -46,16 +47,18 @@ pub struct Relay(
 );
 
 impl Relay {
-    /// Starts the relay worker for one backend connection.
+    /// Starts the relay worker for one backend connection on `background`:
+    /// it ends with the connection (every `Relay` dropped) or at shutdown.
     pub fn spawn(
         inflight: Arc<Inflight>,
         downstream: Arc<dyn Downstream>,
         backend: Arc<str>,
         session: Option<u64>,
+        background: &Background,
     ) -> Relay {
         let (tx, rx) = mpsc::channel(RELAY_BACKLOG);
         let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        tokio::spawn(run(
+        background.spawn_until_shutdown(run(
             rx,
             inflight,
             downstream,

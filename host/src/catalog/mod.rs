@@ -6,10 +6,15 @@
 //! routing tables so the hot path (`tools/call`) is one hash lookup. A new
 //! snapshot is built on every change and [`Catalog::diff`] tells which kinds
 //! changed (deep equality), so clients get `list_changed` only when what they
-//! see changed. This module does no I/O.
+//! see changed. The [`Registry`] keeps what each backend last listed and
+//! which backends are shown, and turns batches of backend updates into
+//! snapshots. This module does no I/O.
 
 mod current;
 mod naming;
+pub mod registry;
+#[cfg(test)]
+mod testutil;
 mod uri;
 
 use std::collections::HashMap;
@@ -20,6 +25,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 pub use current::Current;
 pub use naming::conflicts;
 use naming::expose;
+pub use registry::Registry;
 
 use crate::config::Naming;
 

@@ -1,26 +1,10 @@
 use std::sync::Arc;
 
-use rmcp::model::{Prompt, ResourceTemplate, Tool};
+use rmcp::model::{Prompt, ResourceTemplate};
 use serde_json::json;
 
+use super::testutil::{entry, prefix};
 use super::*;
-
-fn tool(name: &str) -> Tool {
-    serde_json::from_value(json!({"name": name, "inputSchema": {"type": "object"}})).unwrap()
-}
-
-fn entry(tools: &[&str]) -> BackendCatalog {
-    BackendCatalog {
-        tools: tools.iter().map(|t| tool(t)).collect(),
-        ..Default::default()
-    }
-}
-
-fn prefix() -> Naming {
-    Naming::Prefix {
-        separator: "__".into(),
-    }
-}
 
 #[test]
 fn prefix_naming_routes_back_to_the_original_name() {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
@@ -59,6 +60,9 @@ pub async fn run(
         return;
     }
     let slots = Arc::new(Semaphore::new(config.concurrency));
+    // The listings in flight: they never outlive the poller (dropping the
+    // set at shutdown aborts them).
+    let mut listings = JoinSet::new();
     tracing::debug!(interval = ?config.interval, "capability poller started");
     let mut next = tokio::time::Instant::now();
     loop {
@@ -84,10 +88,15 @@ pub async fn run(
             if !backend.connected() {
                 continue;
             }
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
+            let slot = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                slot = slots.clone().acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => return,
+                },
             };
-            tokio::spawn(async move {
+            while listings.try_join_next().is_some() {}
+            listings.spawn(async move {
                 let m = crate::metrics::get();
                 let label = crate::metrics::BackendLabel {
                     backend: backend.backend().to_owned(),

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::backend::Backend;
+use crate::catalog::registry::{Member, Roster};
 
 #[derive(Default)]
 pub struct BackendSet {
@@ -13,6 +14,8 @@ pub struct BackendSet {
     /// Indexes of the `forward_auth` backends (looked at on every session
     /// resync; most sets have none).
     forwarded: Vec<usize>,
+    /// The set as the catalog registry sees it (names, uids, order).
+    roster: Roster,
 }
 
 impl BackendSet {
@@ -25,11 +28,22 @@ impl BackendSet {
         let forwarded = (0..list.len())
             .filter(|i| list[*i].forwards_auth())
             .collect();
+        let roster = Roster::new(list.iter().map(|b| Member {
+            name: b.name.clone(),
+            uid: b.uid,
+            per_session: b.forwards_auth(),
+        }));
         Self {
             list,
             by_name,
             forwarded,
+            roster,
         }
+    }
+
+    /// What the catalog registry applies updates against.
+    pub fn roster(&self) -> &Roster {
+        &self.roster
     }
 
     /// The `forward_auth` backends, in file order.

@@ -3,7 +3,8 @@
 //!
 //! [`Gateway`] owns the backend set, the current [`Catalog`] snapshot and
 //! the session registry. One task ([`Gateway::run_updates`]) applies backend
-//! updates in order: rebuild the snapshot, diff it, and tell the debouncer
+//! updates in order: the catalog [`Registry`] rebuilds and diffs the
+//! snapshot, the task installs it and tells the debouncer
 //! (`freshness::debounce`), which wakes each session's resync worker
 //! (`sessions.rs`). Each client session is a [`session::FrontSession`] (the
 //! rmcp `ServerHandler`) that reads the snapshot and routes requests; it
@@ -39,7 +40,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{Backend, BackendUpdate, Bounds, Downstream, ListKind};
-use crate::catalog::{BackendCatalog, Catalog, Conflict, Current};
+use crate::background::Background;
+use crate::catalog::registry::{self, Registry};
+use crate::catalog::{Catalog, Conflict, Current};
 use crate::config::{BackendConfig, RuntimeKind, Transport};
 use crate::config::{Config, Naming};
 use crate::freshness::debounce::Debouncer;
@@ -129,16 +132,8 @@ pub struct Gateway {
     redactor: Redactor,
     /// The audit of MCP calls (off without a store).
     audit: crate::audit::CallAudit,
-}
-
-/// What the update task knows of each backend's catalog.
-#[derive(Default)]
-struct Entries {
-    /// The last catalog each backend listed, kept while it is down so its
-    /// names can be recognised (and calls to them answered "unavailable").
-    known: HashMap<Arc<str>, Arc<BackendCatalog>>,
-    /// Backends whose capabilities are shown (see [`advertisable`]).
-    advertised: std::collections::HashSet<Arc<str>>,
+    /// Where backends run their connections' workers.
+    background: Background,
 }
 
 /// Relays backend traffic that is not an answer to a request.
@@ -193,6 +188,19 @@ pub struct Startup {
     refresh: mpsc::UnboundedReceiver<Arc<str>>,
     shutdown: CancellationToken,
     reported: std::collections::HashSet<Arc<str>>,
+}
+
+/// A supervisor's update as the catalog registry takes it. The one place
+/// the gateway asks [`advertisable`] whether a state shows a backend's
+/// capabilities.
+fn registry_update(u: BackendUpdate) -> registry::Update {
+    registry::Update {
+        advertisable: advertisable(u.state),
+        backend: u.backend,
+        uid: u.uid,
+        removed: u.removed,
+        catalog: u.catalog,
+    }
 }
 
 /// `first` and every update already queued behind it, in order.
@@ -256,7 +264,8 @@ impl Gateway {
             .oauth
             .clone()
             .map(crate::auth::oauth::OAuth::new);
-        let sessions = Sessions::new(catalog.clone(), policies.clone());
+        let background = Background::new(tracker.clone(), shutdown.clone());
+        let sessions = Sessions::new(catalog.clone(), policies.clone(), background.clone());
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
         let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
             sessions: sessions.clone(),
@@ -293,6 +302,7 @@ impl Gateway {
             ),
             config,
             redactor,
+            background,
         });
         let restored = match &store {
             Some(store) => restore(store.clone(), &gw.config).await,
@@ -316,7 +326,7 @@ impl Gateway {
         let outlets = Outlets {
             updates: updates_tx,
             events,
-            store: store.map(StoreWriter::spawn),
+            store: store.map(|s| StoreWriter::spawn(s, tracker, &shutdown)),
             plugins,
         };
         let _ = gw.spawner.set(Spawner {
@@ -423,7 +433,7 @@ impl Startup {
             mut reported,
         } = self;
         // Apply first updates until every backend has reported once.
-        let mut entries = Entries::default();
+        let mut registry = Registry::new(gw.config.naming.clone());
         let deadline = tokio::time::sleep(gw.config.startup_timeout);
         tokio::pin!(deadline);
         let expected = gw.backends().len();
@@ -437,7 +447,7 @@ impl Startup {
                                 reported.insert(u.backend.clone());
                             }
                         }
-                        gw.apply(&mut entries, batch, &debouncer);
+                        gw.apply(&mut registry, batch, &debouncer);
                     }
                     None => break,
                 },
@@ -473,7 +483,7 @@ impl Startup {
         ));
         tracker.spawn(
             gw.clone()
-                .run_updates(entries, updates_rx, refresh_rx, debouncer, shutdown),
+                .run_updates(registry, updates_rx, refresh_rx, debouncer, shutdown),
         );
         Ok(gw)
     }
@@ -483,7 +493,7 @@ impl Gateway {
     /// Applies backend updates and refresh requests until shutdown.
     async fn run_updates(
         self: Arc<Self>,
-        mut entries: Entries,
+        mut registry: Registry,
         mut updates: mpsc::UnboundedReceiver<BackendUpdate>,
         mut refresh: mpsc::UnboundedReceiver<Arc<str>>,
         debouncer: Debouncer,
@@ -494,7 +504,7 @@ impl Gateway {
                 _ = shutdown.cancelled() => break,
                 Some(u) = updates.recv() => {
                     let batch = drain(u, &mut updates);
-                    self.apply(&mut entries, batch, &debouncer);
+                    self.apply(&mut registry, batch, &debouncer);
                 }
                 Some(name) = refresh.recv() => {
                     if let Some(b) = self.backend(&name) {
@@ -507,69 +517,24 @@ impl Gateway {
         debouncer.stop().await;
     }
 
-    /// Rebuilds the snapshot once after a batch of backend updates and
-    /// notifies sessions of what changed. One rebuild per batch, not per
-    /// update: a rebuild walks every backend's catalog, and a thousand
-    /// backends coming up send thousands of updates.
-    fn apply(&self, entries: &mut Entries, batch: Vec<BackendUpdate>, debouncer: &Debouncer) {
+    /// Hands a batch of backend updates to the catalog `registry` (one
+    /// rebuild per batch, see [`Registry::apply`]), installs the snapshot
+    /// it returns, and acts on what changed: a new naming conflict is
+    /// logged, a change that sessions must hear of goes to the debouncer.
+    fn apply(&self, registry: &mut Registry, batch: Vec<BackendUpdate>, debouncer: &Debouncer) {
         if batch.is_empty() {
             return;
         }
         let cause = describe_batch(&batch);
         let set = self.backends();
-        for u in batch {
-            let current = set.get(&u.backend).map(|b| b.uid);
-            if u.removed {
-                // Forget what the removed backend listed, unless a backend
-                // of the same name already replaced it (its own updates
-                // follow this one).
-                if current != Some(u.uid) {
-                    entries.known.remove(&u.backend);
-                    entries.advertised.remove(&u.backend);
-                }
-                continue;
-            }
-            if current != Some(u.uid) {
-                continue; // a late update from a backend a reload replaced
-            }
-            if let Some(c) = u.catalog {
-                entries.known.insert(u.backend.clone(), Arc::new(c));
-            }
-            if advertisable(u.state) {
-                entries.advertised.insert(u.backend.clone());
-            } else {
-                entries.advertised.remove(&u.backend);
-            }
-        }
-        let (shown, hidden): (Vec<_>, Vec<_>) = set
-            .iter()
-            .filter_map(|b| {
-                entries
-                    .known
-                    .get(&b.name)
-                    .map(|c| (b.name.clone(), c.clone()))
-            })
-            .partition(|(name, _)| entries.advertised.contains(name));
-        let next = Arc::new(
-            Catalog::from_sources(&self.config.naming, shown)
-                .with_hidden(&self.config.naming, hidden.iter().map(|(n, c)| (n, &**c))),
-        );
-        let previous = self.catalog.replace(next.clone());
-        for c in next
-            .conflicts
-            .iter()
-            .filter(|c| !previous.conflicts.contains(c))
-        {
+        let applied = registry.apply(set.roster(), batch.into_iter().map(registry_update));
+        self.catalog.replace(applied.catalog.clone());
+        for c in &applied.new_conflicts {
             tracing::error!(kind = c.kind, name = %c.name, kept = %c.kept, hidden = %c.hidden, "duplicate name under naming = \"none\"; serving the first backend's");
         }
-        let changes = next.diff(&previous);
-        // A forward_auth backend's shared entry is empty: its coming and
-        // going changes no shared list, only what each session sees.
-        let forwarded_moved = set
-            .forwarded()
-            .any(|b| next.shows(&b.name) != previous.shows(&b.name));
-        if changes.any() || forwarded_moved {
-            tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, forwarded_moved, "catalog changed");
+        if applied.must_tell() {
+            let changes = applied.changes;
+            tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, forwarded_moved = applied.per_session_moved, "catalog changed");
             crate::metrics::get().catalog_changes.inc();
             debouncer.changed();
         }
@@ -620,6 +585,7 @@ impl Gateway {
                 tracker.spawn(crate::plugins::notify::run(
                     p.clone(),
                     self.events.subscribe(),
+                    tracker.clone(),
                     shutdown.clone(),
                 ));
                 Some(p)
@@ -688,7 +654,12 @@ impl Gateway {
             request: self.config.request_timeout_for(config),
             list: self.config.limits.list,
         };
-        Backend::new(config.clone(), bounds, self.downstream.clone())
+        Backend::new(
+            config.clone(),
+            bounds,
+            self.downstream.clone(),
+            self.background.clone(),
+        )
     }
 
     /// A supervisor for `b`, restoring `record`, reporting to `outlets`.

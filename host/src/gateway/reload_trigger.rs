@@ -12,6 +12,7 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::Gateway;
 
@@ -22,7 +23,8 @@ const SETTLE: Duration = Duration::from_millis(200);
 pub async fn run(gw: Arc<Gateway>, shutdown: CancellationToken) {
     let (tx, mut rx) = mpsc::unbounded_channel::<&'static str>();
     let _watcher = watch_file(gw.config.file.clone(), tx.clone());
-    spawn_sighup(tx, shutdown.clone());
+    // Aborted when `run` ends: the listener never outlives it.
+    let _sighup = spawn_sighup(tx, shutdown.clone());
     loop {
         let cause = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -86,16 +88,21 @@ fn watch_file(
     Some(watcher)
 }
 
-fn spawn_sighup(tx: mpsc::UnboundedSender<&'static str>, shutdown: CancellationToken) {
+/// Sends "SIGHUP" on `tx` for each SIGHUP until `shutdown`; `None`
+/// (logged) if the signal cannot be listened for.
+fn spawn_sighup(
+    tx: mpsc::UnboundedSender<&'static str>,
+    shutdown: CancellationToken,
+) -> Option<AbortOnDropHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = match signal(SignalKind::hangup()) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "cannot listen for SIGHUP");
-            return;
+            return None;
         }
     };
-    tokio::spawn(async move {
+    Some(AbortOnDropHandle::new(tokio::spawn(async move {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -106,5 +113,5 @@ fn spawn_sighup(tx: mpsc::UnboundedSender<&'static str>, shutdown: CancellationT
                 }
             }
         }
-    });
+    })))
 }

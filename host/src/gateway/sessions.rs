@@ -13,20 +13,29 @@
 //! that differ, so a session never hears of a change it already saw, nor
 //! misses one that happened before it registered. A worker has at most one
 //! resync in flight and one queued (a `Notify` permit); a session whose
-//! channel is gone leaves the registry then.
+//! channel is gone leaves the registry then. Workers run on the gateway's
+//! [`Background`]: each ends when its entry leaves or at shutdown.
+//!
+//! Each wake-up by [`Sessions::resync_all`] is numbered, and each worker
+//! publishes the number of the last one it handled (a `watch` of
+//! [`Progress`]): a worker that handled wake-up `n` compared a snapshot at
+//! least as new as the one current when `n` was asked for. That is what the
+//! tests await to prove that nothing was sent, instead of sleeping.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 
-use tokio::sync::Notify;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::DropGuard;
 
 use super::pool::Pool;
 use crate::auth::Principal;
 use crate::backend::Outbox;
+use crate::background::Background;
 use crate::catalog::{Catalog, Changes, Current};
 use crate::policy::Policies;
 
@@ -49,8 +58,21 @@ struct Entry {
     pool: Option<Arc<Pool>>,
     /// Wakes the session's resync worker.
     resync: Arc<Notify>,
+    /// What the worker has done so far.
+    #[cfg(test)]
+    progress: watch::Receiver<Progress>,
     /// Ends the worker when the entry leaves the registry.
     _worker: DropGuard,
+}
+
+/// What one resync worker has done: published after each resync, and
+/// closed when the worker ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The number of the last [`Sessions::resync_all`] wake-up handled.
+    pub handled: u64,
+    /// How many resyncs sent the session a `list_changed`.
+    pub notified: u64,
 }
 
 pub struct Sessions {
@@ -62,18 +84,28 @@ pub struct Sessions {
     /// fan-out most sessions compare the same two snapshots, and a deep
     /// compare of a large catalog is the costly part of a resync.
     last_diff: Mutex<Option<Diffed>>,
+    /// The number of the last [`Sessions::resync_all`] wake-up.
+    asked: AtomicU64,
+    /// Where the resync workers run.
+    background: Background,
 }
 
 /// Two snapshots and what differs between them: (older, newer, changes).
 type Diffed = (Arc<Catalog>, Arc<Catalog>, Changes);
 
 impl Sessions {
-    pub fn new(catalog: Arc<Current>, policies: Arc<Policies>) -> Arc<Self> {
+    pub fn new(
+        catalog: Arc<Current>,
+        policies: Arc<Policies>,
+        background: Background,
+    ) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::default(),
             catalog,
             policies,
             last_diff: Mutex::default(),
+            asked: AtomicU64::new(0),
+            background,
         })
     }
 
@@ -99,7 +131,7 @@ impl Sessions {
         outbox.connect(channel.clone());
         let principal_id: Arc<str> = principal.id().into();
         let resync = Arc::new(Notify::new());
-        let stop = CancellationToken::new();
+        let stop = self.background.child_token();
         let shared = self.catalog.get();
         let base = match &pool {
             Some(p) => {
@@ -108,8 +140,10 @@ impl Sessions {
             }
             None => shared,
         };
+        let (progress, _progress) = watch::channel(Progress::default());
         let worker = Resync {
             id,
+            progress,
             channel: channel.clone(),
             seen: self.policies.view(&principal, base),
             principal,
@@ -117,7 +151,7 @@ impl Sessions {
             wake: resync.clone(),
             registry: Arc::downgrade(self),
         };
-        tokio::spawn(worker.run(stop.clone()));
+        self.background.spawn(worker.run(stop.clone()));
         self.lock().insert(
             id,
             Entry {
@@ -129,6 +163,8 @@ impl Sessions {
                 lanes,
                 pool,
                 resync,
+                #[cfg(test)]
+                progress: _progress,
                 _worker: stop.drop_guard(),
             },
         );
@@ -155,11 +191,22 @@ impl Sessions {
     }
 
     /// Asks every session's worker to compare the current catalog with what
-    /// its session saw and notify the difference.
-    pub fn resync_all(&self) {
+    /// its session saw and notify the difference. Returns the wake-up's
+    /// number (see [`Progress::handled`]).
+    pub fn resync_all(&self) -> u64 {
+        // Numbered before the wake: a worker that reads this number after
+        // waking reads the catalog after it, too.
+        let n = self.asked.fetch_add(1, Ordering::AcqRel) + 1;
         for e in self.lock().values() {
             e.resync.notify_one();
         }
+        n
+    }
+
+    /// What session `id`'s worker has done (closed once it ended).
+    #[cfg(test)]
+    fn progress(&self, id: u64) -> Option<watch::Receiver<Progress>> {
+        self.lock().get(&id).map(|e| e.progress.clone())
     }
 
     /// `newer.diff(older)`, computed once for every session comparing the
@@ -249,10 +296,12 @@ struct Resync {
     pool: Option<Arc<Pool>>,
     wake: Arc<Notify>,
     registry: std::sync::Weak<Sessions>,
+    /// Published after each resync.
+    progress: watch::Sender<Progress>,
 }
 
 impl Resync {
-    async fn run(mut self, stop: CancellationToken) {
+    async fn run(mut self, stop: tokio_util::sync::CancellationToken) {
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -261,6 +310,8 @@ impl Resync {
             let Some(registry) = self.registry.upgrade() else {
                 return;
             };
+            // Before the catalog: see `Sessions::resync_all`.
+            let asked = registry.asked.load(Ordering::Acquire);
             let shared = registry.catalog.get();
             let base = match &self.pool {
                 Some(p) => p.derive(shared).await,
@@ -271,6 +322,7 @@ impl Resync {
             drop(registry);
             self.seen = now;
             if !changes.any() {
+                self.progress.send_modify(|p| p.handled = asked);
                 continue;
             }
             let result = match &self.channel {
@@ -281,6 +333,10 @@ impl Resync {
             };
             match result {
                 Ok(()) => {
+                    self.progress.send_modify(|p| {
+                        p.handled = asked;
+                        p.notified += 1;
+                    });
                     tracing::debug!(
                         session = self.id,
                         tools = changes.tools,
@@ -360,8 +416,9 @@ fn level_rank(level: LoggingLevel) -> u8 {
 mod tests {
     //! The registry with real rmcp peers over in-memory pipes: a server
     //! `Peer` per session, and a client that counts `tools/list_changed`.
+    //! Absence is proven by awaiting the worker's [`Progress`] (it handled
+    //! the wake-up and sent nothing), never by sleeping.
 
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use rmcp::model::{ServerCapabilities, ServerInfo};
@@ -372,6 +429,9 @@ mod tests {
     use crate::catalog::BackendCatalog;
     use crate::config::Naming;
 
+    /// Far beyond any wait on a loaded machine; only a bug reaches it.
+    const PATIENCE: Duration = Duration::from_secs(10);
+
     #[derive(Clone)]
     struct Server;
     impl ServerHandler for Server {
@@ -380,29 +440,43 @@ mod tests {
         }
     }
 
-    #[derive(Clone, Default)]
-    struct Counter(Arc<AtomicUsize>);
+    /// Counts the `tools/list_changed` the client received.
+    #[derive(Clone)]
+    struct Counter(Arc<watch::Sender<usize>>);
     impl ClientHandler for Counter {
         async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
+            self.0.send_modify(|n| *n += 1);
         }
     }
 
     struct Peers {
         server: RunningService<RoleServer, Server>,
         client: RunningService<RoleClient, Counter>,
-        count: Arc<AtomicUsize>,
+        received: watch::Receiver<usize>,
+    }
+
+    impl Peers {
+        /// Waits until the client has received `n` notifications.
+        async fn received(&mut self, n: usize) {
+            tokio::time::timeout(PATIENCE, self.received.wait_for(|got| *got >= n))
+                .await
+                .unwrap_or_else(|_| panic!("timed out waiting for {n} list_changed"))
+                .expect("the counter lives as long as the client");
+        }
+
+        fn count(&self) -> usize {
+            *self.received.borrow()
+        }
     }
 
     async fn connect() -> Peers {
         let (a, b) = tokio::io::duplex(64 * 1024);
-        let counter = Counter::default();
-        let count = counter.0.clone();
-        let (server, client) = tokio::join!(Server.serve(a), counter.serve(b));
+        let (tx, received) = watch::channel(0);
+        let (server, client) = tokio::join!(Server.serve(a), Counter(Arc::new(tx)).serve(b));
         Peers {
             server: server.unwrap(),
             client: client.unwrap(),
-            count,
+            received,
         }
     }
 
@@ -428,25 +502,43 @@ mod tests {
         ))
     }
 
-    async fn eventually(what: &str, cond: impl Fn() -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !cond() {
-            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    fn registry(current: &Arc<Current>) -> Arc<Sessions> {
+        registry_on(current, Background::detached())
     }
 
-    /// Lets in-flight work run, to check that nothing (more) happens.
-    async fn quiet() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    fn registry_on(current: &Arc<Current>, background: Background) -> Arc<Sessions> {
+        Sessions::new(
+            current.clone(),
+            Arc::new(Policies::new(Vec::new())),
+            background,
+        )
+    }
+
+    /// Waits until session `id`'s worker has handled wake-up `asked`, and
+    /// says what it has done by then.
+    async fn handled(sessions: &Sessions, id: u64, asked: u64) -> Progress {
+        let mut rx = sessions.progress(id).expect("the session is registered");
+        let p = tokio::time::timeout(PATIENCE, rx.wait_for(|p| p.handled >= asked))
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for wake-up {asked}"))
+            .expect("the worker is running");
+        *p
+    }
+
+    /// Waits until the worker behind `rx` has ended; what it had done.
+    async fn ended(mut rx: watch::Receiver<Progress>) -> Progress {
+        tokio::time::timeout(PATIENCE, async { while rx.changed().await.is_ok() {} })
+            .await
+            .expect("timed out waiting for the worker to end");
+        *rx.borrow()
     }
 
     #[tokio::test]
     async fn a_session_hears_only_changes_it_has_not_seen() {
         let current = Arc::new(Current::default());
         current.replace(catalog(&["a"]));
-        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
-        let p = connect().await;
+        let sessions = registry(&current);
+        let mut p = connect().await;
         sessions.add(
             1,
             Channel::Session(p.server.peer().clone()),
@@ -456,30 +548,27 @@ mod tests {
             false,
         );
 
-        sessions.resync_all();
-        quiet().await;
-        assert_eq!(
-            p.count.load(Ordering::SeqCst),
-            0,
-            "nothing changed since it registered"
-        );
+        let asked = sessions.resync_all();
+        let done = handled(&sessions, 1, asked).await;
+        assert_eq!(done.notified, 0, "nothing changed since it registered");
 
         current.replace(catalog(&["a", "b"]));
-        sessions.resync_all();
-        eventually("one list_changed", || p.count.load(Ordering::SeqCst) == 1).await;
+        let asked = sessions.resync_all();
+        assert_eq!(handled(&sessions, 1, asked).await.notified, 1);
+        p.received(1).await;
 
         // An equal snapshot (rebuilt, not the same object) is no change.
         current.replace(catalog(&["a", "b"]));
-        sessions.resync_all();
-        quiet().await;
-        assert_eq!(p.count.load(Ordering::SeqCst), 1);
+        let asked = sessions.resync_all();
+        assert_eq!(handled(&sessions, 1, asked).await.notified, 1);
+        assert_eq!(p.count(), 1);
         drop(p.client);
     }
 
     #[tokio::test]
     async fn a_removed_session_hears_nothing_more() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
+        let sessions = registry(&current);
         let p = connect().await;
         sessions.add(
             7,
@@ -490,19 +579,21 @@ mod tests {
             false,
         );
         assert_eq!(sessions.len(), 1);
+        let progress = sessions.progress(7).unwrap();
 
         sessions.remove(7); // DELETE or close of the client session
         assert_eq!(sessions.len(), 0);
         current.replace(catalog(&["x"]));
         sessions.resync_all();
-        quiet().await;
-        assert_eq!(p.count.load(Ordering::SeqCst), 0);
+        let done = ended(progress).await;
+        assert_eq!(done.notified, 0, "its worker ended without a resync");
+        assert_eq!(p.count(), 0);
     }
 
     #[tokio::test]
     async fn a_session_whose_client_is_gone_leaves_at_its_next_resync() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
+        let sessions = registry(&current);
         let p = connect().await;
         let peer = p.server.peer().clone();
         // The client goes away without a goodbye (expired session).
@@ -517,17 +608,20 @@ mod tests {
             false,
         );
         assert_eq!(sessions.len(), 1, "registered (registration cannot tell)");
+        let progress = sessions.progress(3).unwrap();
 
         current.replace(catalog(&["y"]));
         sessions.resync_all();
-        eventually("the dead session removed", || sessions.len() == 0).await;
+        let done = ended(progress).await;
+        assert_eq!(done.notified, 0, "the send failed");
+        assert_eq!(sessions.len(), 0, "the dead session removed");
     }
 
     #[tokio::test]
     async fn concurrent_changes_coalesce_per_session() {
         let current = Arc::new(Current::default());
-        let sessions = Sessions::new(current.clone(), Arc::new(Policies::new(Vec::new())));
-        let p = connect().await;
+        let sessions = registry(&current);
+        let mut p = connect().await;
         sessions.add(
             1,
             Channel::Session(p.server.peer().clone()),
@@ -538,20 +632,46 @@ mod tests {
         );
         // Many deliveries before the worker runs: at most one in flight and
         // one queued, each comparing against the latest snapshot.
+        let mut asked = 0;
         for i in 0..50 {
             current.replace(catalog(&[&format!("t{i}")]));
-            sessions.resync_all();
+            asked = sessions.resync_all();
         }
-        eventually("at least one list_changed", || {
-            p.count.load(Ordering::SeqCst) >= 1
-        })
-        .await;
-        quiet().await;
-        let n = p.count.load(Ordering::SeqCst);
+        // Once the last wake-up is handled the worker has seen the last
+        // snapshot: any queued resync finds nothing new.
+        let n = handled(&sessions, 1, asked).await.notified;
         assert!(
             (1..=2).contains(&n),
             "{n} notifications for 50 back-to-back deliveries"
         );
+        p.received(n as usize).await;
         drop(p.client);
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_every_worker() {
+        let current = Arc::new(Current::default());
+        let (tracker, shutdown) = (
+            tokio_util::task::TaskTracker::new(),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let sessions = registry_on(&current, Background::new(tracker.clone(), shutdown.clone()));
+        let p = connect().await;
+        for id in [1, 2] {
+            sessions.add(
+                id,
+                Channel::Session(p.server.peer().clone()),
+                None,
+                Outbox::new(8),
+                Principal::local(),
+                false,
+            );
+        }
+        shutdown.cancel();
+        tracker.close();
+        tokio::time::timeout(PATIENCE, tracker.wait())
+            .await
+            .expect("the workers end at shutdown, though their sessions stay registered");
+        assert_eq!(sessions.len(), 2);
     }
 }

@@ -22,6 +22,19 @@ use super::policy::backoff;
 use super::state::{HealthState, Transition};
 use crate::config::RestartPolicy;
 
+/// Whether an instance is up, so that probes judge it and its failure
+/// takes it offline. Not [`super::advertisable`], though today the same
+/// states: that rule decides what clients see, this one how the machine
+/// moves. `unknown` must stay live whatever clients are shown, or a
+/// backend whose probe machinery failed could never be probed back to
+/// `running`.
+fn live(state: HealthState) -> bool {
+    matches!(
+        state,
+        HealthState::Running | HealthState::Degraded | HealthState::Unknown
+    )
+}
+
 /// Something the supervisor observed or was told.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -155,10 +168,7 @@ impl Machine {
             Input::Exited(reason) => self.failure(&mut out, reason, now, unit),
             Input::ProbeOk { degraded } => {
                 self.probe_failures = 0;
-                if matches!(
-                    self.state,
-                    HealthState::Running | HealthState::Degraded | HealthState::Unknown
-                ) {
+                if live(self.state) {
                     match degraded {
                         Some(why) => self.go(&mut out, HealthState::Degraded, why, now),
                         None => self.go(&mut out, HealthState::Running, "healthy".into(), now),
@@ -166,10 +176,7 @@ impl Machine {
                 }
             }
             Input::ProbeFailed(reason) => {
-                if !matches!(
-                    self.state,
-                    HealthState::Running | HealthState::Degraded | HealthState::Unknown
-                ) {
+                if !live(self.state) {
                     return Ok(out);
                 }
                 self.probe_failures += 1;
@@ -269,10 +276,7 @@ impl Machine {
 
     /// A start failed or a serving instance went down.
     fn failure(&mut self, out: &mut Step, reason: String, now: SystemTime, unit: f64) {
-        let serving = matches!(
-            self.state,
-            HealthState::Running | HealthState::Degraded | HealthState::Unknown
-        );
+        let serving = live(self.state);
         if self.state == HealthState::Quarantined {
             // A re-probe that failed: stay quarantined, try again later.
             self.schedule(out, self.policy.quarantine_reprobe, now, Action::RetryAfter);

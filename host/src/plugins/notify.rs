@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::Plugins;
 use super::manifest::{Filter, Severity};
@@ -49,10 +50,12 @@ impl Filter {
 }
 
 /// Runs until `shutdown`: every transition on `events` to every matching
-/// notifier.
+/// notifier. Each notifier's worker runs on `tracker` and stops at
+/// `shutdown` too, after the delivery in flight.
 pub async fn run(
     plugins: Arc<Plugins>,
     mut events: broadcast::Receiver<Transition>,
+    tracker: TaskTracker,
     shutdown: CancellationToken,
 ) {
     static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -82,7 +85,7 @@ pub async fn run(
             }
             let tx = workers.entry(name.clone()).or_insert_with(|| {
                 let (tx, rx) = mpsc::channel(QUEUE);
-                tokio::spawn(worker(
+                tracker.spawn(worker(
                     plugins.clone(),
                     name.clone(),
                     filter.per_minute,

@@ -570,10 +570,13 @@ impl Supervisor {
         for t in &step.transitions {
             tracing::info!(backend = %t.backend, from = %t.from, to = %t.to, reason = %t.reason, "health transition");
             crate::metrics::get().transition(&t.backend, t.to.as_str());
-            let _ = self.outlets.events.send(t.clone());
+            // Queued for the store before anyone hears of it: a transition
+            // seen on the event bus is one the store writer accepted, and
+            // a shutdown writes it (see `store::writer`).
             if let Some(store) = &self.outlets.store {
                 store.transition(t.clone());
             }
+            let _ = self.outlets.events.send(t.clone());
         }
         // The durable record changes only with these fields; probes that
         // change nothing must not write (they run every interval).

@@ -1,0 +1,65 @@
+//! Where long-lived tasks run: the process's [`TaskTracker`], which a
+//! shutdown waits for, and its root [`CancellationToken`], which starts the
+//! shutdown (the order is documented on `run` in `main.rs`).
+//!
+//! Code that spawns workers deep inside the gateway (a relay per backend
+//! connection, a resync worker per session) holds a [`Background`] instead
+//! of calling `tokio::spawn`, so no task outlives the shutdown unseen.
+
+use std::future::Future;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A tracker and the shutdown token, cloned cheaply.
+#[derive(Clone, Debug)]
+pub struct Background {
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+// === impl Background ===
+
+impl Background {
+    pub fn new(tracker: TaskTracker, shutdown: CancellationToken) -> Self {
+        Background { tracker, shutdown }
+    }
+
+    /// A fresh tracker and a token nobody cancels, for unit tests.
+    #[cfg(test)]
+    pub fn detached() -> Self {
+        Background::new(TaskTracker::new(), CancellationToken::new())
+    }
+
+    /// Runs `task` on the tracker until it ends or the shutdown begins,
+    /// whichever comes first: for workers with nothing to finish at
+    /// shutdown (what they hold is dropped with them).
+    pub fn spawn_until_shutdown<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let shutdown = self.shutdown.clone();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {}
+                _ = task => {}
+            }
+        });
+    }
+
+    /// Runs `task` on the tracker; it watches [`Background::child_token`]
+    /// itself to stop.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.tracker.spawn(task);
+    }
+
+    /// A token cancelled at shutdown, or earlier by its own `cancel` (one
+    /// worker's stop).
+    pub fn child_token(&self) -> CancellationToken {
+        self.shutdown.child_token()
+    }
+}

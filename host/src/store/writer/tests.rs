@@ -1,0 +1,192 @@
+//! The writer over an in-memory SQLite store behind a gate: the test holds
+//! the writer on its first write (a slow disk) while more is queued, then
+//! shuts down and checks that nothing queued was lost.
+
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::Notify;
+
+use super::*;
+use crate::audit::{CallQuery, CallRecord, StoredCall};
+use crate::health::HealthState;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{Rows, StoreError};
+
+/// Far beyond any wait on a loaded machine; only a bug reaches it.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A store whose health writes wait while the gate is shut, and that says
+/// when the first one is waiting.
+struct Gated {
+    inner: SqliteStore,
+    open: Mutex<bool>,
+    opened: Condvar,
+    waiting: Notify,
+}
+
+impl Gated {
+    fn new() -> Arc<Gated> {
+        Arc::new(Gated {
+            inner: SqliteStore::open_in_memory().unwrap(),
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+            waiting: Notify::new(),
+        })
+    }
+
+    fn pass(&self) {
+        let mut open = self.open.lock().unwrap();
+        if !*open {
+            self.waiting.notify_one();
+            while !*open {
+                open = self.opened.wait(open).unwrap();
+            }
+        }
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+impl Store for Gated {
+    fn record_transition(&self, t: &Transition) -> Result<(), StoreError> {
+        self.pass();
+        self.inner.record_transition(t)
+    }
+    fn transitions(&self, b: &str, limit: usize) -> Result<Rows<Transition>, StoreError> {
+        self.inner.transitions(b, limit)
+    }
+    fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError> {
+        self.pass();
+        self.inner.save_instance(r)
+    }
+    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
+        self.inner.load_instances()
+    }
+    fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError> {
+        self.pass();
+        self.inner.record_audit(a)
+    }
+    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
+        self.inner.audit(limit)
+    }
+    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError> {
+        self.inner.append_calls(calls)
+    }
+    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
+        self.inner.calls(q)
+    }
+    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
+        self.inner.prune_calls(cutoff)
+    }
+}
+
+/// The `n`th transition of a flapping backend (distinct reasons).
+fn transition(n: usize) -> Transition {
+    let (from, to) = if n % 2 == 0 {
+        (HealthState::Starting, HealthState::Restarting)
+    } else {
+        (HealthState::Restarting, HealthState::Starting)
+    };
+    Transition {
+        backend: "flappy".into(),
+        from,
+        to,
+        reason: format!("attempt {n}"),
+        at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_000 + n as u64),
+    }
+}
+
+fn record(n: usize) -> InstanceRecord {
+    InstanceRecord {
+        backend: "flappy".into(),
+        state: transition(n).to,
+        restart_count: n as u64,
+        consecutive_failures: 1,
+        quarantine_reason: None,
+        updated_at: SystemTime::now(),
+    }
+}
+
+fn reasons(store: &dyn Store) -> Vec<String> {
+    store
+        .transitions("flappy", 10_000)
+        .unwrap()
+        .rows
+        .into_iter()
+        .map(|t| t.reason)
+        .collect()
+}
+
+/// Cancels `shutdown` and waits (bounded) for the tracker, as `vigil
+/// serve` does when it stops.
+async fn shut_down(tracker: &TaskTracker, shutdown: &CancellationToken) {
+    shutdown.cancel();
+    tracker.close();
+    tokio::time::timeout(PATIENCE, tracker.wait())
+        .await
+        .expect("the writer ends after shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_queued_before_shutdown_is_written_behind_a_slow_disk() {
+    let store = Gated::new();
+    let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
+    let writer = StoreWriter::spawn(store.clone(), &tracker, &shutdown);
+
+    writer.transition(transition(0));
+    tokio::time::timeout(PATIENCE, store.waiting.notified())
+        .await
+        .expect("the first write reaches the store");
+    // The writer is stuck on the disk; the supervisors keep going.
+    for n in 1..500 {
+        writer.transition(transition(n));
+        writer.instance(record(n));
+    }
+    shutdown.cancel();
+    tracker.close();
+    store.open();
+    tokio::time::timeout(PATIENCE, tracker.wait())
+        .await
+        .expect("the writer drains and ends after shutdown");
+
+    let want: Vec<String> = (0..500).map(|n| transition(n).reason).collect();
+    assert_eq!(reasons(&*store), want, "every transition, in order");
+    let saved = store.load_instances().unwrap().rows;
+    assert_eq!(saved.len(), 1);
+    assert_eq!(saved[0].restart_count, 499, "the last record won");
+}
+
+#[tokio::test]
+async fn a_write_after_the_shutdown_is_refused_not_lost_in_a_queue() {
+    let store = Gated::new();
+    store.open();
+    let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
+    let writer = StoreWriter::spawn(store.clone(), &tracker, &shutdown);
+    writer.transition(transition(0));
+    shut_down(&tracker, &shutdown).await;
+
+    writer.transition(transition(1)); // logged as refused; no panic
+    assert_eq!(reasons(&*store), ["attempt 0"]);
+}
+
+#[tokio::test]
+async fn without_a_shutdown_the_writer_ends_once_every_handle_is_gone() {
+    let store = Gated::new();
+    store.open();
+    let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
+    let writer = StoreWriter::spawn(store.clone(), &tracker, &shutdown);
+    let other = writer.clone();
+    writer.transition(transition(0));
+    other.transition(transition(1));
+    drop((writer, other));
+    tracker.close();
+    tokio::time::timeout(PATIENCE, tracker.wait())
+        .await
+        .expect("the writer ends with its last handle");
+    assert_eq!(reasons(&*store), ["attempt 0", "attempt 1"]);
+    assert!(!shutdown.is_cancelled());
+}
