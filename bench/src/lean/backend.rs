@@ -70,13 +70,18 @@ pub async fn run(args: &BackendArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
     println!("listening on http://{local}/mcp");
+    serve(listener, &args.name).await
+}
+
+/// Serves MCP on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, name: &str) -> anyhow::Result<()> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
         ^ (u64::from(std::process::id()) << 32);
     let state: &'static State = Box::leak(Box::new(State {
-        name: args.name.clone(),
+        name: name.to_owned(),
         sessions: Mutex::new(HashSet::new()),
         seed,
         next: AtomicU64::new(1),

@@ -19,3 +19,32 @@ pub mod client;
 pub mod http;
 pub mod load;
 pub mod sse;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::client::{Endpoint, Session};
+
+    /// The lean client against the lean backend over loopback: handshake,
+    /// calls on the kept connection, close; then the closed session is gone.
+    #[tokio::test]
+    async fn client_and_backend_talk() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move { super::backend::serve(listener, "t").await });
+        let endpoint = Arc::new(Endpoint::parse(&url).unwrap());
+        let mut s = Session::open(endpoint.clone()).await.unwrap();
+        for text in ["a", "with \"quotes\" and \\ and é", ""] {
+            s.call_echo("echo", text).await.unwrap();
+        }
+        let e = s.call_echo("nope", "x").await.unwrap_err();
+        assert!(format!("{e:#}").contains("-32602"), "{e:#}");
+        s.call_echo("echo", "still usable").await.unwrap();
+        s.close().await;
+
+        let mut other = Session::open(endpoint).await.unwrap();
+        other.call_echo("echo", "x").await.unwrap();
+        other.close().await;
+    }
+}
