@@ -192,12 +192,65 @@ async fn checked_call(
     }
 }
 
-/// Per-session result of the loop.
-struct SessionRun {
+/// The measured window of one target: calls that start before `start`
+/// are warm-up.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub start: Instant,
+    pub end: Instant,
+}
+
+impl Window {
+    /// The plan's warm-up from now, then its measured time.
+    pub fn after_warmup(plan: &Plan) -> Self {
+        let start = Instant::now() + plan.warmup;
+        Self {
+            start,
+            end: start + plan.duration,
+        }
+    }
+}
+
+/// Per-session result of the loop, recorded the same way for every client:
+/// latencies of successful calls started inside the window, calls
+/// completed inside it, failures started inside it.
+pub struct SessionRun {
     latencies_ns: Vec<u64>,
     completed: u64,
     errors: u64,
     first_error: Option<String>,
+}
+
+impl SessionRun {
+    pub fn new() -> Self {
+        Self {
+            latencies_ns: Vec::with_capacity(64 * 1024),
+            completed: 0,
+            errors: 0,
+            first_error: None,
+        }
+    }
+
+    /// A successful call that ran from `begin` to `end`.
+    pub fn ok(&mut self, w: &Window, begin: Instant, end: Instant) {
+        if begin >= w.start {
+            self.latencies_ns.push((end - begin).as_nanos() as u64);
+        }
+        if end >= w.start && end <= w.end {
+            self.completed += 1;
+        }
+    }
+
+    /// A failed call that began at `begin`; `describe` is asked for the
+    /// first one only.
+    pub fn failed(&mut self, w: &Window, begin: Instant, describe: impl FnOnce() -> String) {
+        if begin >= w.start {
+            self.errors += 1;
+            if self.first_error.is_none() {
+                self.first_error = Some(describe());
+            }
+        }
+    }
 }
 
 /// Opens `plan.sessions` sessions on `target`, warms up, measures, closes.
@@ -236,31 +289,42 @@ pub async fn run_target(target: &Target, plan: &Plan, pids: &Pids) -> anyhow::Re
         )));
     }
 
-    let start = Instant::now();
-    let window_start = start + plan.warmup;
-    let window_end = window_start + plan.duration;
+    let window = Window::after_warmup(plan);
     let tasks: Vec<_> = clients
         .into_iter()
         .map(|client| {
             let params = params.clone();
             tokio::spawn(async move {
-                let run = session_loop(&client, &params, window_start, window_end).await;
+                let run = session_loop(&client, &params, window).await;
                 (client, run)
             })
         })
         .collect();
+    let (sample, clients) = measure(tasks, window, pids).await?;
+    futures::future::join_all(clients.into_iter().map(close)).await;
+    Ok(sample)
+}
 
-    tokio::time::sleep_until(window_start).await;
+/// Samples the CPU of the bench, Vigil, the backend and the machine at the
+/// window's start and end while the sessions' tasks run, then collects the
+/// tasks: the merged sample, and the clients they hand back.
+pub async fn measure<C>(
+    tasks: Vec<tokio::task::JoinHandle<(C, SessionRun)>>,
+    window: Window,
+    pids: &Pids,
+) -> anyhow::Result<(Sample, Vec<C>)> {
+    tokio::time::sleep_until(window.start).await;
     let cpu0 = snapshot(pids);
-    tokio::time::sleep_until(window_end).await;
+    tokio::time::sleep_until(window.end).await;
     let cpu1 = snapshot(pids);
 
+    let duration = window.end - window.start;
     let mut sample = Sample {
         latencies_ns: Vec::new(),
         completed: 0,
         errors: 0,
         first_error: None,
-        window: plan.duration,
+        window: duration,
         cpu_client: cpu1.client - cpu0.client,
         cpu_vigil: cpu1.vigil - cpu0.vigil,
         cpu_backend: cpu1.backend - cpu0.backend,
@@ -268,10 +332,9 @@ pub async fn run_target(target: &Target, plan: &Plan, pids: &Pids) -> anyhow::Re
         other_cores: 0.0,
     };
     let cpus = machine::online_cpus() as f64;
-    let ours =
-        (sample.cpu_client + sample.cpu_vigil + sample.cpu_backend) / plan.duration.as_secs_f64();
+    let ours = (sample.cpu_client + sample.cpu_vigil + sample.cpu_backend) / duration.as_secs_f64();
     sample.other_cores = (sample.machine_busy * cpus - ours).max(0.0);
-    let mut clients = Vec::new();
+    let mut clients = Vec::with_capacity(tasks.len());
     for task in tasks {
         let (client, run) = task.await.context("a session task panicked")?;
         sample.latencies_ns.extend(run.latencies_ns);
@@ -280,52 +343,35 @@ pub async fn run_target(target: &Target, plan: &Plan, pids: &Pids) -> anyhow::Re
         sample.first_error = sample.first_error.or(run.first_error);
         clients.push(client);
     }
-    futures::future::join_all(clients.into_iter().map(close)).await;
-    Ok(sample)
+    Ok((sample, clients))
 }
 
 async fn session_loop(
     client: &Client,
     params: &CallToolRequestParams,
-    window_start: Instant,
-    window_end: Instant,
+    window: Window,
 ) -> SessionRun {
-    let mut run = SessionRun {
-        latencies_ns: Vec::with_capacity(64 * 1024),
-        completed: 0,
-        errors: 0,
-        first_error: None,
-    };
+    let mut run = SessionRun::new();
     loop {
         let begin = Instant::now();
-        if begin >= window_end {
+        if begin >= window.end {
             break;
         }
         let result = client.call_tool(params.clone()).await;
         let end = Instant::now();
-        let ok = matches!(&result, Ok(r) if r.is_error != Some(true));
-        if ok {
-            if begin >= window_start {
-                run.latencies_ns.push((end - begin).as_nanos() as u64);
+        match result {
+            Ok(r) if r.is_error != Some(true) => run.ok(&window, begin, end),
+            other => {
+                run.failed(&window, begin, || match other {
+                    Ok(r) => format!(
+                        "tool error: {:?}",
+                        r.content.first().and_then(|c| c.as_text()).map(|t| &t.text)
+                    ),
+                    Err(e) => e.to_string(),
+                });
+                // Do not spin on a broken session.
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            if end >= window_start && end <= window_end {
-                run.completed += 1;
-            }
-        } else {
-            if begin >= window_start {
-                run.errors += 1;
-                if run.first_error.is_none() {
-                    run.first_error = Some(match result {
-                        Ok(r) => format!(
-                            "tool error: {:?}",
-                            r.content.first().and_then(|c| c.as_text()).map(|t| &t.text)
-                        ),
-                        Err(e) => e.to_string(),
-                    });
-                }
-            }
-            // Do not spin on a broken session.
-            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
     run

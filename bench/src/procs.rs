@@ -101,16 +101,18 @@ impl Server {
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within two seconds.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        self.stop_within(Duration::from_secs(2)).await
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `grace`.
+    pub async fn stop_within(mut self, grace: Duration) {
         if let Some(pid) = self.child.id() {
             // SAFETY: plain kill(2) on our own child's pid.
             unsafe {
                 libc::kill(pid as libc::pid_t, libc::SIGTERM);
             }
-            if tokio::time::timeout(Duration::from_secs(2), self.child.wait())
-                .await
-                .is_ok()
-            {
+            if tokio::time::timeout(grace, self.child.wait()).await.is_ok() {
                 return;
             }
         }
@@ -163,25 +165,42 @@ pub async fn version(program: &Path) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A scratch directory under the system temp dir, removed when dropped.
-pub struct WorkDir(PathBuf);
+/// A directory for a run's files: a scratch one under the system temp dir,
+/// removed when dropped, or a given one, kept.
+pub struct WorkDir {
+    path: PathBuf,
+    remove: bool,
+}
 
 impl WorkDir {
     pub fn create() -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("vigil-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        Ok(Self(dir))
+        Ok(Self {
+            path: dir,
+            remove: true,
+        })
+    }
+
+    /// An existing directory, left in place when dropped.
+    pub fn at(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            remove: false,
+        }
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        &self.path
     }
 }
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
     }
 }
 
@@ -205,6 +224,15 @@ pub fn log_dir(given: Option<&Path>) -> anyhow::Result<(PathBuf, Option<WorkDir>
 /// loopback port (log in `work`) and waits until it lists `echo`; returns
 /// it with its `/mcp` URL.
 pub async fn demo_backend(bin_dir: &Path, work: &WorkDir) -> anyhow::Result<(Server, String)> {
+    demo_backend_pinned(bin_dir, work, None).await
+}
+
+/// [`demo_backend`], pinned to `pin`.
+pub async fn demo_backend_pinned(
+    bin_dir: &Path,
+    work: &WorkDir,
+    pin: Option<&[usize]>,
+) -> anyhow::Result<(Server, String)> {
     let port = free_port()?;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let mut backend = Server::spawn(
@@ -219,15 +247,54 @@ pub async fn demo_backend(bin_dir: &Path, work: &WorkDir) -> anyhow::Result<(Ser
             "demo".into(),
         ],
         &[("RUST_LOG", "warn")],
-        None,
+        pin,
         work.path().join("backend.log"),
     )?;
-    crate::load::wait_ready(
-        &mut backend,
-        &url,
-        "echo",
-        std::time::Duration::from_secs(30),
-    )
-    .await?;
+    crate::load::wait_ready(&mut backend, &url, "echo", Duration::from_secs(30)).await?;
     Ok((backend, url))
+}
+
+/// Starts this binary's hidden `lean-backend` subcommand (the lean MCP
+/// backend, see `lean/backend.rs`) on a free loopback port, pinned to
+/// `pin` (log `lean-backend.log` in `work`), and waits until it lists
+/// `echo` to rmcp's client; returns it with its `/mcp` URL.
+pub async fn lean_backend(
+    work: &WorkDir,
+    pin: Option<&[usize]>,
+) -> anyhow::Result<(Server, String)> {
+    let port = free_port()?;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let exe = std::env::current_exe().context("cannot find this binary for the lean backend")?;
+    let mut backend = Server::spawn(
+        "lean backend",
+        &exe,
+        &[
+            "lean-backend".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+        ],
+        &[],
+        pin,
+        work.path().join("lean-backend.log"),
+    )?;
+    crate::load::wait_ready(&mut backend, &url, "echo", Duration::from_secs(30)).await?;
+    Ok((backend, url))
+}
+
+/// The `vigil.toml` of a bench gateway: `listen` on `port`, `log_level =
+/// "warn"`, the control API on a free port, one HTTP backend `demo` at
+/// `backend_url`. `top` is put among the top-level keys (e.g.
+/// `request_timeout = "5s"`), `tables` before the backend (e.g. a
+/// `[health]` section).
+pub fn vigil_config(
+    port: u16,
+    backend_url: &str,
+    keep_alive: bool,
+    top: &str,
+    tables: &str,
+) -> String {
+    format!(
+        "listen = \"127.0.0.1:{port}\"\nlog_level = \"warn\"\n{top}\n[api]\nlisten = \"127.0.0.1:0\"\n\n{tables}\n\
+         [[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\nkeep_alive = {keep_alive}\n"
+    )
 }

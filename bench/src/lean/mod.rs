@@ -1,0 +1,50 @@
+//! The lean pair: an MCP backend and an MCP client that cost next to
+//! nothing per call, so the gateway's own cost is what a run shows.
+//!
+//! The rmcp pair (the demo backend, rmcp's client) spends 260–520 µs of CPU
+//! per call in its two peers; on a 2-CPU machine that is CPU the gateway
+//! does not get, and it shrinks the gateway's share of every ratio. The
+//! lean pair speaks the same protocol (MCP streamable HTTP, sessions,
+//! protocol 2025-11-25) with a hand-written HTTP/1.1 layer and borrowed
+//! JSON, no SDK on the hot path.
+//!
+//! - [`http`]: message heads and body framings on a kept-alive connection;
+//! - [`sse`]: the event-stream parser (Vigil may answer a POST with SSE);
+//! - [`backend`]: the server, `vigil-bench lean-backend`, a process of its own;
+//! - [`client`]: one client session;
+//! - [`load`]: N sessions in a closed loop, recorded like the rmcp load.
+
+pub mod backend;
+pub mod client;
+pub mod http;
+pub mod load;
+pub mod sse;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::client::{Endpoint, Session};
+
+    /// The lean client against the lean backend over loopback: handshake,
+    /// calls on the kept connection, close; then the closed session is gone.
+    #[tokio::test]
+    async fn client_and_backend_talk() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move { super::backend::serve(listener, "t").await });
+        let endpoint = Arc::new(Endpoint::parse(&url).unwrap());
+        let mut s = Session::open(endpoint.clone()).await.unwrap();
+        for text in ["a", "with \"quotes\" and \\ and é", ""] {
+            s.call_echo("echo", text).await.unwrap();
+        }
+        let e = s.call_echo("nope", "x").await.unwrap_err();
+        assert!(format!("{e:#}").contains("-32602"), "{e:#}");
+        s.call_echo("echo", "still usable").await.unwrap();
+        s.close().await;
+
+        let mut other = Session::open(endpoint).await.unwrap();
+        other.call_echo("echo", "x").await.unwrap();
+        other.close().await;
+    }
+}
