@@ -44,9 +44,20 @@ pub struct Lanes {
 pub struct Opened {
     pub conn: Connection,
     instance: u64,
+    /// Re-initializations of the session already reported by
+    /// [`Opened::recovered`].
+    reported: std::sync::atomic::AtomicU64,
 }
 
 impl Opened {
+    /// Whether the lane's client re-initialized a session the backend
+    /// forgot (it was restarted, maybe redeployed) since the last call
+    /// asked: what the backend offers may have changed.
+    pub fn recovered(&self) -> bool {
+        let now = self.conn.reinitializations();
+        self.reported.swap(now, std::sync::atomic::Ordering::AcqRel) != now
+    }
+
     /// The backend session the lane's requests carry.
     pub fn session(&self) -> Option<&Arc<SessionTarget>> {
         self.conn.session_target()
@@ -110,7 +121,12 @@ impl Backend {
             .open_connection(None, Some(ClientCapabilities::default()), None, downstream)
             .await?;
         tracing::debug!(backend = %self.name, %principal, instance, "lane opened");
-        let open = Arc::new(Opened { conn, instance });
+        let reported = conn.reinitializations().into();
+        let open = Arc::new(Opened {
+            conn,
+            instance,
+            reported,
+        });
         self.lanes.write().insert(principal, open.clone());
         Ok(open)
     }

@@ -313,6 +313,7 @@ impl RawPath {
                     return Handled::Typed(Some(Admitted::new(audit)));
                 }
             };
+            recovered |= lane.recovered();
             let Some(target) = lane.session().and_then(|s| raw_http::target_of(s)) else {
                 return Handled::Typed(Some(Admitted::new(audit)));
             };
