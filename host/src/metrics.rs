@@ -69,8 +69,8 @@ pub struct ReasonLabel {
 /// JSON-RPC method.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ForwardLabel {
-    pub method: String,
-    pub path: String,
+    pub method: &'static str,
+    pub path: &'static str,
 }
 
 type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -274,12 +274,9 @@ impl Metrics {
 
     /// A routed `method` request went to its backend by `path` (`raw` or
     /// `typed`).
-    pub fn forwarded(&self, method: &str, path: &str) {
+    pub fn forwarded(&self, method: &'static str, path: &'static str) {
         self.forwarded
-            .get_or_create(&ForwardLabel {
-                method: method.to_owned(),
-                path: path.to_owned(),
-            })
+            .get_or_create(&ForwardLabel { method, path })
             .inc();
     }
 

@@ -13,13 +13,12 @@
 //! sending it again another way cannot run it twice; every other failure
 //! after the send is [`PostError::Lost`].
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
-use super::http_ping::SessionTarget;
 pub(crate) use super::http_ping::Target;
 
 /// Largest answer read (a JSON body, or all events of one request's
@@ -54,11 +53,6 @@ pub enum Posted {
     Events(Events),
 }
 
-/// A session to send on, if the lane has recorded one.
-pub fn target_of(session: &SessionTarget) -> Option<Arc<Target>> {
-    session.current()
-}
-
 /// Sends `body` (one request whose id is `id`, decoded) on `t`'s session;
 /// `keep_alive` follows the backend's setting.
 pub async fn post(
@@ -67,12 +61,8 @@ pub async fn post(
     id: Arc<str>,
     keep_alive: bool,
 ) -> Result<Posted, PostError> {
-    let client = forward_client(keep_alive).map_err(PostError::NotAccepted)?;
-    let resp = t
-        .request(client.post(t.url.clone()))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json, text/event-stream")
-        .body(body)
+    let resp = message_post(t, body, keep_alive)
+        .map_err(PostError::NotAccepted)?
         .send()
         .await
         .map_err(|e| {
@@ -105,12 +95,7 @@ pub async fn post(
 /// own, or a cancellation) on `t`'s session; failures are the caller's to
 /// log.
 pub async fn send(t: &Target, message: String, keep_alive: bool) -> Result<(), String> {
-    let client = forward_client(keep_alive)?;
-    let resp = t
-        .request(client.post(t.url.clone()))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json, text/event-stream")
-        .body(message)
+    let resp = message_post(t, message, keep_alive)?
         .send()
         .await
         .map_err(|e| e.to_string())?;
@@ -119,6 +104,19 @@ pub async fn send(t: &Target, message: String, keep_alive: bool) -> Result<(), S
     } else {
         Err(format!("HTTP {}", resp.status()))
     }
+}
+
+/// A POST of one JSON-RPC message on `t`'s session.
+fn message_post(
+    t: &Target,
+    body: String,
+    keep_alive: bool,
+) -> Result<reqwest::RequestBuilder, String> {
+    let client = super::stream_watch::shared_client(keep_alive)?;
+    Ok(t.request(client.post(t.url.clone()))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, text/event-stream")
+        .body(body))
 }
 
 async fn read_bounded(resp: reqwest::Response) -> Result<Bytes, String> {
@@ -236,7 +234,7 @@ impl Events {
         if let Some(wait) = self.retry {
             tokio::time::sleep(wait.min(MAX_RETRY_WAIT)).await;
         }
-        let client = forward_client(self.keep_alive)?;
+        let client = super::stream_watch::shared_client(self.keep_alive)?;
         let resp = self
             .target
             .request(client.get(self.target.url.clone()))
@@ -272,25 +270,4 @@ fn answers(data: &str, id: &str) -> bool {
         (r.result.is_some() || r.error.is_some())
             && matches!(r.id, Some(rmcp::model::RequestId::String(s)) if &*s == id)
     })
-}
-
-/// The HTTP client of raw forwarding: with `keep_alive` (the default of
-/// `[[backends]] keep_alive`) it keeps room for many calls in flight per
-/// backend; `TCP_NODELAY`; no redirects (one would replay session ids and
-/// configured headers to another place). Built once per setting; a build
-/// failure is retried on the next call.
-fn forward_client(keep_alive: bool) -> Result<reqwest::Client, String> {
-    static POOLED: OnceLock<reqwest::Client> = OnceLock::new();
-    static UNPOOLED: OnceLock<reqwest::Client> = OnceLock::new();
-    let cell = if keep_alive { &POOLED } else { &UNPOOLED };
-    if let Some(c) = cell.get() {
-        return Ok(c.clone());
-    }
-    let built = reqwest::Client::builder()
-        .pool_max_idle_per_host(if keep_alive { 256 } else { 0 })
-        .tcp_nodelay(true)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| format!("cannot build the forwarding HTTP client: {e}"))?;
-    Ok(cell.get_or_init(|| built).clone())
 }

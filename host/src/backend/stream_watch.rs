@@ -63,8 +63,10 @@ impl WatchedHttp {
 /// carry no per-backend state (headers are per request), so sharing the
 /// pool is safe. Building can fail (e.g. out of file descriptors while
 /// loading root certificates): an error for this attempt, never a panic,
-/// and the next attempt builds again.
-fn shared_client(keep_alive: bool) -> Result<reqwest::Client, String> {
+/// and the next attempt builds again. The raw path (`raw_http`) sends on
+/// the same pool, so its calls and the connections' own requests reuse
+/// each other's connections.
+pub(super) fn shared_client(keep_alive: bool) -> Result<reqwest::Client, String> {
     static POOLED: OnceLock<reqwest::Client> = OnceLock::new();
     static UNPOOLED: OnceLock<reqwest::Client> = OnceLock::new();
     let cell = if keep_alive { &POOLED } else { &UNPOOLED };
@@ -72,7 +74,7 @@ fn shared_client(keep_alive: bool) -> Result<reqwest::Client, String> {
         return Ok(c.clone());
     }
     let built = reqwest::Client::builder()
-        .pool_max_idle_per_host(if keep_alive { 32 } else { 0 })
+        .pool_max_idle_per_host(if keep_alive { 256 } else { 0 })
         .tcp_nodelay(true)
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -106,13 +106,7 @@ async fn session_cap(
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, cap.max_body_bytes).await {
         Ok(b) => b,
-        Err(e) => {
-            return (
-                http::StatusCode::PAYLOAD_TOO_LARGE,
-                format!("could not read the request body: {e}"),
-            )
-                .into_response();
-        }
+        Err(e) => return unreadable_body(e),
     };
     let Some(id) = initialize_id(&bytes) else {
         return next
@@ -151,6 +145,16 @@ async fn session_cap(
             (http::header::RETRY_AFTER, "1"),
         ],
         body.to_string(),
+    )
+        .into_response()
+}
+
+/// The answer to a request body that could not be read whole within
+/// `max_body_bytes`, for the layers that read it before rmcp does.
+pub(super) fn unreadable_body(e: axum::Error) -> Response {
+    (
+        http::StatusCode::PAYLOAD_TOO_LARGE,
+        format!("could not read the request body: {e}"),
     )
         .into_response()
 }

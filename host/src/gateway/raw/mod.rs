@@ -102,13 +102,7 @@ pub async fn forward(State(raw): State<Arc<RawPath>>, req: Request, next: Next) 
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, raw.max_body).await {
         Ok(b) => b,
-        Err(e) => {
-            return (
-                http::StatusCode::PAYLOAD_TOO_LARGE,
-                format!("could not read the request body: {e}"),
-            )
-                .into_response();
-        }
+        Err(e) => return super::http::unreadable_body(e),
     };
     match raw.handle(&front, &parts, &bytes).await {
         Handled::Answered(response) => response,
@@ -314,7 +308,7 @@ impl RawPath {
                 }
             };
             recovered |= lane.recovered();
-            let Some(target) = lane.session().and_then(|s| raw_http::target_of(s)) else {
+            let Some(target) = lane.session().and_then(|s| s.current()) else {
                 return Handled::Typed(Some(Admitted::new(audit)));
             };
             let exchange =
