@@ -357,6 +357,7 @@ impl RawPath {
                 before,
                 ..
             }) => {
+                tracing::debug!(backend = %b.name, error = %e.message, "routed request failed");
                 let e = if recovered
                     && e.code == ErrorCode::INVALID_PARAMS
                     && r.method == RawMethod::ToolsCall
@@ -383,6 +384,7 @@ impl RawPath {
                 (answer_response(before, message), !tool_failed, outcome)
             }
             Ended::Lost(why) => {
+                tracing::debug!(backend = %b.name, error = %why, "routed request failed");
                 let e = unavailable(&b.name, HealthState::Offline, &why);
                 (self.refusal(client_id, e), false, Outcome::Unavailable)
             }
