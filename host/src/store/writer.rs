@@ -52,9 +52,16 @@ impl StoreWriter {
         StoreWriter(tx)
     }
 
-    pub fn transition(&self, t: Transition) {
-        if let Err(mpsc::error::SendError(w)) = self.0.send(Write::Transition(t)) {
-            refused(&w);
+    /// Queues `t`; `false` when the writer has closed for shutdown (the
+    /// refusal is logged). A caller that tells others of `t` does so only
+    /// after `true`: what anyone heard of is on disk after the shutdown.
+    pub fn transition(&self, t: Transition) -> bool {
+        match self.0.send(Write::Transition(t)) {
+            Ok(()) => true,
+            Err(mpsc::error::SendError(w)) => {
+                refused(&w);
+                false
+            }
         }
     }
 

@@ -157,12 +157,16 @@ impl Supervisor {
                     };
                     next
                 }
+                // `biased`: a shutdown wins over a due restart, so no
+                // `restarting → starting` follows the signal.
                 Phase::Wait(deadline) => tokio::select! {
+                    biased;
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep_until(deadline) => Phase::Start,
                     Some((cmd, reply)) = commands.recv() => self.command(cmd, reply).await.unwrap_or(Phase::Wait(deadline)),
                 },
                 Phase::Idle => tokio::select! {
+                    biased;
                     _ = shutdown.cancelled() => break,
                     Some((cmd, reply)) = commands.recv() => self.command(cmd, reply).await.unwrap_or(Phase::Idle),
                 },
@@ -181,6 +185,9 @@ impl Supervisor {
         commands: &mut mpsc::UnboundedReceiver<(Command, CommandReply)>,
         shutdown: &CancellationToken,
     ) -> Option<Phase> {
+        if shutdown.is_cancelled() {
+            return None;
+        }
         self.apply(Input::Starting);
         let attempt = tokio::select! {
             r = self.start_instance() => r,
@@ -572,11 +579,12 @@ impl Supervisor {
             crate::metrics::get().transition(&t.backend, t.to.as_str());
             // Queued for the store before anyone hears of it: a transition
             // seen on the event bus is one the store writer accepted, and
-            // a shutdown writes it (see `store::writer`).
-            if let Some(store) = &self.outlets.store {
-                store.transition(t.clone());
+            // a shutdown writes it (see `store::writer`). One the closed
+            // writer refused (a step racing the shutdown) is not announced.
+            let stored = self.outlets.store.as_ref().is_none_or(|s| s.transition(t.clone()));
+            if stored {
+                let _ = self.outlets.events.send(t.clone());
             }
-            let _ = self.outlets.events.send(t.clone());
         }
         // The durable record changes only with these fields; probes that
         // change nothing must not write (they run every interval).
