@@ -80,16 +80,23 @@ pub async fn connect(
             tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
             let target = Arc::new(SessionTarget::default());
             ping_target = Some(target.clone());
-            let http = WatchedHttp::new(closed_tx, keep_alive, target).map_err(|reason| {
+            let http = WatchedHttp::new(closed_tx, keep_alive, target.clone()).map_err(|e| {
                 BackendError::Transport {
                     backend: backend.clone(),
-                    reason,
+                    reason: e.to_string(),
                     stderr: vec![],
                 }
             })?;
             let transport = StreamableHttpClientTransport::with_client(http, cfg);
             let transport = Tapped::new(transport, relay.clone());
-            handshake(&backend, client.serve(transport), bounds.connect, None).await?
+            handshake(&backend, client.serve(transport), bounds.connect, None)
+                .await
+                .map_err(|e| match e {
+                    BackendError::Handshake {
+                        backend, reason, ..
+                    } if target.refused() => BackendError::Refused { backend, reason },
+                    other => other,
+                })?
         }
     };
     Ok(Connection {
@@ -121,10 +128,6 @@ where
     let tail = || stderr.map(|t| t.lines()).unwrap_or_default();
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) if super::error::is_refused(&e) => Err(BackendError::Refused {
-            backend: backend.clone(),
-            reason: super::error::plain(e),
-        }),
         Ok(Err(e)) => Err(BackendError::Handshake {
             backend: backend.clone(),
             reason: super::error::plain(e),

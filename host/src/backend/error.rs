@@ -55,7 +55,66 @@ pub enum BackendError {
     Mcp(McpError),
 }
 
-/// Whether `e` or one of its sources is a refused TCP connection.
+/// What failed in one HTTP exchange with a backend, by kind: callers
+/// match on the variant (a refused connection, the HTTP status of the
+/// answer, a broken body), never on the message.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpFailure {
+    /// The shared HTTP client could not be built (e.g. out of file
+    /// descriptors while loading root certificates); the next try builds
+    /// again.
+    #[error("cannot build the HTTP client: {0}")]
+    NoClient(#[source] reqwest::Error),
+    /// Nothing accepted the TCP connection.
+    #[error("connection refused: {0}")]
+    Refused(#[source] reqwest::Error),
+    /// The connection could not be made for another reason (DNS, TLS, ...).
+    #[error("cannot connect: {0}")]
+    Connect(#[source] reqwest::Error),
+    /// The request failed after the connection was made.
+    #[error("the request failed: {0}")]
+    Request(#[source] reqwest::Error),
+    /// The backend answered with a status the exchange cannot use.
+    #[error("HTTP {0}")]
+    Status(http::StatusCode),
+    /// The answer's body broke off.
+    #[error("the answer broke off: {0}")]
+    Body(#[source] reqwest::Error),
+    /// The answer passed the bound the exchange reads.
+    #[error("the answer is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    /// The answer arrived but is not what the protocol says (no response
+    /// to the request, an unreadable event stream, ...).
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl HttpFailure {
+    /// Classifies a failed send (connect, or request after it).
+    pub fn of_send(e: reqwest::Error) -> Self {
+        if is_refused(&e) {
+            HttpFailure::Refused(e)
+        } else if e.is_connect() {
+            HttpFailure::Connect(e)
+        } else {
+            HttpFailure::Request(e)
+        }
+    }
+
+    /// Whether the request cannot have reached the backend's MCP handler
+    /// (so sending it again another way cannot run it twice).
+    pub fn before_delivery(&self) -> bool {
+        matches!(
+            self,
+            HttpFailure::NoClient(_) | HttpFailure::Refused(_) | HttpFailure::Connect(_)
+        )
+    }
+}
+
+/// Whether `e` or one of its sources is a refused TCP connection. Walks
+/// the typed source chain (reqwest keeps the `io::Error`); errors that
+/// lost their chain (rmcp's) are classified where the reqwest error is
+/// still at hand (see `stream_watch`).
 pub fn is_refused(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(err) = cur {
@@ -67,8 +126,7 @@ pub fn is_refused(e: &(dyn std::error::Error + 'static)) -> bool {
         }
         cur = err.source();
     }
-    // Some layers keep their cause only in their Debug form.
-    format!("{e:?}").contains("ConnectionRefused")
+    false
 }
 
 /// An rmcp error message without the Rust type names it embeds
@@ -122,7 +180,25 @@ impl BackendError {
 
 #[cfg(test)]
 mod tests {
-    use super::plain;
+    use super::{HttpFailure, plain};
+
+    #[tokio::test]
+    async fn a_refused_connection_is_told_by_its_kind() {
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/mcp"))
+            .send()
+            .await
+            .unwrap_err();
+        let failure = HttpFailure::of_send(e);
+        assert!(matches!(failure, HttpFailure::Refused(_)), "{failure:?}");
+        assert!(failure.before_delivery());
+    }
 
     #[test]
     fn type_names_are_dropped_from_messages() {

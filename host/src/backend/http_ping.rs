@@ -24,6 +24,8 @@ use futures::StreamExt;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::RequestId;
 
+use super::error::HttpFailure;
+
 type Headers = HashMap<HeaderName, HeaderValue>;
 
 /// Largest ping answer read; a ping result is `{}`.
@@ -45,6 +47,9 @@ pub struct SessionTarget {
     reinitialized: tokio::sync::Notify,
     /// How many re-initializations happened (see `reinitialized`).
     reinits: std::sync::atomic::AtomicU64,
+    /// Whether the last POST found nothing accepting the connection (told
+    /// from reqwest's typed error while rmcp's wrapping still lost it).
+    refused: std::sync::atomic::AtomicBool,
 }
 
 /// One recorded backend session: where it is and what its requests carry.
@@ -135,23 +140,35 @@ impl SessionTarget {
     pub async fn broken(&self) {
         self.broken.notified().await
     }
+
+    /// Records how the last POST's connection went (for the supervisor's
+    /// "still binding its port" retry, see [`SessionTarget::refused`]).
+    pub fn record_send(&self, refused: bool) {
+        self.refused
+            .store(refused, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the last POST was refused at the TCP level.
+    pub fn refused(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// The outcome of a direct ping.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum Direct {
     /// The backend answered the ping with a result.
     Answered,
     /// No answer within the budget.
     TimedOut,
     /// Not decided here (why, for the debug log): ping through rmcp instead.
-    Undecided(String),
+    Undecided(HttpFailure),
 }
 
 /// Sends `ping` on the recorded session within `timeout`.
 pub async fn ping(target: &SessionTarget, timeout: Duration) -> Direct {
     let Some(t) = target.current() else {
-        return Direct::Undecided("no session recorded yet".into());
+        return Direct::Undecided(HttpFailure::Protocol("no session recorded yet".into()));
     };
     let client = match probe_client() {
         Ok(c) => c,
@@ -164,7 +181,7 @@ pub async fn ping(target: &SessionTarget, timeout: Duration) -> Direct {
     }
 }
 
-async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), String> {
+async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), HttpFailure> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // A string id cannot collide with rmcp's numeric ids on the same session.
@@ -177,9 +194,9 @@ async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), String> {
         .body(body)
         .send()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(HttpFailure::of_send)?;
     if resp.status() != http::StatusCode::OK {
-        return Err(format!("HTTP {}", resp.status()));
+        return Err(HttpFailure::Status(resp.status()));
     }
     let sse = resp
         .headers()
@@ -191,9 +208,9 @@ async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), String> {
     // JSON: the whole body is the answer. SSE: scan complete events as they
     // arrive and stop at the answer (the stream may stay open after it).
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| e.to_string())?;
+        let chunk = chunk.map_err(HttpFailure::Body)?;
         if buf.len() + chunk.len() > MAX_ANSWER {
-            return Err("answer larger than a ping's".into());
+            return Err(HttpFailure::TooLarge { limit: MAX_ANSWER });
         }
         buf.extend_from_slice(&chunk);
         if sse && sse_answers(&buf, &id) {
@@ -209,7 +226,9 @@ async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), String> {
     if !sse && is_result(&buf, &id) {
         return Ok(());
     }
-    Err("the response did not carry the ping's result".into())
+    Err(HttpFailure::Protocol(
+        "the response did not carry the ping's result".into(),
+    ))
 }
 
 /// Whether a JSON-RPC message is a successful response to `id`.
@@ -252,7 +271,7 @@ fn sse_answers(buf: &[u8], id: &RequestId) -> bool {
 /// connection instead of opening one per ping; built once, so the system's
 /// root certificates are loaded once. A build failure (e.g. out of file
 /// descriptors) is retried on the next ping.
-pub(super) fn probe_client() -> Result<reqwest::Client, String> {
+pub(super) fn probe_client() -> Result<reqwest::Client, HttpFailure> {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     if let Some(c) = CLIENT.get() {
         return Ok(c.clone());
@@ -262,7 +281,7 @@ pub(super) fn probe_client() -> Result<reqwest::Client, String> {
         .tcp_nodelay(true)
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| format!("cannot build the probe HTTP client: {e}"))?;
+        .map_err(HttpFailure::NoClient)?;
     Ok(CLIENT.get_or_init(|| built).clone())
 }
 

@@ -17,13 +17,15 @@ pub mod inflight;
 mod lane;
 mod listing;
 pub mod outbox;
+pub mod pool;
 pub(crate) mod raw_http;
 mod reach;
+mod set;
 mod stream_watch;
 mod tap;
 
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use rmcp::model::ClientCapabilities;
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -36,13 +38,15 @@ pub use lane::Opened as OpenLane;
 pub use listing::ListLimits;
 pub use outbox::Outbox;
 pub use reach::reach;
+pub use set::{BackendSet, CurrentSet};
 pub use tap::Relay;
 
 use crate::background::Background;
 use crate::catalog::BackendCatalog;
 use crate::config::{BackendConfig, Transport};
+use crate::health::published::{Published, Publisher};
 use crate::health::stats::CallStats;
-use crate::health::{HealthState, advertisable};
+use crate::health::{HealthState, Status, advertisable};
 use crate::runtime::{Endpoint, process::StderrTail};
 
 /// What a backend supervisor reports to the gateway.
@@ -66,21 +70,6 @@ pub struct Bounds {
     pub request: Duration,
     /// Each listing of the backend's capabilities (`[limits]`).
     pub list: ListLimits,
-}
-
-/// A backend's health as last decided by its supervisor.
-#[derive(Debug, Clone)]
-pub struct Status {
-    pub state: HealthState,
-    pub since: SystemTime,
-    pub reason: String,
-    pub restart_count: u64,
-    pub consecutive_failures: u32,
-    pub quarantine_reason: Option<String>,
-    pub next_retry_at: Option<SystemTime>,
-    /// Round trip of the last successful probe.
-    pub latency: Option<Duration>,
-    pub last_exit: Option<String>,
 }
 
 /// An operator's request to a backend's supervisor.
@@ -124,7 +113,8 @@ pub struct Backend {
     shared: RwLock<Option<Arc<Connection>>>,
     /// HTTP backends: the sessions shared by calls with nothing per session.
     lanes: lane::Lanes,
-    status: RwLock<Status>,
+    /// Written by the supervisor alone (it takes the publisher).
+    status: Published,
     inflight: Arc<Inflight>,
     refresh: Notify,
     /// Completed re-listings (for waiters), and whether one runs now.
@@ -161,17 +151,7 @@ impl Backend {
             background,
             shared: RwLock::new(None),
             lanes: lane::Lanes::default(),
-            status: RwLock::new(Status {
-                state: HealthState::Starting,
-                since: SystemTime::now(),
-                reason: "gateway started".into(),
-                restart_count: 0,
-                consecutive_failures: 0,
-                quarantine_reason: None,
-                next_retry_at: None,
-                latency: None,
-                last_exit: None,
-            }),
+            status: Published::new(Status::initial()),
             inflight: Arc::default(),
             refresh: Notify::new(),
             listings: tokio::sync::watch::Sender::new(0),
@@ -222,21 +202,17 @@ impl Backend {
     }
 
     pub fn state(&self) -> HealthState {
-        self.status().state
+        self.status.state()
     }
 
-    pub fn status(&self) -> Status {
-        match self.status.read() {
-            Ok(s) => s.clone(),
-            Err(e) => e.into_inner().clone(),
-        }
+    /// The last published status, shared (no copy of its strings).
+    pub fn status(&self) -> Arc<Status> {
+        self.status.snapshot()
     }
 
-    /// Written by the supervisor only.
-    pub fn set_status(&self, s: Status) {
-        if let Ok(mut cur) = self.status.write() {
-            *cur = s;
-        }
+    /// The status's one writer; taken once, by the supervisor.
+    pub fn take_status_publisher(&self) -> Option<Publisher> {
+        self.status.take_publisher()
     }
 
     /// The shared connection, if the backend is advertisable.

@@ -19,6 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
+use super::error::HttpFailure;
 pub(crate) use super::http_ping::Target;
 
 /// Largest answer read (a JSON body, or all events of one request's
@@ -36,10 +37,10 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(5);
 pub enum PostError {
     /// The backend did not take the request; sending it another way is safe.
     #[error("{0}")]
-    NotAccepted(String),
+    NotAccepted(HttpFailure),
     /// The exchange broke after the request may have reached the backend.
     #[error("{0}")]
-    Lost(String),
+    Lost(HttpFailure),
 }
 
 /// The answer of a raw POST.
@@ -65,18 +66,15 @@ pub async fn post(
         .map_err(PostError::NotAccepted)?
         .send()
         .await
-        .map_err(|e| {
-            if e.is_connect() {
-                PostError::NotAccepted(format!("cannot connect: {e}"))
-            } else {
-                PostError::Lost(format!("the request failed: {e}"))
-            }
+        .map_err(|e| match HttpFailure::of_send(e) {
+            f if f.before_delivery() => PostError::NotAccepted(f),
+            f => PostError::Lost(f),
         })?;
     let status = resp.status();
+    // Streamable HTTP: 404 is the backend saying it does not know the
+    // session, so it did not run the request.
     if status == http::StatusCode::NOT_FOUND {
-        return Err(PostError::NotAccepted(
-            "the backend does not know the session (HTTP 404)".into(),
-        ));
+        return Err(PostError::NotAccepted(HttpFailure::Status(status)));
     }
     let sse = status.is_success()
         && resp
@@ -94,15 +92,15 @@ pub async fn post(
 /// Sends one message the backend is owed (the answer to a request of its
 /// own, or a cancellation) on `t`'s session; failures are the caller's to
 /// log.
-pub async fn send(t: &Target, message: String, keep_alive: bool) -> Result<(), String> {
+pub async fn send(t: &Target, message: String, keep_alive: bool) -> Result<(), HttpFailure> {
     let resp = message_post(t, message, keep_alive)?
         .send()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(HttpFailure::of_send)?;
     if resp.status().is_success() {
         Ok(())
     } else {
-        Err(format!("HTTP {}", resp.status()))
+        Err(HttpFailure::Status(resp.status()))
     }
 }
 
@@ -111,7 +109,7 @@ fn message_post(
     t: &Target,
     body: String,
     keep_alive: bool,
-) -> Result<reqwest::RequestBuilder, String> {
+) -> Result<reqwest::RequestBuilder, HttpFailure> {
     let client = super::stream_watch::shared_client(keep_alive)?;
     Ok(t.request(client.post(t.url.clone()))
         .header(http::header::CONTENT_TYPE, "application/json")
@@ -119,48 +117,47 @@ fn message_post(
         .body(body))
 }
 
-async fn read_bounded(resp: reqwest::Response) -> Result<Bytes, String> {
+async fn read_bounded(resp: reqwest::Response) -> Result<Bytes, HttpFailure> {
+    let too_large = HttpFailure::TooLarge { limit: MAX_ANSWER };
     if resp.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
-        return Err(format!("the answer is larger than {MAX_ANSWER} bytes"));
+        return Err(too_large);
     }
     let mut body = resp.bytes_stream();
     let mut buf = bytes::BytesMut::new();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("the answer broke off: {e}"))?;
+        let chunk = chunk.map_err(HttpFailure::Body)?;
         if buf.len() + chunk.len() > MAX_ANSWER {
-            return Err(format!("the answer is larger than {MAX_ANSWER} bytes"));
+            return Err(too_large);
         }
         buf.extend_from_slice(&chunk);
     }
     Ok(buf.freeze())
 }
 
-type SseStream = std::pin::Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, String>> + Send>>;
+type SseStream = std::pin::Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, HttpFailure>> + Send>>;
 
+/// The events of `resp`'s body, bounded by `MAX_ANSWER` bytes in all. A
+/// body error keeps its kind through the event parser.
 fn sse_of(resp: reqwest::Response) -> SseStream {
     let mut read = 0usize;
     let bytes = resp.bytes_stream().map(move |chunk| {
-        let chunk = chunk.map_err(|e| e.to_string())?;
+        let chunk = chunk.map_err(HttpFailure::Body)?;
         read += chunk.len();
         if read > MAX_ANSWER {
-            return Err(format!("the answer stream passed {MAX_ANSWER} bytes"));
+            return Err(HttpFailure::TooLarge { limit: MAX_ANSWER });
         }
-        Ok::<_, String>(chunk)
+        Ok(chunk)
     });
-    let events = sse_stream::SseStream::from_byte_stream(bytes.map(|r| r.map_err(Boxed::from)))
-        .map(|e| e.map_err(|e| e.to_string()));
+    let events = sse_stream::SseStream::from_bytes_stream(bytes).map(|e| {
+        e.map_err(|e| match e {
+            sse_stream::Error::Body(b) => match b.downcast::<HttpFailure>() {
+                Ok(f) => *f,
+                Err(b) => HttpFailure::Protocol(format!("unreadable event stream: {b}")),
+            },
+            other => HttpFailure::Protocol(format!("unreadable event stream: {other}")),
+        })
+    });
     Box::pin(events)
-}
-
-/// An error type `sse_stream` accepts for body errors.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Boxed(String);
-
-impl From<String> for Boxed {
-    fn from(s: String) -> Self {
-        Boxed(s)
-    }
 }
 
 /// The messages of one request's SSE stream, resumed with `Last-Event-ID`
@@ -193,7 +190,7 @@ impl Events {
 
     /// The next message (an event's `data`), `Ok(None)` once the response
     /// came, an error when the stream broke off without it.
-    pub async fn next(&mut self) -> Result<Option<String>, String> {
+    pub async fn next(&mut self) -> Result<Option<String>, HttpFailure> {
         if self.answered {
             return Ok(None);
         }
@@ -214,21 +211,23 @@ impl Events {
                     }
                     return Ok(Some(data));
                 }
-                Some(Err(e)) => return Err(format!("the answer stream broke off: {e}")),
+                Some(Err(e)) => return Err(e),
                 None => self.resume().await?,
             }
         }
     }
 
     /// Opens the stream again after the backend closed it unanswered.
-    async fn resume(&mut self) -> Result<(), String> {
+    async fn resume(&mut self) -> Result<(), HttpFailure> {
         let Some(last) = self.last_event.clone() else {
-            return Err("the backend closed the stream without answering".into());
+            return Err(HttpFailure::Protocol(
+                "the backend closed the stream without answering".into(),
+            ));
         };
         if self.resumes >= MAX_RESUMES {
-            return Err(format!(
+            return Err(HttpFailure::Protocol(format!(
                 "the backend closed the stream {MAX_RESUMES} times without answering"
-            ));
+            )));
         }
         self.resumes += 1;
         if let Some(wait) = self.retry {
@@ -242,12 +241,9 @@ impl Events {
             .header("last-event-id", last)
             .send()
             .await
-            .map_err(|e| format!("cannot resume the answer stream: {e}"))?;
+            .map_err(HttpFailure::of_send)?;
         if !resp.status().is_success() {
-            return Err(format!(
-                "cannot resume the answer stream: HTTP {}",
-                resp.status()
-            ));
+            return Err(HttpFailure::Status(resp.status()));
         }
         self.stream = sse_of(resp);
         Ok(())

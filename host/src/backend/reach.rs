@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error::{BackendError, is_refused};
+use super::error::{BackendError, HttpFailure};
 use super::http_ping::probe_client;
 
 /// Most of an answer's body the probe reads (see [`reach`]).
@@ -32,7 +32,7 @@ pub async fn reach(
         reason,
         stderr: vec![],
     };
-    let client = probe_client().map_err(transport)?;
+    let client = probe_client().map_err(|e| transport(e.to_string()))?;
     let mut req = client
         .post(url)
         .header(http::header::CONTENT_TYPE, "application/json")
@@ -61,11 +61,13 @@ pub async fn reach(
             backend: backend.clone(),
             timeout,
         }),
-        Ok(Err(e)) if is_refused(&e) => Err(BackendError::Refused {
-            backend: backend.clone(),
-            reason: e.to_string(),
-        }),
-        Ok(Err(e)) => Err(transport(e.to_string())),
+        Ok(Err(e)) => match HttpFailure::of_send(e) {
+            f @ HttpFailure::Refused(_) => Err(BackendError::Refused {
+                backend: backend.clone(),
+                reason: f.to_string(),
+            }),
+            f => Err(transport(f.to_string())),
+        },
         Ok(Ok(status)) if status.is_server_error() => {
             Err(transport(format!("the endpoint answered HTTP {status}")))
         }

@@ -23,6 +23,7 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
+use super::error::{HttpFailure, is_refused};
 use super::http_ping::SessionTarget;
 
 type Headers = HashMap<HeaderName, HeaderValue>;
@@ -48,12 +49,22 @@ impl WatchedHttp {
         closed: mpsc::UnboundedSender<RequestId>,
         keep_alive: bool,
         target: Arc<SessionTarget>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, HttpFailure> {
         Ok(Self {
             inner: shared_client(keep_alive)?,
             closed,
             target,
         })
+    }
+}
+
+impl WatchedHttp {
+    /// Tells the session target whether this POST was refused at the TCP
+    /// level, while reqwest's typed error is still at hand (rmcp's
+    /// handshake error keeps only its text).
+    fn record<T>(&self, sent: &Result<T, StreamableHttpError<reqwest::Error>>) {
+        let refused = matches!(sent, Err(StreamableHttpError::Client(e)) if is_refused(e));
+        self.target.record_send(refused);
     }
 }
 
@@ -66,7 +77,7 @@ impl WatchedHttp {
 /// and the next attempt builds again. The raw path (`raw_http`) sends on
 /// the same pool, so its calls and the connections' own requests reuse
 /// each other's connections.
-pub(super) fn shared_client(keep_alive: bool) -> Result<reqwest::Client, String> {
+pub(super) fn shared_client(keep_alive: bool) -> Result<reqwest::Client, HttpFailure> {
     static POOLED: OnceLock<reqwest::Client> = OnceLock::new();
     static UNPOOLED: OnceLock<reqwest::Client> = OnceLock::new();
     let cell = if keep_alive { &POOLED } else { &UNPOOLED };
@@ -78,7 +89,7 @@ pub(super) fn shared_client(keep_alive: bool) -> Result<reqwest::Client, String>
         .tcp_nodelay(true)
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        .map_err(HttpFailure::NoClient)?;
     Ok(cell.get_or_init(|| built).clone())
 }
 
@@ -141,9 +152,12 @@ impl StreamableHttpClient for WatchedHttp {
             auth_header.as_ref(),
             &custom_headers,
         );
-        self.inner
+        let sent = self
+            .inner
             .post_message(uri, message, session_id, auth_header, custom_headers)
-            .await
+            .await;
+        self.record(&sent);
+        sent
     }
 
     async fn post_message_with_response_limits(
@@ -165,7 +179,7 @@ impl StreamableHttpClient for WatchedHttp {
             JsonRpcMessage::Request(r) => Some(r.id.clone()),
             _ => None,
         };
-        let response = self
+        let sent = self
             .inner
             .post_message_with_response_limits(
                 uri,
@@ -175,7 +189,9 @@ impl StreamableHttpClient for WatchedHttp {
                 custom_headers,
                 limits,
             )
-            .await?;
+            .await;
+        self.record(&sent);
+        let response = sent?;
         Ok(match (id, response) {
             (Some(id), StreamableHttpPostResponse::Sse(stream, session)) => {
                 let watched = Watched {

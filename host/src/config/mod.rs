@@ -11,6 +11,7 @@ mod api;
 mod audit;
 mod auth;
 mod backend;
+pub mod diff;
 mod error;
 pub(crate) mod expand;
 mod freshness;

@@ -5,7 +5,8 @@ use futures::future::BoxFuture;
 
 use super::Gateway;
 use crate::api::{Control, ControlError, InstanceDetail, InstanceReport};
-use crate::backend::{Backend, Command, Status};
+use crate::backend::{Backend, Command};
+use crate::health::Status;
 
 /// Transitions shown in an instance's detail.
 const HISTORY: usize = 100;
@@ -94,7 +95,7 @@ impl Control for Gateway {
             Ok(InstanceDetail {
                 report: Self::report(&b, &status),
                 transitions,
-                last_exit: status.last_exit,
+                last_exit: status.last_exit.clone(),
             })
         })
     }

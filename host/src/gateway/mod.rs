@@ -10,18 +10,17 @@
 //! rmcp `ServerHandler`) that reads the snapshot and routes requests; it
 //! never keeps its own copy of the catalog. Its own backend connections,
 //! and its own catalogs of `forward_auth` backends (merged over the
-//! snapshot), live in its `pool.rs` [`pool::Pool`]. [`http`] and [`stdio`]
-//! expose it; `reload.rs` swaps the backend set when the config file
-//! changes.
+//! snapshot), live in its [`Pool`] (`backend::pool`, handed what it reads
+//! when made, never the gateway). [`http`] and [`stdio`] expose it;
+//! `reload.rs` carries out what `config::diff` found changed in the config
+//! file.
 
 mod admission;
-mod backends;
 mod bad_params;
 mod control;
 mod fronts;
 pub mod http;
 mod http_errors;
-mod pool;
 mod raw;
 mod reload;
 pub mod reload_trigger;
@@ -33,13 +32,15 @@ mod streams;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backend::pool::{self, Pool};
 use crate::backend::{Backend, BackendUpdate, Bounds, Downstream, ListKind};
+use crate::backend::{BackendSet, CurrentSet};
 use crate::background::Background;
 use crate::catalog::registry::{self, Registry};
 use crate::catalog::{Catalog, Conflict, Current};
@@ -56,7 +57,6 @@ use crate::runtime::process::{ProcessRuntime, StderrTail};
 use crate::runtime::remote::RemoteRuntime;
 use crate::store::{InstanceRecord, Store, StoreWriter};
 use crate::supervisor::{Outlets, Supervisor};
-use backends::BackendSet;
 pub use reload::{ReloadError, ReloadSummary};
 pub(crate) use route::unavailable_backend;
 #[cfg(test)]
@@ -94,7 +94,10 @@ pub struct Gateway {
     /// The config the gateway started with; a reload changes the backend
     /// set and the API tokens (see `reload.rs`), never this.
     pub config: Config,
-    backends: RwLock<Arc<BackendSet>>,
+    /// The backend set in force (installed at start and by reloads).
+    backends: CurrentSet,
+    /// What each session's pool is handed (shares `backends`).
+    pool_context: Arc<pool::Context>,
     /// Starts and stops supervisors (set once at launch; used by reloads).
     spawner: OnceLock<Spawner>,
     downstream: Arc<dyn Downstream>,
@@ -122,8 +125,6 @@ pub struct Gateway {
     /// The validator of `[auth.oauth]` tokens, shared by `/mcp` and the
     /// control API (restart-only: a reload never replaces it).
     oauth: Option<Arc<crate::auth::oauth::OAuth>>,
-    /// RFC 8693 token exchange for `forward_auth` backends (with OAuth).
-    exchanger: Option<crate::auth::exchange::Exchanger>,
     /// `[[policy]]` in force: the one decision on what each principal may
     /// see and call, replaced by each reload that changes it.
     policies: Arc<crate::policy::Policies>,
@@ -275,8 +276,18 @@ impl Gateway {
         // Room for a mass restart of a thousand backends (three transitions
         // each) before a listener counts as behind.
         let (events, _) = broadcast::channel(16 * 1024);
+        let backends = CurrentSet::default();
+        let pool_context = Arc::new(pool::Context {
+            backends: backends.clone(),
+            naming: config.naming.clone(),
+            // RFC 8693 token exchange for `forward_auth` backends (with OAuth).
+            exchanger: oauth
+                .clone()
+                .map(|o| Arc::new(crate::auth::exchange::Exchanger::new(o))),
+        });
         let gw = Arc::new(Gateway {
-            backends: RwLock::default(),
+            backends,
+            pool_context,
             spawner: OnceLock::new(),
             downstream,
             reloading: tokio::sync::Mutex::new(()),
@@ -290,7 +301,6 @@ impl Gateway {
             store: store.clone(),
             api_tokens: Arc::new(crate::api::Tokens::new(config.api.tokens.clone())),
             mcp_keys: Arc::new(crate::auth::Keys::new(config.auth.keys.clone())),
-            exchanger: oauth.clone().map(crate::auth::exchange::Exchanger::new),
             oauth,
             policies,
             audit: crate::audit::CallAudit::start(
@@ -469,7 +479,12 @@ impl Startup {
             }
         }
         let source = Arc::downgrade(&gw);
-        tracker.spawn(pool::reap_idle(Arc::downgrade(&gw), shutdown.clone()));
+        let sessions = Arc::downgrade(&gw.sessions);
+        tracker.spawn(pool::reap_idle(
+            gw.backends.clone(),
+            move || sessions.upgrade().map(|s| s.pools()),
+            shutdown.clone(),
+        ));
         tracker.spawn(crate::freshness::poller::run(
             move || {
                 source
@@ -634,18 +649,16 @@ impl Gateway {
 
     /// The current backend set (a reload may install another).
     pub fn backends(&self) -> Arc<BackendSet> {
-        match self.backends.read() {
-            Ok(s) => s.clone(),
-            Err(e) => e.into_inner().clone(),
-        }
+        self.backends.get()
     }
 
     fn install(&self, set: BackendSet) {
-        let mut cur = match self.backends.write() {
-            Ok(s) => s,
-            Err(e) => e.into_inner(),
-        };
-        *cur = Arc::new(set);
+        self.backends.install(set);
+    }
+
+    /// A new client session's pool of backend connections.
+    fn new_pool(&self, session: u64) -> Arc<Pool> {
+        Pool::new(session, self.pool_context.clone())
     }
 
     fn new_backend(&self, config: &BackendConfig) -> Arc<Backend> {
@@ -766,11 +779,6 @@ impl Gateway {
     /// The `[[policy]]` set in force.
     pub fn policies(&self) -> &crate::policy::Policies {
         &self.policies
-    }
-
-    /// The token exchange of `forward_auth` backends, with `[auth.oauth]`.
-    pub fn exchanger(&self) -> Option<&crate::auth::exchange::Exchanger> {
-        self.exchanger.as_ref()
     }
 
     /// The `[auth.oauth]` validator, when configured.

@@ -12,7 +12,6 @@ use serde_json::json;
 
 use super::Gateway;
 use super::admission::{self, Admitted};
-use super::pool::Pool;
 use super::route::{
     forwardable_meta, mark_complete, page, schema_changed, unavailable, unknown_prompt,
     unknown_tool, unknown_uri,
@@ -21,6 +20,7 @@ use super::sessions::Channel;
 use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
 use crate::auth::Principal;
+use crate::backend::pool::Pool;
 use crate::backend::{Backend, Connection, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Kind};
 use crate::health::{HealthState, advertisable};
@@ -71,7 +71,7 @@ impl FrontSession {
 
     pub(super) fn new(gw: Arc<Gateway>, id: u64) -> Self {
         Self {
-            pool: Pool::new(id, Arc::downgrade(&gw)),
+            pool: gw.new_pool(id),
             outbox: Outbox::new(gw.config.limits.relay_queue),
             gw,
             id,

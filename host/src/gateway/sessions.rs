@@ -32,9 +32,9 @@ use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::DropGuard;
 
-use super::pool::Pool;
 use crate::auth::Principal;
 use crate::backend::Outbox;
+use crate::backend::pool::Pool;
 use crate::background::Background;
 use crate::catalog::{Catalog, Changes, Current};
 use crate::policy::Policies;
@@ -115,7 +115,7 @@ impl Sessions {
 
     /// Registers a session that has seen the current catalog (it lists it
     /// from now on) and starts its resync worker. With a `pool`, what the
-    /// session sees is the pool's view (see `pool.rs`), and a change of its
+    /// session sees is the pool's view (see `backend::pool`), and a change of its
     /// own catalogs wakes the worker too; either way `principal`'s
     /// `[[policy]]` filters it. Log messages and resource updates reach it
     /// through `outbox`, which is connected to `channel` here.

@@ -4,8 +4,10 @@
 
 pub mod machine;
 pub mod policy;
+pub mod published;
 pub mod sanitize;
 mod state;
 pub mod stats;
 
+pub use published::Status;
 pub use state::{HealthState, Transition, advertisable, unix_ms};

@@ -20,13 +20,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::backend::{
-    Backend, BackendError, BackendUpdate, Command, CommandReply, Connection, Status, reach,
+    Backend, BackendError, BackendUpdate, Command, CommandReply, Connection, reach,
 };
 use crate::catalog::BackendCatalog;
 use crate::health::machine::{Action, Input, Machine, Step};
 use crate::health::policy::jitter_unit;
+use crate::health::published::Publisher;
 use crate::health::sanitize::Sanitizer;
-use crate::health::{HealthState, Transition};
+use crate::health::{HealthState, Status, Transition};
 use crate::runtime::process::StderrTail;
 use crate::runtime::{Endpoint, Exit, Runtime, RuntimeError, Started};
 use crate::store::{InstanceRecord, StoreWriter};
@@ -53,6 +54,9 @@ pub struct Outlets {
 
 pub struct Supervisor {
     backend: Arc<Backend>,
+    /// The backend's status, written here only; `None` if another
+    /// supervisor took it (a bug: logged in `run`).
+    publisher: Option<Publisher>,
     runtime: Arc<dyn Runtime>,
     stderr: Option<StderrTail>,
     machine: Machine,
@@ -117,6 +121,7 @@ impl Supervisor {
         let plugin_probes =
             plugin_probes::PluginProbes::new(cfg.probes.clone(), cfg.health.interval);
         let s = Self {
+            publisher: backend.take_status_publisher(),
             backend,
             runtime,
             stderr,
@@ -136,7 +141,8 @@ impl Supervisor {
 
     /// Runs until `shutdown`, then stops the instance.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let Some(mut commands) = self.backend.take_commands() else {
+        let (Some(mut commands), true) = (self.backend.take_commands(), self.publisher.is_some())
+        else {
             tracing::error!(backend = %self.backend.name, "supervisor started twice");
             return;
         };
@@ -581,7 +587,11 @@ impl Supervisor {
             // seen on the event bus is one the store writer accepted, and
             // a shutdown writes it (see `store::writer`). One the closed
             // writer refused (a step racing the shutdown) is not announced.
-            let stored = self.outlets.store.as_ref().is_none_or(|s| s.transition(t.clone()));
+            let stored = self
+                .outlets
+                .store
+                .as_ref()
+                .is_none_or(|s| s.transition(t.clone()));
             if stored {
                 let _ = self.outlets.events.send(t.clone());
             }
@@ -634,7 +644,9 @@ impl Supervisor {
     }
 
     fn publish_status(&self) {
-        self.backend.set_status(self.status());
+        if let Some(p) = &self.publisher {
+            p.publish(self.status());
+        }
     }
 
     fn sanitize(&self, input: Input) -> Input {

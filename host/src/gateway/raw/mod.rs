@@ -53,6 +53,7 @@ use super::fronts::Front;
 use super::route::{schema_changed, unavailable, unknown_prompt, unknown_tool, unknown_uri};
 use crate::audit::{Method, Outcome};
 use crate::auth::Principal;
+use crate::backend::error::HttpFailure;
 use crate::backend::raw_http::{self, PostError, Posted};
 use crate::backend::{Backend, BackendError};
 use crate::catalog::Kind;
@@ -153,9 +154,9 @@ enum Handled {
 /// How a raw exchange failed.
 enum Failure {
     /// The backend did not take the request.
-    NotAccepted(String),
+    NotAccepted(HttpFailure),
     /// The exchange broke after the backend may have taken it.
-    Lost(String),
+    Lost(HttpFailure),
     TimedOut,
     Cancelled,
 }
@@ -163,7 +164,7 @@ enum Failure {
 /// How a raw call ended, once the backend may have taken it.
 enum Ended {
     Answer(Answer),
-    Lost(String),
+    Lost(HttpFailure),
     TimedOut,
     Cancelled,
 }
@@ -385,7 +386,7 @@ impl RawPath {
             }
             Ended::Lost(why) => {
                 tracing::debug!(backend = %b.name, error = %why, "routed request failed");
-                let e = unavailable(&b.name, HealthState::Offline, &why);
+                let e = unavailable(&b.name, HealthState::Offline, &why.to_string());
                 (self.refusal(client_id, e), false, Outcome::Unavailable)
             }
             ended @ (Ended::TimedOut | Ended::Cancelled) => {
@@ -434,9 +435,9 @@ impl RawPath {
                 return self
                     .answer(text, &ours, client_id, method, Vec::new())
                     .ok_or_else(|| {
-                        Failure::Lost(format!(
+                        Failure::Lost(HttpFailure::Protocol(format!(
                             "the backend answered HTTP {status} without a JSON-RPC answer to the call"
-                        ))
+                        )))
                     });
             }
             Posted::Events(events) => events,
@@ -446,9 +447,9 @@ impl RawPath {
             let data = match events.next().await {
                 Ok(Some(data)) => data,
                 Ok(None) => {
-                    return Err(Failure::Lost(
+                    return Err(Failure::Lost(HttpFailure::Protocol(
                         "the backend's stream ended without the answer".into(),
-                    ));
+                    )));
                 }
                 Err(why) => return Err(Failure::Lost(why)),
             };
@@ -457,7 +458,9 @@ impl RawPath {
                     return self
                         .answer(&data, &ours, client_id, method, before)
                         .ok_or_else(|| {
-                            Failure::Lost("the backend's answer is not JSON-RPC".into())
+                            Failure::Lost(HttpFailure::Protocol(
+                                "the backend's answer is not JSON-RPC".into(),
+                            ))
                         });
                 }
                 Some(Incoming::Notification("notifications/message")) => {

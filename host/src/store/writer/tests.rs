@@ -166,10 +166,16 @@ async fn a_write_after_the_shutdown_is_refused_not_lost_in_a_queue() {
     store.open();
     let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
     let writer = StoreWriter::spawn(store.clone(), &tracker, &shutdown);
-    assert!(writer.transition(transition(0)), "accepted before the shutdown");
+    assert!(
+        writer.transition(transition(0)),
+        "accepted before the shutdown"
+    );
     shut_down(&tracker, &shutdown).await;
 
-    assert!(!writer.transition(transition(1)), "refused (and logged) after it; no panic");
+    assert!(
+        !writer.transition(transition(1)),
+        "refused (and logged) after it; no panic"
+    );
     assert_eq!(reasons(&*store), ["attempt 0"]);
 }
 

@@ -26,15 +26,26 @@ use futures::future::BoxFuture;
 use rmcp::model::ClientCapabilities;
 use tokio::sync::Notify;
 
-use super::Gateway;
-use crate::backend::{Backend, BackendError, Connection};
+use super::set::CurrentSet;
+use super::{Backend, BackendError, Connection};
+use crate::auth::exchange::Exchanger;
 use crate::catalog::{BackendCatalog, Catalog};
+use crate::config::Naming;
 use crate::freshness::poller::Listing;
 use crate::health::advertisable;
 
+/// What every pool reads of its surroundings, handed in when it is made:
+/// the backend set in force, the naming rule, the token exchanger. Not a
+/// reference to the gateway: a pool depends on these, nothing above.
+pub struct Context {
+    pub backends: CurrentSet,
+    pub naming: Naming,
+    pub exchanger: Option<Arc<Exchanger>>,
+}
+
 pub struct Pool {
     session: u64,
-    gw: Weak<Gateway>,
+    ctx: Arc<Context>,
     /// The client's `Authorization` header as last seen on its requests
     /// (with `[auth.oauth]`: `Bearer` and the token it authenticated with).
     auth: Mutex<Option<String>>,
@@ -97,10 +108,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Pool {
-    pub fn new(session: u64, gw: Weak<Gateway>) -> Arc<Self> {
+    pub fn new(session: u64, ctx: Arc<Context>) -> Arc<Self> {
         Arc::new(Self {
             session,
-            gw,
+            ctx,
             auth: Mutex::default(),
             principal: Mutex::new(crate::auth::Principal::local()),
             capabilities: Mutex::default(),
@@ -229,10 +240,7 @@ impl Pool {
         let Some(x) = &b.config.token_exchange else {
             return Ok(client);
         };
-        let (Some(client), Some(gw)) = (client, self.gw.upgrade()) else {
-            return Ok(None);
-        };
-        let Some(exchanger) = gw.exchanger() else {
+        let (Some(client), Some(exchanger)) = (client, &self.ctx.exchanger) else {
             return Ok(None);
         };
         let subject = client.strip_prefix("Bearer ").unwrap_or(&client);
@@ -318,10 +326,12 @@ impl Pool {
 
     /// Opens (and lists) this session's connection to every `forward_auth`
     /// backend the shared catalog shows, where it has none fit for use.
-    pub async fn ensure(&self, gw: &Gateway, shared: &Catalog) {
+    pub async fn ensure(&self, shared: &Catalog) {
         let auth = lock(&self.auth).clone();
-        let due: Vec<Arc<Backend>> = gw
-            .backends()
+        let due: Vec<Arc<Backend>> = self
+            .ctx
+            .backends
+            .get()
             .forwarded()
             .filter(|b| shared.shows(&b.name) && advertisable(b.state()))
             .filter(|b| {
@@ -345,29 +355,23 @@ impl Pool {
     /// What this session sees now: `shared` with its own `forward_auth`
     /// entries in place (the shared snapshot itself when it has none).
     pub fn current(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
-        match self.gw.upgrade() {
-            Some(gw) => self.view(&gw, shared),
-            None => shared,
-        }
+        self.view(shared)
     }
 
     /// [`Pool::current`] after opening and listing what is due
     /// ([`Pool::ensure`]): a `forward_auth` backend that came back, or
     /// that this session has not listed yet.
     pub async fn derive(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
-        let Some(gw) = self.gw.upgrade() else {
-            return shared;
-        };
         // The common case, on every session of every fan-out: no
         // forward_auth backend, nothing to derive.
-        if gw.backends().forwarded().next().is_none() {
+        if self.ctx.backends.get().forwarded().next().is_none() {
             return shared;
         }
-        self.ensure(&gw, &shared).await;
-        self.view(&gw, shared)
+        self.ensure(&shared).await;
+        self.view(shared)
     }
 
-    fn view(&self, gw: &Gateway, shared: Arc<Catalog>) -> Arc<Catalog> {
+    fn view(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
         let version = self.version.load(Ordering::Acquire);
         let own: HashMap<Arc<str>, Arc<BackendCatalog>> = {
             let slots = lock(&self.slots);
@@ -380,7 +384,7 @@ impl Pool {
             {
                 return view.clone();
             }
-            let set = gw.backends();
+            let set = self.ctx.backends.get();
             slots
                 .iter()
                 .filter(|(name, slot)| {
@@ -393,7 +397,7 @@ impl Pool {
         if own.is_empty() {
             return shared;
         }
-        let view = Arc::new(shared.with_own(&gw.config.naming, |n| own.get(n).cloned()));
+        let view = Arc::new(shared.with_own(&self.ctx.naming, |n| own.get(n).cloned()));
         *lock(&self.cache) = Some((shared, version, view.clone()));
         view
     }
@@ -420,8 +424,8 @@ impl Pool {
 
     /// Closes `forward_auth` connections unused for their backend's
     /// `session_idle` and not busy now. Their catalogs stay.
-    pub fn reap_idle(&self, gw: &Gateway, now: Instant) {
-        let set = gw.backends();
+    pub fn reap_idle(&self, now: Instant) {
+        let set = self.ctx.backends.get();
         for (name, slot) in lock(&self.slots).iter() {
             let Some(b) = set.get(name).filter(|b| b.forwards_auth()) else {
                 continue;
@@ -464,22 +468,27 @@ impl Listing for SessionListing {
     }
 }
 
-/// Closes idle `forward_auth` connections of every session until
-/// `shutdown`, looking a few times per shortest `session_idle`.
-pub async fn reap_idle(gw: Weak<Gateway>, shutdown: tokio_util::sync::CancellationToken) {
+/// Closes idle `forward_auth` connections of every session's pool (what
+/// `pools` lists; `None` once the sessions are gone) until `shutdown`,
+/// looking a few times per shortest `session_idle`.
+pub async fn reap_idle(
+    backends: CurrentSet,
+    pools: impl Fn() -> Option<Vec<Arc<Pool>>>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
     loop {
-        let pause = match gw.upgrade() {
+        let pause = match pools() {
             None => return,
-            Some(gw) => {
-                let shortest = gw
-                    .backends()
+            Some(pools) => {
+                let shortest = backends
+                    .get()
                     .forwarded()
                     .map(|b| b.config.session_idle)
                     .min();
                 if shortest.is_some() {
                     let now = Instant::now();
-                    for pool in gw.sessions().pools() {
-                        pool.reap_idle(&gw, now);
+                    for pool in pools {
+                        pool.reap_idle(now);
                     }
                 }
                 shortest.map_or(Duration::from_secs(30), |d| {
