@@ -21,7 +21,9 @@
 //! `vigil-bench probes` measures health-probe fan-out instead: one Vigil
 //! probing many HTTP backends (see `probes.rs`). `vigil-bench fanout`
 //! measures how fast a backend's recovery reaches many live client sessions
-//! as `tools/list_changed` (see `fanout.rs`). `vigil-bench events`
+//! as `tools/list_changed` (see `fanout.rs`). `vigil-bench idle` measures
+//! what idle client sessions cost Vigil, with backend sessions shared and
+//! with one per client session (see `idle.rs`). `vigil-bench events`
 //! measures the control API's event stream (the dashboard's feed) with many
 //! backends and many open streams: delivery latency and Vigil's CPU (see
 //! `events.rs`). `vigil-bench access` measures what `[auth.oauth]`, a
@@ -33,6 +35,7 @@
 //! target/release/vigil-bench instructions --pair lean
 //! target/release/vigil-bench probes --backends 100,1000
 //! target/release/vigil-bench fanout --sessions 100,1000
+//! target/release/vigil-bench idle --sessions 10000
 //! target/release/vigil-bench events --backends 1000 --streams 100
 //! target/release/vigil-bench access --sessions 8
 //! ```
@@ -42,6 +45,7 @@ mod busy_plugins;
 mod calls;
 mod events;
 mod fanout;
+mod idle;
 mod instructions;
 mod lean;
 mod load;
@@ -108,6 +112,10 @@ enum Command {
     /// on Vigil hear of it; time from the recorded recovery to each
     /// session's notification.
     Fanout(fanout::FanoutArgs),
+    /// Idle client sessions over ten HTTP backends: Vigil's memory and
+    /// sockets with backend sessions shared, and with one per client
+    /// session.
+    Idle(idle::IdleArgs),
     /// The plugin host in process: load time from a cold and a warm
     /// compiled-code cache, instantiate + call time of a trivial probe,
     /// calls per second on one core, memory per loaded plugin.
@@ -228,6 +236,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::LeanBackend(args)) => run_one_thread(lean::backend::run(&args)),
         Some(Command::Probes(args)) => main_probes(args),
         Some(Command::Fanout(args)) => main_fanout(args),
+        Some(Command::Idle(args)) => run_async(None, idle::run(&args)),
         Some(Command::Plugins(args)) => main_plugins(args),
         Some(Command::BusyPlugins(args)) => run_async(None, busy_plugins::run(&args)),
         Some(Command::Events(args)) => main_events(args),

@@ -134,6 +134,15 @@ enum Answer {
 impl Session {
     /// Connects and completes the MCP handshake.
     pub async fn open(endpoint: Arc<Endpoint>) -> anyhow::Result<Self> {
+        Self::open_declaring(endpoint, "{}").await
+    }
+
+    /// [`Session::open`] declaring `capabilities` (a JSON object, e.g.
+    /// `{"sampling":{}}`) in `initialize`.
+    pub async fn open_declaring(
+        endpoint: Arc<Endpoint>,
+        capabilities: &str,
+    ) -> anyhow::Result<Self> {
         let mut s = Self {
             endpoint,
             conn: None,
@@ -149,9 +158,10 @@ impl Session {
             br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":""#,
         );
         s.json.extend_from_slice(PROTOCOL_VERSION.as_bytes());
-        s.json.extend_from_slice(
-            br#"","capabilities":{},"clientInfo":{"name":"vigil-bench-lean","version":""#,
-        );
+        s.json.extend_from_slice(br#"","capabilities":"#);
+        s.json.extend_from_slice(capabilities.as_bytes());
+        s.json
+            .extend_from_slice(br#","clientInfo":{"name":"vigil-bench-lean","version":""#);
         s.json
             .extend_from_slice(env!("CARGO_PKG_VERSION").as_bytes());
         s.json.extend_from_slice(b"\"}}}");
@@ -206,6 +216,13 @@ impl Session {
             bail!("echo returned {:?}, expected the payload", echoed);
         }
         Ok(())
+    }
+
+    /// Closes the connection but leaves the session open on the server
+    /// (an idle client: no socket, no `DELETE`).
+    pub fn detach(mut self) {
+        self.session_id = None;
+        self.conn = None;
     }
 
     /// Ends the session (`DELETE`), best effort.
