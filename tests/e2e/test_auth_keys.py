@@ -8,16 +8,19 @@ tried with another key).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
 from harness import INITIALIZE_BODY, MCP_HEADERS, Gateways, demo_stdio_args, free_port, run_vigil, stdio_backend
-from support import DEMO_TOOLS, ControlApi, call_text, http_session, poll, prefixed, tool_names
+from support import DEADLINE, DEMO_TOOLS, ControlApi, call_text, http_session, poll, prefixed, tool_names
 from test_secrets import events_hello
 
 pytestmark = pytest.mark.anyio
@@ -191,3 +194,93 @@ async def test_an_address_guessing_keys_gets_a_cool_down_the_right_key_too(vigil
         assert 0 < int(locked.headers["retry-after"]) <= 60, locked.headers
         assert "too many unknown keys" in locked.json()["error"]["message"], locked.text
     assert "/mcp: too many failed token attempts" in ANSI.sub("", gw.proc.stderr())
+
+
+class OneConnection:
+    """HTTP/1.1 requests on one TCP connection, answers read to their end: what keep-alive clients do."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+        self.buf = b""
+
+    def _fill(self) -> None:
+        more = self.sock.recv(65536)
+        if not more:
+            raise ConnectionError("Vigil closed the connection")
+        self.buf += more
+
+    def _take(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.sock.sendall(
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+        )
+        status = int(self._line().split()[1])
+        got: dict[str, str] = {}
+        while line := self._line():
+            k, v = line.decode().split(":", 1)
+            got[k.strip().lower()] = v.strip()
+        if "content-length" in got:
+            return status, got, self._take(int(got["content-length"]))
+        out = b""
+        while size := int(self._line(), 16):  # chunked
+            out += self._take(size)
+            self._take(2)
+        self._take(2)
+        return status, got, out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_a_refused_request_leaves_the_connection_usable_for_the_next(vigil: Gateways, demo_bin: Path) -> None:
+    """One connection: 401 (wrong key), 200 (right key), 404 (another's session), 200; a big refused body: close."""
+    gw = keyed(vigil, demo_bin)
+    init = json.dumps(INITIALIZE_BODY).encode()
+    ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+
+    def on_one_connection() -> list[tuple[int, dict[str, str], bytes]]:
+        c = OneConnection(gw.port)
+        try:
+            answers = [c.post(init, {**MCP_HEADERS, **bearer("x" * 40)})]
+            answers.append(c.post(init, {**MCP_HEADERS, **bearer(ALICE_KEY)}))
+            on = {
+                **MCP_HEADERS,
+                "Mcp-Session-Id": answers[1][1]["mcp-session-id"],
+                "Mcp-Protocol-Version": "2025-06-18",
+            }
+            c.post(b'{"jsonrpc":"2.0","method":"notifications/initialized"}', {**on, **bearer(ALICE_KEY)})
+            answers.append(c.post(ping, {**on, **bearer(BOB_KEY)}))
+            answers.append(c.post(ping, {**on, **bearer(ALICE_KEY)}))
+            return answers
+        finally:
+            c.close()
+
+    wrong, opened, stolen, again = await anyio.to_thread.run_sync(on_one_connection)
+    assert wrong[0] == 401 and "connection" not in wrong[1], wrong
+    assert opened[0] == 200 and b'"protocolVersion"' in opened[2], opened
+    assert stolen[0] == 404, stolen
+    assert again[0] == 200 and b'"result"' in again[2], again
+
+    # A refused body too long to read whole is not read: the answer says so.
+    def big_refused() -> tuple[int, dict[str, str], bytes]:
+        c = OneConnection(gw.port)
+        try:
+            padding = b" " * (256 * 1024)
+            return c.post(ping[:-1] + padding + b"}", {**MCP_HEADERS, **bearer("y" * 40)})
+        finally:
+            c.close()
+
+    big = await anyio.to_thread.run_sync(big_refused)
+    assert big[0] == 401 and big[1].get("connection") == "close", big[:2]

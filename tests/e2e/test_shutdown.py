@@ -1,12 +1,12 @@
 """Shutdown loses no accepted write (issue 15, acceptance 4), against a real `vigil serve`.
 
-Eight stdio backends whose command exits at once restart every few
-milliseconds, so health transitions arrive faster than the store writes
+24 stdio backends whose command exits at once restart every
+millisecond or two, so health transitions arrive faster than the store writes
 them one transaction each. The test reads the control API's event stream,
 sends SIGTERM in the middle of the burst, keeps reading until the stream
 ends, then serves the same config again: every transition any client saw
 (the supervisor announces one only after the store writer accepted it) is
-in the store, in order per backend.
+in the store, in order per backend. Three rounds.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from support import DEADLINE, ControlApi, short
 
 pytestmark = pytest.mark.anyio
 
-BACKENDS = 8
+BACKENDS = 24
+#: SIGTERM/restart rounds.
+ROUNDS = 3
 #: Transitions seen before the signal: enough that the burst is well under way.
 BEFORE_SIGNAL = 400
 
@@ -82,33 +84,35 @@ def per_backend(keys: list[Key]) -> dict[str, list[Key]]:
     return out
 
 
-async def test_sigterm_during_a_burst_of_transitions_keeps_every_announced_one(
-    vigil: Gateways, tmp_path: Path
-) -> None:
-    """SIGTERM mid-burst: exit 0; after a restart every transition seen on the event stream is in the store, in order."""
+async def test_sigterm_during_a_burst_of_transitions_keeps_every_announced_one(vigil: Gateways, tmp_path: Path) -> None:
+    """SIGTERM mid-burst, 3 times: exit 0; after each restart every transition seen on the stream is stored in order."""
     data = tmp_path / "state"
     backends = [stdio_backend(f"flap{i}", "false", []) for i in range(BACKENDS)]
     gw = vigil(
         backends,
         api={},
         data_dir=str(data),
-        restart={"base": "5ms", "max": "10ms", "jitter": 0.0, "max_restarts": 1_000_000},
+        restart={"base": "1ms", "max": "2ms", "jitter": 0.0, "max_restarts": 1_000_000},
     )
-    seen, before = await read_until_closed(gw.api_base, gw.proc.pid)
-    status = await anyio.to_thread.run_sync(gw.proc.terminate)
-    assert status == 0, f"vigil exited with {status} after SIGTERM:\n{gw.proc.stderr()[-3000:]}"
+    # How many transitions are in flight at the signal varies from run to
+    # run (the writer usually keeps up): three rounds make a lost queue
+    # show in almost every run, not in some.
+    for n in range(ROUNDS):
+        seen, before = await read_until_closed(gw.api_base, gw.proc.pid)
+        status = await anyio.to_thread.run_sync(gw.proc.terminate)
+        assert status == 0, f"round {n}: vigil exited with {status} after SIGTERM:\n{gw.proc.stderr()[-3000:]}"
 
-    again = vigil.serve_again(gw)
-    await ControlApi(again.api_base).instances()  # the restarted gateway answers
-    saved = stored(data / "vigil.db")
-    missing = Counter(seen) - Counter(saved)
-    assert not missing, (
-        f"{sum(missing.values())} of {len(seen)} announced transitions ({before} before SIGTERM) "
-        f"are not in the store after a restart: {short(sorted(missing))}"
-    )
-    # In order: per backend, what was seen is a subsequence of what was
-    # stored (the stream began after some, and a client that falls behind
-    # gets a fresh snapshot instead of the events it missed).
-    for name, keys in per_backend(seen).items():
-        rest = iter(per_backend(saved).get(name, []))
-        assert all(k in rest for k in keys), f"{name}: stored order differs from the announced one"
+        gw = vigil.serve_again(gw)
+        await ControlApi(gw.api_base).instances()  # the restarted gateway answers
+        saved = stored(data / "vigil.db")
+        missing = Counter(seen) - Counter(saved)
+        assert not missing, (
+            f"round {n}: {sum(missing.values())} of {len(seen)} announced transitions ({before} before SIGTERM) "
+            f"are not in the store after a restart: {short(sorted(missing))}"
+        )
+        # In order: per backend, what was seen is a subsequence of what was
+        # stored (the stream began after some, and a client that falls
+        # behind gets a fresh snapshot instead of the events it missed).
+        for name, keys in per_backend(seen).items():
+            rest = iter(per_backend(saved).get(name, []))
+            assert all(k in rest for k in keys), f"round {n}: {name}: stored order differs from the announced one"

@@ -129,67 +129,24 @@ impl McpAuth {
 }
 
 /// The `/mcp` middleware: see the module docs.
-pub async fn authenticate(
-    State(auth): State<Arc<McpAuth>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+pub async fn authenticate(State(auth): State<Arc<McpAuth>>, req: Request, next: Next) -> Response {
     if auth.oauth.is_none() && !auth.keys.required() {
+        let mut req = req;
         req.extensions_mut().insert(Principal::local());
         return next.run(req).await;
     }
-    let client = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(Client::Unknown, |ConnectInfo(peer)| Client::of(peer.ip()));
-    if let Err(left) = auth.throttle.check(client, Instant::now()) {
-        return throttled(client, left);
-    }
-    let challenge = &auth.challenge;
-    let Some(secret) = bearer(req.headers()) else {
-        return challenge.unauthorized(None);
+    let (mut parts, body) = req.into_parts();
+    let principal = match auth.admit(&mut parts).await {
+        Ok(p) => p,
+        Err(refusal) => return crate::listener::refuse_after_reading(body, refusal).await,
     };
-    let principal = match auth.keys.find(secret) {
-        Some(p) => p,
-        None => match &auth.oauth {
-            None => {
-                auth.throttle.failed(client, Instant::now());
-                return challenge.unauthorized(Some("the key is not one of [[auth.keys]]"));
-            }
-            Some(oauth) => match oauth.validate(secret).await {
-                Ok(p) => {
-                    let header = super::InboundToken(format!("Bearer {secret}").into());
-                    req.extensions_mut().insert(header);
-                    p
-                }
-                Err(Refusal::Invalid { why, counts }) => {
-                    if counts {
-                        auth.throttle.failed(client, Instant::now());
-                    }
-                    return challenge.unauthorized(Some(&why));
-                }
-                Err(Refusal::Scope(missing)) => return challenge.forbidden(&missing),
-                Err(Refusal::Unavailable(why)) => return unavailable(&why),
-            },
-        },
-    };
-    req.headers_mut().remove(header::AUTHORIZATION);
-    let session = req.headers().get("mcp-session-id").cloned();
+    let session = parts.headers.get("mcp-session-id").cloned();
     let session = session.as_ref().and_then(|v| v.to_str().ok());
-    if let Some(id) = session
-        && !auth.owned_by(id, &principal)
-    {
-        if let Some(more) = lock(&auth.foreign_log).admit(Instant::now()) {
-            tracing::warn!(%principal, session = %session_tag(id), more, "a request on a session another principal opened (or none did) was answered as an unknown session");
-        }
-        // Exactly rmcp's answer for an unknown session, headers included.
-        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
-    }
-    let delete = req.method() == Method::DELETE;
+    let delete = parts.method == Method::DELETE;
     // Kept only for a request that may open a session (no id yet).
     let opener = session.is_none().then(|| principal.clone());
-    req.extensions_mut().insert(principal);
-    let response = next.run(req).await;
+    parts.extensions.insert(principal);
+    let response = next.run(Request::from_parts(parts, body)).await;
     match session {
         None => {
             if let (Some(id), Some(principal)) = (
@@ -206,6 +163,64 @@ pub async fn authenticate(
         Some(_) => {}
     }
     response
+}
+
+impl McpAuth {
+    /// Who sent the request, or the answer that refuses it. Takes the
+    /// `Authorization` header off the request (an OAuth token is kept as
+    /// [`super::InboundToken`] for `forward_auth`).
+    async fn admit(&self, parts: &mut axum::http::request::Parts) -> Result<Principal, Response> {
+        let client = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(Client::Unknown, |ConnectInfo(peer)| Client::of(peer.ip()));
+        if let Err(left) = self.throttle.check(client, Instant::now()) {
+            return Err(throttled(client, left));
+        }
+        let challenge = &self.challenge;
+        let Some(secret) = bearer(&parts.headers) else {
+            return Err(challenge.unauthorized(None));
+        };
+        let principal = match self.keys.find(secret) {
+            Some(p) => p,
+            None => match &self.oauth {
+                None => {
+                    self.throttle.failed(client, Instant::now());
+                    return Err(challenge.unauthorized(Some("the key is not one of [[auth.keys]]")));
+                }
+                Some(oauth) => match oauth.validate(secret).await {
+                    Ok(p) => {
+                        let header = super::InboundToken(format!("Bearer {secret}").into());
+                        parts.extensions.insert(header);
+                        p
+                    }
+                    Err(Refusal::Invalid { why, counts }) => {
+                        if counts {
+                            self.throttle.failed(client, Instant::now());
+                        }
+                        return Err(challenge.unauthorized(Some(&why)));
+                    }
+                    Err(Refusal::Scope(missing)) => return Err(challenge.forbidden(&missing)),
+                    Err(Refusal::Unavailable(why)) => return Err(unavailable(&why)),
+                },
+            },
+        };
+        parts.headers.remove(header::AUTHORIZATION);
+        let session = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
+        if let Some(id) = session
+            && !self.owned_by(id, &principal)
+        {
+            if let Some(more) = lock(&self.foreign_log).admit(Instant::now()) {
+                tracing::warn!(%principal, session = %session_tag(id), more, "a request on a session another principal opened (or none did) was answered as an unknown session");
+            }
+            // Exactly rmcp's answer for an unknown session, headers included.
+            return Err((StatusCode::NOT_FOUND, "Not Found: Session not found").into_response());
+        }
+        Ok(principal)
+    }
 }
 
 /// The secret of an `Authorization: Bearer` header (scheme matched without
@@ -320,15 +335,11 @@ fn with_challenge(status: StatusCode, challenge: &str, text: String) -> Response
     response
 }
 
-/// A refusal answered before the request body was read: the connection
-/// is closed after it (`Connection: close`), which the client is told, so
-/// it never sends its next request on a connection the server drops.
+/// A refusal of [`authenticate`], which reads the request's body before
+/// it answers (`listener::refuse_after_reading`): the client's connection
+/// stays usable for its retry with other credentials.
 fn refusal(status: StatusCode, text: String) -> Response {
-    let mut response = (status, text).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
+    (status, text).into_response()
 }
 
 /// 503 while a token cannot be checked (its issuer is unreachable).

@@ -13,6 +13,7 @@ use serde_json::json;
 use super::Gateway;
 use crate::audit::{Outcome, PendingCall};
 use crate::auth::Principal;
+use crate::backend::Backend;
 use crate::catalog::Kind;
 use crate::policy::Refused;
 
@@ -46,14 +47,12 @@ pub(super) fn admit(
     Err(refused)
 }
 
-/// A `tools/call` routed to `backend` ended (`ok`: an answer that is not an
+/// A `tools/call` routed to `b` ended (`ok`: an answer that is not an
 /// error) after `took`: the application signal of the health model and the
 /// call metrics.
-pub(super) fn record_call(gw: &Gateway, backend: &str, ok: bool, took: Duration) {
-    if let Some(b) = gw.backend(backend) {
-        b.stats.record(ok, took);
-        b.call_metrics.record(ok, took);
-    }
+pub(super) fn record_call(b: &Backend, ok: bool, took: Duration) {
+    b.stats.record(ok, took);
+    b.call_metrics.record(ok, took);
 }
 
 /// The span of one `tools/call` to `backend`'s `tool`, exported when

@@ -537,7 +537,9 @@ impl ServerHandler for FrontSession {
             Err(e) => Err(e.message.as_ref()),
         };
         admission::end_tool_call_span(&span, failure);
-        admission::record_call(&self.gw, &route.backend, ok, took);
+        if let Some(b) = self.gw.backend(&route.backend) {
+            admission::record_call(&b, ok, took);
+        }
         audit.finish(&route.backend, &result);
         match result? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),

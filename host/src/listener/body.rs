@@ -155,3 +155,28 @@ impl Body for Deadline {
         self.body.size_hint()
     }
 }
+
+/// Most of a refused request's body read before answering (see
+/// [`refuse_after_reading`]).
+const DRAIN_LIMIT: usize = 64 * 1024;
+
+/// Answers `refusal` after reading what is left of the refused request's
+/// `body`, so the client's keep-alive connection stays usable for its next
+/// request (a client whose token was refused retries with a fresh one on
+/// the same connection; hyper closes a connection whose request body went
+/// unread, and the retry meets a closed socket). A body longer than 64 KiB
+/// is not read: the answer then says `Connection: close`, so the client
+/// knows not to reuse the connection. The listener's `read_timeout` bounds
+/// a slow body as for any request.
+pub async fn refuse_after_reading(
+    body: axum::body::Body,
+    mut refusal: axum::response::Response,
+) -> axum::response::Response {
+    if axum::body::to_bytes(body, DRAIN_LIMIT).await.is_err() {
+        refusal.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    refusal
+}

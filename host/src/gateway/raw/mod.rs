@@ -406,7 +406,7 @@ impl RawPath {
         };
         if let Some(span) = span {
             admission::end_tool_call_span(&span, if ok { Ok(()) } else { Err("the call failed") });
-            admission::record_call(gw, &b.name, ok, took);
+            admission::record_call(&b, ok, took);
         }
         audit.finish_as(&b.name, outcome);
         crate::metrics::get().forwarded(r.method.as_str(), "raw");
