@@ -57,6 +57,13 @@ pub struct IdleArgs {
     /// directory, removed at the end).
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
+
+    /// Seconds after the last session went idle of the second reading
+    /// (the first is at 3 s). rmcp keeps each finished request's events
+    /// for 60 s so a client can resume its stream; past that, what is left
+    /// is what an idle session holds.
+    #[arg(long, default_value_t = 70, value_name = "SECS")]
+    settle: u64,
 }
 
 /// One mode's figures.
@@ -65,6 +72,9 @@ struct Figures {
     sessions: u32,
     rss_before_mib: f64,
     rss_after_mib: f64,
+    /// At `--settle`.
+    rss_settled_mib: f64,
+    settle: u64,
     sockets_before: u64,
     sockets_after: u64,
     backend_conns: u64,
@@ -98,7 +108,17 @@ pub async fn run(args: &IdleArgs) -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     for mode in modes {
-        rows.push(one_mode(mode, args.sessions, &bins.join("vigil"), &urls, &work).await?);
+        rows.push(
+            one_mode(
+                mode,
+                args.sessions,
+                args.settle,
+                &bins.join("vigil"),
+                &urls,
+                &work,
+            )
+            .await?,
+        );
     }
     print_table(&rows);
     drop(backends);
@@ -108,6 +128,7 @@ pub async fn run(args: &IdleArgs) -> anyhow::Result<()> {
 async fn one_mode(
     mode: &'static str,
     sessions: u32,
+    settle: u64,
     vigil: &std::path::Path,
     urls: &[String],
     work: &WorkDir,
@@ -174,14 +195,19 @@ async fn one_mode(
     // allocator settle before reading.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = crate::probes::proc_status(pid);
+    let (sockets_after, backend_conns) = (sockets(pid), connections_to(pid, &backend_ports));
+    tokio::time::sleep(Duration::from_secs(settle.saturating_sub(3))).await;
+    server.check_alive()?;
     let figures = Figures {
         mode,
         sessions,
         rss_before_mib: before.rss_mib,
         rss_after_mib: after.rss_mib,
+        rss_settled_mib: crate::probes::proc_status(pid).rss_mib,
+        settle,
         sockets_before,
-        sockets_after: sockets(pid),
-        backend_conns: connections_to(pid, &backend_ports),
+        sockets_after,
+        backend_conns,
         open_secs,
     };
     server.stop().await;
@@ -246,21 +272,25 @@ fn connections_to(pid: u32, ports: &[u16]) -> u64 {
 fn print_table(rows: &[Figures]) {
     println!();
     println!(
-        "| backend sessions | idle client sessions | Vigil RSS MiB: before / after | KiB per session | Vigil sockets: before / after | sockets per session | TCP connections to the backends | opened in s |"
+        "| backend sessions | idle client sessions | Vigil RSS MiB: before / 3 s after / {} s after | KiB per session at 3 s / {} s | Vigil sockets: before / after | sockets per session | TCP connections to the backends | opened in s |",
+        rows.first().map_or(0, |r| r.settle),
+        rows.first().map_or(0, |r| r.settle),
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let per_kib = (r.rss_after_mib - r.rss_before_mib) * 1024.0 / f64::from(r.sessions);
+        let settled_kib = (r.rss_settled_mib - r.rss_before_mib) * 1024.0 / f64::from(r.sessions);
         let per_socket = (r.sockets_after as f64 - r.sockets_before as f64) / f64::from(r.sessions);
         let label = match r.mode {
             "shared" => "shared (raw path, one lane per principal and backend)",
             _ => "own (typed path, one per client session)",
         };
         println!(
-            "| {label} | {} | {:.0} / {:.0} | {per_kib:.1} | {} / {} | {per_socket:.2} | {} | {:.1} |",
+            "| {label} | {} | {:.0} / {:.0} / {:.0} | {per_kib:.1} / {settled_kib:.1} | {} / {} | {per_socket:.2} | {} | {:.1} |",
             r.sessions,
             r.rss_before_mib,
             r.rss_after_mib,
+            r.rss_settled_mib,
             r.sockets_before,
             r.sockets_after,
             r.backend_conns,
@@ -268,10 +298,11 @@ fn print_table(rows: &[Figures]) {
         );
     }
     if let [shared, own] = rows {
-        let grow = |r: &Figures| r.rss_after_mib - r.rss_before_mib;
+        let grow = |r: &Figures| r.rss_settled_mib - r.rss_before_mib;
         if grow(shared) > 0.0 {
             println!(
-                "\nmemory per idle session, own / shared: {:.1}x; sockets after, own / shared: {:.1}x",
+                "\nmemory per idle session (at {} s), own / shared: {:.1}x; sockets after, own / shared: {:.1}x",
+                shared.settle,
                 grow(own) / grow(shared),
                 own.sockets_after as f64 / shared.sockets_after.max(1) as f64
             );

@@ -49,8 +49,9 @@ pub struct InstructionsArgs {
     /// Bytes of text echoed per call.
     #[arg(long, default_value_t = 64)]
     payload: usize,
-    /// `keep_alive = true` on Vigil's backend (default off, as in `calls`).
-    #[arg(long)]
+    /// `keep_alive` of Vigil's backend, as for `calls` (default `true`,
+    /// Vigil's default).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     backend_keep_alive: bool,
     /// Directory holding `vigil` and `vigil-demo-backend` (as for `calls`).
     #[arg(long, value_name = "DIR")]

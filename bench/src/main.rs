@@ -179,9 +179,10 @@ pub struct Args {
     #[arg(long)]
     keep_alive: bool,
 
-    /// Let Vigil keep its HTTP connections to the backend alive
-    /// (`keep_alive = true` on the backend in Vigil's config).
-    #[arg(long)]
+    /// `keep_alive` of the backend in Vigil's config: `true` (Vigil's
+    /// default: connections to the backend are reused) or `false` (a new
+    /// connection per backend request, Vigil's behaviour before).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     backend_keep_alive: bool,
 
     /// Worker threads of the bench client's runtime (default: one per CPU).
