@@ -4,8 +4,9 @@ shared by plain clients) or typed (through the MCP client machinery).
 Vigil counts both in `vigil_requests_forwarded_total{method, path}`. A
 client that declared no sampling, elicitation or roots has its
 `tools/call`, `resources/read`, `prompts/get` and `completion/complete` to an
-HTTP backend forwarded raw; a progress token, a declared capability, a log
-level or a stdio backend sends them the typed way. A raw answer is the
+HTTP backend forwarded raw, with its progress relayed as it comes; a
+declared capability, a log level or a stdio backend sends them the typed
+way. A raw answer is the
 backend's own bytes but for the id (checked against the same call sent to the
 backend directly, with a plain HTTP client).
 """
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from mcp import types
@@ -80,6 +82,40 @@ async def test_a_plain_client_goes_raw_for_each_eligible_method(gateway: Vigil) 
         assert moved(before, await forwarded(gateway)) == {(m, "raw"): 1 for m in METHODS}
 
 
+async def test_a_call_with_a_progress_token_goes_raw_and_its_progress_arrives_while_it_runs(gateway: Vigil) -> None:
+    """Progress in order, with the client's token, before any answer; cancelling the call ends it on the backend."""
+    async with http_session(gateway.url) as s:
+        before = await forwarded(gateway)
+        progress = Inbox()
+
+        async def on_progress(p: float, total: float | None, message: str | None) -> None:
+            progress.put((p, total))
+
+        result = await s.call_tool("web__progress", {"steps": 3}, progress_callback=on_progress)
+        assert text_of(result) == "done 3"
+        assert progress.items == [(1.0, 3.0), (2.0, 3.0), (3.0, 3.0)]
+        assert moved(before, await forwarded(gateway)) == {("tools/call", "raw"): 1}
+
+        # The tool waits after its progress and never answers: the progress
+        # reaching the client proves it is relayed while the call runs.
+        live = Inbox()
+
+        async def on_live(p: float, total: float | None, message: str | None) -> None:
+            live.put(p)
+
+        async with anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                await s.call_tool("web__progress", {"steps": 2, "hang_after": True}, progress_callback=on_live)
+
+            tg.start_soon(call)
+            await live.wait_for(lambda _: True, "two progress notifications", count=2)
+            assert live.items == [1.0, 2.0]
+            tg.cancel_scope.cancel()
+        # Cancelled, the session carries on.
+        assert await call_text(s, "web__echo", {"text": "after"}) == "after"
+
+
 async def test_what_carries_something_per_session_goes_typed(gateway: Vigil) -> None:
     # The same client: to a stdio backend, and with a progress token.
     async with http_session(gateway.url) as s:
@@ -93,8 +129,8 @@ async def test_what_carries_something_per_session_goes_typed(gateway: Vigil) -> 
         async def on_progress(p: float, total: float | None, message: str | None) -> None:
             progress.append(p)
 
-        result = await s.call_tool("web__echo", {"text": "with progress"}, progress_callback=on_progress)
-        assert text_of(result) == "with progress"
+        result = await s.call_tool("local__progress", {"steps": 2}, progress_callback=on_progress)
+        assert text_of(result) == "done 2" and progress == [1.0, 2.0], (text_of(result), progress)
         assert moved(before, await forwarded(gateway)) == {("tools/call", "typed"): 1}
 
     # A client that declared sampling: everything typed.

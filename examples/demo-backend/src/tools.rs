@@ -81,6 +81,11 @@ pub struct AskUserArgs {
 pub struct ProgressArgs {
     /// How many progress notifications to send.
     pub steps: u64,
+    /// After the notifications, wait until the call is cancelled instead
+    /// of answering (so a client can tell progress that arrives while a
+    /// call runs from progress delivered with its answer).
+    #[serde(default)]
+    pub hang_after: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -251,7 +256,7 @@ impl DemoServer {
     }
 
     #[tool(
-        description = "Send `steps` progress notifications (if the call has a progressToken), then return \"done <steps>\"."
+        description = "Send `steps` progress notifications (if the call has a progressToken), then return \"done <steps>\" (with `hang_after`: wait until cancelled instead)."
     )]
     async fn progress(
         &self,
@@ -271,6 +276,10 @@ impl DemoServer {
                     break;
                 }
             }
+        }
+        if args.hang_after {
+            context.ct.cancelled().await;
+            return Err(cancelled("progress"));
         }
         Ok(format!("done {}", args.steps))
     }

@@ -68,6 +68,8 @@ pub struct Request<'a> {
     id_span: (usize, usize),
     /// `params.arguments`, as written (for the audit).
     pub arguments: Option<&'a RawValue>,
+    /// `params._meta.progressToken`, as written, and where it sits.
+    pub progress: Option<(&'a RawValue, (usize, usize))>,
 }
 
 /// The byte range of `part` inside `whole`; `part` must be borrowed from it.
@@ -137,17 +139,29 @@ struct Reference<'a> {
     uri: Option<&'a RawValue>,
 }
 
-/// Whether `_meta` holds only the caller's own entries: no progress token
-/// (the typed path maps progress) and nothing of the client↔gateway hop
-/// (`io.modelcontextprotocol/…`, which each hop negotiates itself).
-fn meta_is_plain(meta: Option<&RawValue>) -> bool {
-    let Some(meta) = meta else { return true };
-    let Ok(keys) = serde_json::from_str::<std::collections::HashMap<&str, &RawValue>>(meta.get())
-    else {
-        return false;
+/// The progress token of `_meta`, if any, when `_meta` holds nothing of
+/// the client↔gateway hop (`io.modelcontextprotocol/…`, which each hop
+/// negotiates itself); `None` (ineligible) otherwise. A token must be a
+/// string or an integer, as MCP says.
+#[allow(clippy::option_option)]
+fn meta_progress(meta: Option<&RawValue>) -> Option<Option<&RawValue>> {
+    let Some(meta) = meta else {
+        return Some(None);
     };
-    keys.keys()
-        .all(|k| *k != "progressToken" && !k.starts_with("io.modelcontextprotocol/"))
+    let keys: std::collections::HashMap<&str, &RawValue> = serde_json::from_str(meta.get()).ok()?;
+    if keys
+        .keys()
+        .any(|k| k.starts_with("io.modelcontextprotocol/"))
+    {
+        return None;
+    }
+    match keys.get("progressToken") {
+        None => Some(None),
+        Some(t) if matches!(t.get().as_bytes().first(), Some(b'"' | b'0'..=b'9' | b'-')) => {
+            Some(Some(*t))
+        }
+        Some(_) => None,
+    }
 }
 
 /// A JSON string, decoded, with its span in `body`.
@@ -203,9 +217,10 @@ impl<'a> Request<'a> {
                 }
             }
         };
-        if !meta_is_plain(meta) {
-            return None;
-        }
+        let progress = match meta_progress(meta)? {
+            Some(t) => Some((t, span(body, t.get())?)),
+            None => None,
+        };
         let (name, name_span) = string_at(body, name_raw)?;
         Some(Request {
             method,
@@ -215,15 +230,19 @@ impl<'a> Request<'a> {
             name_span,
             id_span: span(body, id.get())?,
             arguments,
+            progress,
         })
     }
 
-    /// The body to send on: `body` with the id replaced by `id` (JSON) and,
-    /// when `name` is given, the routed name by it (as the backend knows
-    /// it). Nothing else changes.
+    /// The body to send on: `body` with the id replaced by `id` (JSON), the
+    /// progress token (if any) by `id` too, and, when `name` is given, the
+    /// routed name by it (as the backend knows it). Nothing else changes.
     pub fn rewrite(&self, body: &str, id: &str, name: Option<&str>) -> String {
         let name = name.map(|n| serde_json::Value::from(n).to_string());
         let mut spans = vec![(self.id_span, id)];
+        if let Some((_, at)) = self.progress {
+            spans.push((at, id));
+        }
         if let Some(n) = &name {
             spans.push((self.name_span, n.as_str()));
         }
@@ -300,6 +319,35 @@ pub fn with_id(message: &str, id: &str) -> Option<String> {
     let m: AnyMessage<'_> = serde_json::from_str(message).ok()?;
     let at = span(message, m.id?.get())?;
     Some(splice(message, vec![(at, id)]))
+}
+
+/// A backend's `notifications/progress` for Vigil's token `ours`, with the
+/// client's token (`token`, JSON as the client wrote it) put in its place
+/// and every other byte as the backend wrote it. `None` for any other
+/// message.
+pub fn progress_for(message: &str, ours: &str, token: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Note<'a> {
+        #[serde(borrow)]
+        method: &'a str,
+        #[serde(borrow)]
+        params: &'a RawValue,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, rename = "progressToken")]
+        token: &'a RawValue,
+    }
+    let n: Note<'_> = serde_json::from_str(message).ok()?;
+    if n.method != "notifications/progress" {
+        return None;
+    }
+    let p: Params<'_> = serde_json::from_str(n.params.get()).ok()?;
+    (serde_json::from_str::<&str>(p.token.get()).ok()? == ours).then_some(())?;
+    Some(splice(
+        message,
+        vec![(span(message, p.token.get())?, token)],
+    ))
 }
 
 /// Whether a `tools/call` result says `isError: true` (the backend's tool
@@ -384,8 +432,8 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a"}}"#.into(),
             // another method
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.into(),
-            // a progress token: the typed path maps progress
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":1}}}"#.into(),
+            // a progress token that is neither a string nor a number
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":{}}}}"#.into(),
             // per-hop metadata of 2026-07-28
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"io.modelcontextprotocol/clientInfo":{}}}}"#.into(),
             // a task-augmented call: its task lives on the typed path's session
@@ -405,6 +453,40 @@ mod tests {
         }
         let own_meta = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"trace":"x"}}}"#;
         assert!(Request::parse(own_meta).is_some(), "the caller's own _meta");
+    }
+
+    #[test]
+    fn a_progress_token_is_replaced_by_ours_and_put_back_on_progress() {
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"demo__slow","_meta":{"progressToken":"tok-1"}}}"#;
+        let r = Request::parse(call).unwrap();
+        assert_eq!(r.progress.map(|(t, _)| t.get()), Some(r#""tok-1""#));
+        assert_eq!(
+            r.rewrite(call, r#""vr-9""#, Some("slow")),
+            r#"{"jsonrpc":"2.0","id":"vr-9","method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"vr-9"}}}"#
+        );
+        let numeric = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":42}}}"#;
+        assert_eq!(
+            Request::parse(numeric)
+                .unwrap()
+                .progress
+                .map(|(t, _)| t.get()),
+            Some("42")
+        );
+
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"vr-9","progress":1,"total":3}}"#;
+        assert_eq!(
+            progress_for(note, "vr-9", r#""tok-1""#).as_deref(),
+            Some(
+                r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":1,"total":3}}"#
+            )
+        );
+        assert_eq!(
+            progress_for(note, "vr-8", "1"),
+            None,
+            "another request's progress"
+        );
+        let log = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
+        assert_eq!(progress_for(log, "vr-9", "1"), None);
     }
 
     #[test]

@@ -59,6 +59,7 @@ use crate::backend::{Backend, BackendError};
 use crate::catalog::Kind;
 use crate::health::{HealthState, advertisable};
 use envelope::{Incoming, RawMethod, Target};
+use futures::StreamExt as _;
 
 /// The largest request body the raw path reads; a larger one (or one of
 /// unknown length) goes the typed way unread. A call that large is
@@ -107,6 +108,8 @@ pub async fn forward(State(raw): State<Arc<RawPath>>, req: Request, next: Next) 
     };
     match raw.handle(&front, &parts, &bytes).await {
         Handled::Answered(response) => response,
+        Handled::Reply(messages) => answer_response(messages),
+        Handled::Streamed(response) => response,
         Handled::Typed(admitted) => {
             let mut req = Request::from_parts(parts, Body::from(bytes));
             if let Some(a) = admitted {
@@ -147,6 +150,11 @@ fn eligible_headers(h: &http::HeaderMap) -> bool {
 /// What became of a request.
 enum Handled {
     Answered(Response),
+    /// The messages of the answer in order, the response last: JSON when
+    /// it is alone, else an SSE stream.
+    Reply(Vec<String>),
+    /// An SSE stream already under way (a call with a progress token).
+    Streamed(Response),
     /// For the typed path, with the admission already made, if any.
     Typed(Option<Admitted>),
 }
@@ -177,8 +185,30 @@ struct Answer {
     error: Option<McpError>,
     /// A `tools/call` result with `isError: true`.
     tool_failed: bool,
-    /// Notifications of the request that came before the response.
+    /// Notifications of the request that came before the response (and
+    /// were not relayed as they came, see [`Progress`]).
     before: Vec<String>,
+}
+
+/// Where a call with a progress token relays its notifications while it
+/// runs: the backend's progress with the client's token put back, and
+/// log messages, in the order they came.
+struct Progress {
+    /// The client's token, JSON as written.
+    token: String,
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+    /// Told of each progress notification relayed (it restarts the
+    /// request's timeout).
+    progressed: tokio::sync::Notify,
+}
+
+/// Resolves at the next progress of a call with a progress token; never
+/// for one without.
+async fn progressed(p: Option<&Progress>) {
+    match p {
+        Some(p) => p.progressed.notified().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Vigil's ids on the lanes: strings, so they never meet rmcp's numbers.
@@ -189,7 +219,7 @@ fn next_id() -> Arc<str> {
 
 impl RawPath {
     async fn handle(
-        &self,
+        self: &Arc<Self>,
         front: &Arc<Front>,
         parts: &http::request::Parts,
         bytes: &Bytes,
@@ -207,9 +237,89 @@ impl RawPath {
             return Handled::Typed(None);
         }
         match envelope::Request::parse(text) {
-            Some(r) => self.call(front, parts, text, r).await,
+            Some(r) if r.progress.is_some() => {
+                let client_id = r.id.get().to_owned();
+                self.streamed(front, parts, bytes, client_id).await
+            }
+            Some(r) => self.call(front, parts, text, r, None).await,
             None => Handled::Typed(None),
         }
+    }
+
+    /// A call with a progress token: its progress (and log messages) reach
+    /// the client while it runs. The call runs on a task of its own and
+    /// relays what it hears; nothing is committed to the client until the
+    /// first relayed message, which the backend sends only once it took
+    /// the call, so a call it did not take still goes the typed way. From
+    /// then on the answer is an SSE stream: the relayed messages as they
+    /// come, then the response. A client that goes away cancels the call
+    /// at the next message.
+    async fn streamed(
+        self: &Arc<Self>,
+        front: &Arc<Front>,
+        parts: &http::request::Parts,
+        bytes: &Bytes,
+        client_id: String,
+    ) -> Handled {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (raw, front, parts, bytes) =
+            (self.clone(), front.clone(), parts.clone(), bytes.clone());
+        let mut task = tokio::spawn(async move {
+            let text = std::str::from_utf8(&bytes).unwrap_or("");
+            let Some(r) = envelope::Request::parse(text) else {
+                return Handled::Typed(None);
+            };
+            let token = r
+                .progress
+                .map(|(t, _)| t.get().to_owned())
+                .unwrap_or_default();
+            let progress = Progress {
+                token,
+                tx,
+                progressed: tokio::sync::Notify::new(),
+            };
+            raw.call(&front, &parts, text, r, Some(progress)).await
+        });
+        let first = tokio::select! {
+            biased;
+            Some(m) = rx.recv() => m,
+            done = &mut task => {
+                let done = done.unwrap_or_else(|_| Handled::Reply(task_failed(&client_id)));
+                // What was relayed just before the end goes first.
+                let mut early: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+                return match done {
+                    Handled::Reply(mut messages) if !early.is_empty() => {
+                        early.append(&mut messages);
+                        Handled::Reply(early)
+                    }
+                    other => other,
+                };
+            }
+        };
+        let relayed = futures::stream::once(async move { first })
+            .chain(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+        let end = futures::stream::once(async move {
+            match task.await {
+                Ok(Handled::Reply(messages)) => messages,
+                // Typed or refused once the backend took the call: cannot
+                // happen (both are decided before it does).
+                _ => task_failed(&client_id),
+            }
+        })
+        .flat_map(futures::stream::iter);
+        let events = relayed
+            .chain(end)
+            .map(|m| Ok::<_, std::convert::Infallible>(Bytes::from(sse_event(&m))));
+        Handled::Streamed(
+            (
+                [
+                    (http::header::CONTENT_TYPE, "text/event-stream"),
+                    (http::header::CACHE_CONTROL, "no-cache"),
+                ],
+                Body::from_stream(events),
+            )
+                .into_response(),
+        )
     }
 
     async fn call(
@@ -218,6 +328,7 @@ impl RawPath {
         parts: &http::request::Parts,
         text: &str,
         r: envelope::Request<'_>,
+        progress: Option<Progress>,
     ) -> Handled {
         let gw = &self.gw;
         let catalog = gw.catalog();
@@ -312,11 +423,30 @@ impl RawPath {
             let Some(target) = lane.session().and_then(|s| s.current()) else {
                 return Handled::Typed(Some(Admitted::new(audit)));
             };
-            let exchange =
-                self.exchange(&b, &target, body.clone(), ours.clone(), client_id, r.method);
-            let outcome = tokio::select! {
-                o = tokio::time::timeout(timeout, exchange) => o.unwrap_or(Err(Failure::TimedOut)),
-                _ = call.cancel.cancelled() => Err(Failure::Cancelled),
+            let outcome = {
+                let exchange = self.exchange(
+                    &b,
+                    &target,
+                    body.clone(),
+                    ours.clone(),
+                    client_id,
+                    r.method,
+                    progress.as_ref(),
+                );
+                // `request_timeout`, restarted by each progress
+                // notification (as on the typed path).
+                let deadline = tokio::time::sleep(timeout);
+                tokio::pin!(deadline, exchange);
+                loop {
+                    tokio::select! {
+                        o = &mut exchange => break o,
+                        _ = &mut deadline => break Err(Failure::TimedOut),
+                        _ = call.cancel.cancelled() => break Err(Failure::Cancelled),
+                        _ = progressed(progress.as_ref()) => {
+                            deadline.as_mut().reset(tokio::time::Instant::now() + timeout);
+                        }
+                    }
+                }
             };
             let ended = match outcome {
                 Ok(a) => Ended::Answer(a),
@@ -352,7 +482,7 @@ impl RawPath {
                 b.request_refresh();
             }
         }
-        let (response, ok, outcome) = match outcome {
+        let (messages, ok, outcome) = match outcome {
             Ended::Answer(Answer {
                 error: Some(e),
                 before,
@@ -368,7 +498,7 @@ impl RawPath {
                     e
                 };
                 let message = self.error_message(client_id, e);
-                (answer_response(before, message), false, Outcome::Error)
+                (with_last(before, message), false, Outcome::Error)
             }
             Ended::Answer(Answer {
                 result,
@@ -382,12 +512,13 @@ impl RawPath {
                 } else {
                     Outcome::Ok
                 };
-                (answer_response(before, message), !tool_failed, outcome)
+                (with_last(before, message), !tool_failed, outcome)
             }
             Ended::Lost(why) => {
                 tracing::debug!(backend = %b.name, error = %why, "routed request failed");
                 let e = unavailable(&b.name, HealthState::Offline, &why.to_string());
-                (self.refusal(client_id, e), false, Outcome::Unavailable)
+                let message = self.error_message(client_id, e);
+                (vec![message], false, Outcome::Unavailable)
             }
             ended @ (Ended::TimedOut | Ended::Cancelled) => {
                 let timed_out = matches!(ended, Ended::TimedOut);
@@ -401,7 +532,8 @@ impl RawPath {
                         backend: b.name.clone(),
                     },
                 };
-                (self.refusal(client_id, e.into_mcp()), false, Outcome::Error)
+                let message = self.error_message(client_id, e.into_mcp());
+                (vec![message], false, Outcome::Error)
             }
         };
         if let Some(span) = span {
@@ -410,7 +542,7 @@ impl RawPath {
         }
         audit.finish_as(&b.name, outcome);
         crate::metrics::get().forwarded(r.method.as_str(), "raw");
-        Handled::Answered(response)
+        Handled::Reply(messages)
     }
 
     /// Sends the request and reads the backend's answer.
@@ -422,6 +554,7 @@ impl RawPath {
         ours: Arc<str>,
         client_id: &str,
         method: RawMethod,
+        progress: Option<&Progress>,
     ) -> Result<Answer, Failure> {
         let posted = raw_http::post(target, body, ours.clone(), b.keep_alive())
             .await
@@ -465,7 +598,20 @@ impl RawPath {
                 }
                 Some(Incoming::Notification("notifications/message")) => {
                     if let Some(log) = self.masked(&data) {
-                        before.push(log);
+                        match progress {
+                            // Relayed as it comes; a client that went
+                            // away cancels the call.
+                            Some(p) => p.tx.send(log).map_err(|_| Failure::Cancelled)?,
+                            None => before.push(log),
+                        }
+                    }
+                }
+                Some(Incoming::Notification("notifications/progress")) => {
+                    if let Some(p) = progress
+                        && let Some(note) = envelope::progress_for(&data, &ours, &p.token)
+                    {
+                        p.tx.send(note).map_err(|_| Failure::Cancelled)?;
+                        p.progressed.notify_one();
                     }
                 }
                 Some(Incoming::Notification(m)) if m.ends_with("/list_changed") => {
@@ -539,23 +685,27 @@ fn json_response(message: String) -> Response {
     ([(http::header::CONTENT_TYPE, "application/json")], message).into_response()
 }
 
+/// The answer to request `id` when the task running its call failed.
+fn task_failed(id: &str) -> Vec<String> {
+    vec![format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32603,"message":"Vigil could not finish the call"}}}}"#
+    )]
+}
+
+/// `before`, then `last`.
+fn with_last(mut before: Vec<String>, last: String) -> Vec<String> {
+    before.push(last);
+    before
+}
+
 /// The answer as the client gets it: JSON when the response is all there
-/// is, else an SSE stream of the request's notifications (`before`) and the
-/// response.
-fn answer_response(before: Vec<String>, message: String) -> Response {
-    if before.is_empty() {
-        return json_response(message);
+/// is, else an SSE stream of the request's notifications and the response
+/// (`messages`, the response last).
+fn answer_response(mut messages: Vec<String>) -> Response {
+    if messages.len() <= 1 {
+        return json_response(messages.pop().unwrap_or_default());
     }
-    let mut body = String::new();
-    for m in before.iter().chain(std::iter::once(&message)) {
-        body.push_str("event: message\n");
-        for line in m.lines() {
-            body.push_str("data: ");
-            body.push_str(line);
-            body.push('\n');
-        }
-        body.push('\n');
-    }
+    let body: String = messages.iter().map(|m| sse_event(m)).collect();
     (
         [
             (http::header::CONTENT_TYPE, "text/event-stream"),
@@ -564,6 +714,19 @@ fn answer_response(before: Vec<String>, message: String) -> Response {
         body,
     )
         .into_response()
+}
+
+/// One SSE `message` event carrying `m`.
+fn sse_event(m: &str) -> String {
+    let mut event = String::with_capacity(m.len() + 24);
+    event.push_str("event: message\n");
+    for line in m.lines() {
+        event.push_str("data: ");
+        event.push_str(line);
+        event.push('\n');
+    }
+    event.push('\n');
+    event
 }
 
 /// The request id of a `notifications/cancelled`, as written.
