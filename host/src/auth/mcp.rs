@@ -138,7 +138,7 @@ pub async fn authenticate(State(auth): State<Arc<McpAuth>>, req: Request, next: 
     let (mut parts, body) = req.into_parts();
     let principal = match auth.admit(&mut parts).await {
         Ok(p) => p,
-        Err(refusal) => return crate::listener::refuse_after_reading(body, refusal).await,
+        Err(refusal) => return refusal,
     };
     let session = parts.headers.get("mcp-session-id").cloned();
     let session = session.as_ref().and_then(|v| v.to_str().ok());
@@ -335,9 +335,9 @@ fn with_challenge(status: StatusCode, challenge: &str, text: String) -> Response
     response
 }
 
-/// A refusal of [`authenticate`], which reads the request's body before
-/// it answers (`listener::refuse_after_reading`): the client's connection
-/// stays usable for its retry with other credentials.
+/// A refusal of [`authenticate`]. The listener reads the body it leaves
+/// unread (`listener::body`), so the client's connection stays usable for
+/// its retry with other credentials.
 fn refusal(status: StatusCode, text: String) -> Response {
     (status, text).into_response()
 }

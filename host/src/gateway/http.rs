@@ -189,10 +189,7 @@ async fn guard_request(
         .and_then(|host| guard.origins.check(req.headers(), &host));
     match checked {
         Ok(_) => next.run(req).await,
-        Err(refusal) => {
-            let answer = (refusal.status(), refusal.to_string()).into_response();
-            crate::listener::refuse_after_reading(req.into_body(), answer).await
-        }
+        Err(refusal) => (refusal.status(), refusal.to_string()).into_response(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Each request of a connection, on its way to the axum app: it counts as
 //! in flight until its answer is written whole, its body must arrive within
-//! `read_timeout`, and it carries the client's address (`ConnectInfo`).
+//! `read_timeout`, it carries the client's address (`ConnectInfo`), and a
+//! body its handler answered without reading is read before the answer
+//! goes out, so the connection stays usable.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -53,15 +55,20 @@ impl hyper::service::Service<Request<Incoming>> for Requests {
         let in_flight = InFlight::new(self.state.clone());
         let (mut parts, body) = req.into_parts();
         parts.extensions.insert(ConnectInfo(self.peer));
-        let body = axum::body::Body::new(Deadline {
+        let unread = Unread::default();
+        let at = tokio::time::Instant::now() + self.read_timeout;
+        let body = axum::body::Body::new(Deadline::new(
             body,
-            deadline: Box::pin(tokio::time::sleep(self.read_timeout)),
-            timeout: self.read_timeout,
-        });
+            at,
+            self.read_timeout,
+            Some(unread.clone()),
+        ));
         let req = Request::from_parts(parts, body);
         let app = self.app.clone();
+        let timeout = self.read_timeout;
         Box::pin(async move {
-            let Ok(response) = tower::ServiceExt::oneshot(app, req).await;
+            let Ok(mut response) = tower::ServiceExt::oneshot(app, req).await;
+            read_what_was_left(&unread, timeout, &mut response).await;
             Ok(response.map(|body| Answer {
                 body,
                 _in_flight: in_flight,
@@ -113,13 +120,76 @@ impl Body for Answer {
     }
 }
 
+/// Most of a body its handler left unread that the listener reads (see
+/// [`read_what_was_left`]).
+const DRAIN_LIMIT: usize = 64 * 1024;
+
+/// Where a request body its handler dropped unread is handed back, with
+/// its deadline.
+type Unread = Arc<std::sync::Mutex<Option<(Incoming, tokio::time::Instant)>>>;
+
+/// Reads the rest of a request body its handler answered without reading
+/// (a refusal: 401, 403, 404, 503, ...), so the client's keep-alive
+/// connection stays usable for its next request: hyper closes a connection
+/// whose request body went unread, and a client retrying with a fresh
+/// token on it would meet a closed socket. A rest longer than 64 KiB (or
+/// slower than `read_timeout`) is not read: the answer then says
+/// `Connection: close`, so the client knows not to reuse the connection.
+/// One place for every early answer of every route.
+async fn read_what_was_left(
+    unread: &Unread,
+    timeout: Duration,
+    response: &mut Response<axum::body::Body>,
+) {
+    let left = unread.lock().ok().and_then(|mut u| u.take());
+    let Some((body, at)) = left else { return };
+    let rest = axum::body::Body::new(Deadline::new(body, at, timeout, None));
+    if axum::body::to_bytes(rest, DRAIN_LIMIT).await.is_err() {
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+}
+
 /// A request body that must end within `timeout` of the request's head.
 /// Unlike a timeout between frames, a client trickling a byte at a time
-/// cannot stretch it.
+/// cannot stretch it. Dropped before its end, it hands the rest to
+/// `unread` (see [`read_what_was_left`]).
 struct Deadline {
-    body: Incoming,
+    body: Option<Incoming>,
+    at: tokio::time::Instant,
     deadline: Pin<Box<tokio::time::Sleep>>,
     timeout: Duration,
+    unread: Option<Unread>,
+}
+
+impl Deadline {
+    fn new(
+        body: Incoming,
+        at: tokio::time::Instant,
+        timeout: Duration,
+        unread: Option<Unread>,
+    ) -> Self {
+        Self {
+            body: Some(body),
+            at,
+            deadline: Box::pin(tokio::time::sleep_until(at)),
+            timeout,
+            unread,
+        }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        if let (Some(body), Some(unread)) = (self.body.take(), &self.unread)
+            && !body.is_end_stream()
+            && let Ok(mut slot) = unread.lock()
+        {
+            *slot = Some((body, self.at));
+        }
+    }
 }
 
 impl Body for Deadline {
@@ -131,7 +201,10 @@ impl Body for Deadline {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.body).poll_frame(cx) {
+        let Some(body) = this.body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(body).poll_frame(cx) {
             Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
             Poll::Pending => match this.deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Some(Err(std::io::Error::new(
@@ -148,35 +221,12 @@ impl Body for Deadline {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.body.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
     }
-}
-
-/// Most of a refused request's body read before answering (see
-/// [`refuse_after_reading`]).
-const DRAIN_LIMIT: usize = 64 * 1024;
-
-/// Answers `refusal` after reading what is left of the refused request's
-/// `body`, so the client's keep-alive connection stays usable for its next
-/// request (a client whose token was refused retries with a fresh one on
-/// the same connection; hyper closes a connection whose request body went
-/// unread, and the retry meets a closed socket). A body longer than 64 KiB
-/// is not read: the answer then says `Connection: close`, so the client
-/// knows not to reuse the connection. The listener's `read_timeout` bounds
-/// a slow body as for any request.
-pub async fn refuse_after_reading(
-    body: axum::body::Body,
-    mut refusal: axum::response::Response,
-) -> axum::response::Response {
-    if axum::body::to_bytes(body, DRAIN_LIMIT).await.is_err() {
-        refusal.headers_mut().insert(
-            http::header::CONNECTION,
-            http::HeaderValue::from_static("close"),
-        );
-    }
-    refusal
 }

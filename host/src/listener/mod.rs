@@ -33,7 +33,6 @@ use tokio_util::task::TaskTracker;
 
 pub use crate::config::ListenerLimits;
 use crate::log_limit::LogLimit;
-pub use body::refuse_after_reading;
 
 /// How long a connection refused at the cap gets to take its 503.
 const REFUSAL_WRITE: Duration = Duration::from_secs(1);
