@@ -56,9 +56,7 @@ impl WatchedHttp {
             target,
         })
     }
-}
 
-impl WatchedHttp {
     /// Tells the session target whether this POST was refused at the TCP
     /// level, while reqwest's typed error is still at hand (rmcp's
     /// handshake error keeps only its text).

@@ -109,7 +109,6 @@ pub async fn forward(State(raw): State<Arc<RawPath>>, req: Request, next: Next) 
     match raw.handle(&front, &parts, &bytes).await {
         Handled::Answered(response) => response,
         Handled::Reply(messages) => answer_response(messages),
-        Handled::Streamed(response) => response,
         Handled::Typed(admitted) => {
             let mut req = Request::from_parts(parts, Body::from(bytes));
             if let Some(a) = admitted {
@@ -153,8 +152,6 @@ enum Handled {
     /// The messages of the answer in order, the response last: JSON when
     /// it is alone, else an SSE stream.
     Reply(Vec<String>),
-    /// An SSE stream already under way (a call with a progress token).
-    Streamed(Response),
     /// For the typed path, with the admission already made, if any.
     Typed(Option<Admitted>),
 }
@@ -264,6 +261,10 @@ impl RawPath {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (raw, front, parts, bytes) =
             (self.clone(), front.clone(), parts.clone(), bytes.clone());
+        // The task owns the body and reads its envelope again (a few µs):
+        // the parse borrows from the body, and handing the borrowed one
+        // to a task that outlives this request's future would need an
+        // owned copy of every part instead.
         let mut task = tokio::spawn(async move {
             let text = std::str::from_utf8(&bytes).unwrap_or("");
             let Some(r) = envelope::Request::parse(text) else {
@@ -310,7 +311,7 @@ impl RawPath {
         let events = relayed
             .chain(end)
             .map(|m| Ok::<_, std::convert::Infallible>(Bytes::from(sse_event(&m))));
-        Handled::Streamed(
+        Handled::Answered(
             (
                 [
                     (http::header::CONTENT_TYPE, "text/event-stream"),
