@@ -58,8 +58,8 @@ pub struct IdleArgs {
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
 
-    /// Seconds after the last session went idle of the second reading
-    /// (the first is at 3 s). rmcp keeps each finished request's events
+    /// Seconds between the first reading (once memory and sockets stop
+    /// moving after the last session went idle) and the second. rmcp keeps each finished request's events
     /// for 60 s so a client can resume its stream; past that, what is left
     /// is what an idle session holds.
     #[arg(long, default_value_t = 70, value_name = "SECS")]
@@ -72,7 +72,7 @@ struct Figures {
     sessions: u32,
     rss_before_mib: f64,
     rss_after_mib: f64,
-    /// At `--settle`.
+    /// `--settle` seconds after `rss_after_mib`.
     rss_settled_mib: f64,
     settle: u64,
     sockets_before: u64,
@@ -161,9 +161,7 @@ async fn one_mode(
     .await?;
     let pid = server.pid().context("vigil has no pid")?;
     let backend_ports: Vec<u16> = urls.iter().filter_map(|u| port_of(u)).collect();
-    tokio::time::sleep(Duration::from_secs(1)).await; // let the probe session settle
-    let before = crate::probes::proc_status(pid);
-    let sockets_before = sockets(pid);
+    let (before, sockets_before) = quiescent(pid).await;
 
     let endpoint = Arc::new(Endpoint::parse(&url)?);
     let capabilities = if mode == "own" {
@@ -191,12 +189,11 @@ async fn one_mode(
         return Err(e.context(format!("{mode}: opening the idle sessions")));
     }
     server.check_alive()?;
-    // Let the per-session connections' event streams open and the
-    // allocator settle before reading.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = crate::probes::proc_status(pid);
-    let (sockets_after, backend_conns) = (sockets(pid), connections_to(pid, &backend_ports));
-    tokio::time::sleep(Duration::from_secs(settle.saturating_sub(3))).await;
+    let (after, sockets_after) = quiescent(pid).await;
+    let backend_conns = connections_to(pid, &backend_ports);
+    // The second reading is taken at a fixed time on purpose: what is
+    // measured is what stays after rmcp's 60 s cache of finished requests.
+    tokio::time::sleep(Duration::from_secs(settle)).await;
     server.check_alive()?;
     let figures = Figures {
         mode,
@@ -222,6 +219,23 @@ fn port_of(url: &str) -> Option<u16> {
         .1
         .parse()
         .ok()
+}
+
+/// Vigil's memory and open sockets once they stop moving (two readings
+/// 500 ms apart agree), or after 30 s: the sessions' connections and
+/// tasks have settled.
+async fn quiescent(pid: u32) -> (crate::probes::ProcStatus, u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut last = (crate::probes::proc_status(pid), sockets(pid));
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = (crate::probes::proc_status(pid), sockets(pid));
+        let still = now.1 == last.1 && (now.0.rss_mib - last.0.rss_mib).abs() < 0.5;
+        last = now;
+        if still || tokio::time::Instant::now() >= deadline {
+            return last;
+        }
+    }
 }
 
 /// Open sockets of `pid` (its `/proc/PID/fd` links to `socket:[…]`).
@@ -272,7 +286,7 @@ fn connections_to(pid: u32, ports: &[u16]) -> u64 {
 fn print_table(rows: &[Figures]) {
     println!();
     println!(
-        "| backend sessions | idle client sessions | Vigil RSS MiB: before / 3 s after / {} s after | KiB per session at 3 s / {} s | Vigil sockets: before / after | sockets per session | TCP connections to the backends | opened in s |",
+        "| backend sessions | idle client sessions | Vigil RSS MiB: before / settled / {} s later | KiB per session: settled / {} s later | Vigil sockets: before / after | sockets per session | TCP connections to the backends | opened in s |",
         rows.first().map_or(0, |r| r.settle),
         rows.first().map_or(0, |r| r.settle),
     );
