@@ -51,6 +51,7 @@ pub trait Downstream: Send + Sync + 'static {
 }
 
 /// One backend connection's client handler.
+#[derive(Clone)]
 pub struct BackendClient {
     backend: Arc<str>,
     inflight: Arc<Inflight>,
@@ -85,6 +86,17 @@ impl BackendClient {
             session,
             info,
         }
+    }
+
+    /// Where the connection's unsolicited traffic goes.
+    pub fn downstream(&self) -> Arc<dyn Downstream> {
+        self.downstream.clone()
+    }
+
+    /// Offers `version` in `initialize` instead of the newest handshake
+    /// revision (a backend's `protocol = "2025-06-18"`, say).
+    pub fn offer(&mut self, version: ProtocolVersion) {
+        self.info.protocol_version = version;
     }
 
     /// Finds the client call a server→client request belongs to.

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::*;
-use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError, ServiceExt};
+use rmcp::service::{
+    ClientCacheConfig, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -18,9 +20,12 @@ use super::client::BackendClient;
 use super::error::BackendError;
 use super::http_ping::{self, Direct, SessionTarget};
 use super::inflight::{FrontCall, Inflight};
+use super::lifecycle::{self, Slot};
+use super::listen;
 use super::stream_watch::WatchedHttp;
 use super::tap::{Relay, Tapped};
 use crate::catalog::BackendCatalog;
+use crate::config::Protocol;
 use crate::runtime::Endpoint;
 use crate::runtime::process::StderrTail;
 
@@ -35,6 +40,18 @@ pub struct Connection {
     stderr: Option<StderrTail>,
     /// HTTP backends: the live session, for the direct probe ping.
     ping_target: Option<Arc<SessionTarget>>,
+    era: lifecycle::Era,
+}
+
+/// What a connection speaks, from its backend's configuration.
+pub struct Opening<'a> {
+    /// Reuse HTTP connections (`keep_alive`).
+    pub keep_alive: bool,
+    pub protocol: &'a Protocol,
+    /// Take the backend's change notifications on this connection (a
+    /// 2026-07-28 backend's `subscriptions/listen`): for connections whose
+    /// catalog Vigil lists, not for lanes and sessions that share one.
+    pub listen: bool,
 }
 
 /// Opens an MCP connection over `endpoint` and completes the handshake
@@ -46,21 +63,29 @@ pub async fn connect(
     inflight: Arc<Inflight>,
     relay: Relay,
     bounds: Bounds,
-    keep_alive: bool,
+    how: Opening<'_>,
     stderr: Option<StderrTail>,
 ) -> Result<Connection, BackendError> {
+    let Opening {
+        keep_alive,
+        protocol,
+        listen,
+    } = how;
     let backend = backend.clone();
     let mut ping_target = None;
     let service = match endpoint {
         Endpoint::Stdio { stdin, stdout } => {
             let transport = Tapped::new(AsyncRwTransport::new_client(stdout, stdin), relay.clone());
-            handshake(
-                &backend,
-                client.serve(transport),
-                bounds.connect,
-                stderr.as_ref(),
-            )
-            .await?
+            let slot = Slot::new(transport);
+            let started = lifecycle::begin(
+                protocol,
+                &client,
+                || slot.take(),
+                || !relay.has_transport_ended(),
+            );
+            let service = handshake(&backend, started, bounds.connect, stderr.as_ref()).await?;
+            slot.disarm();
+            service
         }
         Endpoint::Http { url, headers } => {
             let mut custom = HashMap::new();
@@ -80,25 +105,70 @@ pub async fn connect(
             tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
             let target = Arc::new(SessionTarget::default());
             ping_target = Some(target.clone());
-            let http = WatchedHttp::new(closed_tx, keep_alive, target.clone()).map_err(|e| {
-                BackendError::Transport {
-                    backend: backend.clone(),
-                    reason: e.to_string(),
-                    stderr: vec![],
+            let mut built = None;
+            let mut transport = || {
+                // Each try gets its own transport (rmcp's HTTP worker ends
+                // with a failed lifecycle); they record into one target.
+                let http = WatchedHttp::new(closed_tx.clone(), keep_alive, target.clone());
+                match http {
+                    Ok(http) => Some(Tapped::new(
+                        StreamableHttpClientTransport::with_client(http, cfg.clone()),
+                        relay.clone(),
+                    )),
+                    Err(e) => {
+                        built = Some(e.to_string());
+                        None
+                    }
                 }
-            })?;
-            let transport = StreamableHttpClientTransport::with_client(http, cfg);
-            let transport = Tapped::new(transport, relay.clone());
-            handshake(&backend, client.serve(transport), bounds.connect, None)
-                .await
-                .map_err(|e| match e {
-                    BackendError::Handshake {
-                        backend, reason, ..
-                    } if target.refused() => BackendError::Refused { backend, reason },
-                    other => other,
-                })?
+            };
+            let started = lifecycle::begin(protocol, &client, &mut transport, || !target.refused());
+            let started = handshake(&backend, started, bounds.connect, None).await;
+            if let Some(reason) = built.take() {
+                return Err(BackendError::Transport {
+                    backend: backend.clone(),
+                    reason,
+                    stderr: vec![],
+                });
+            }
+            started.map_err(|e| match e {
+                BackendError::Handshake {
+                    backend, reason, ..
+                } if target.refused() => BackendError::Refused { backend, reason },
+                other => other,
+            })?
         }
     };
+    // Vigil owns freshness (the poller, change notifications, the resync):
+    // rmcp's response cache would serve lists Vigil asked to refresh, and
+    // stale ones when the backend fails.
+    service
+        .peer()
+        .set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    let era = lifecycle::Era::of(
+        &service
+            .peer()
+            .peer_info()
+            .map(|i| i.protocol_version.clone())
+            .unwrap_or(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    );
+    tracing::debug!(backend = %backend, ?era, "backend lifecycle began");
+    if era == lifecycle::Era::Modern
+        && listen
+        && let Some(filter) = service
+            .peer()
+            .peer_info()
+            .and_then(|i| listen::filter(&i.capabilities))
+    {
+        let listener = listen::Listener {
+            backend: backend.clone(),
+            peer: service.peer().clone(),
+            downstream: client.downstream(),
+            relay: relay.clone(),
+            target: ping_target.clone(),
+        };
+        tokio::spawn(listener.run(filter));
+    }
     Ok(Connection {
         backend,
         service,
@@ -108,9 +178,11 @@ pub async fn connect(
         list_limits: bounds.list,
         stderr,
         ping_target,
+        era,
     })
 }
 
+/// Waits for the lifecycle within the connect timeout.
 async fn handshake<F>(
     backend: &Arc<str>,
     fut: F,
@@ -118,25 +190,20 @@ async fn handshake<F>(
     stderr: Option<&StderrTail>,
 ) -> Result<RunningService<RoleClient, BackendClient>, BackendError>
 where
-    F: Future<
-        Output = Result<
-            RunningService<RoleClient, BackendClient>,
-            rmcp::service::ClientInitializeError,
-        >,
-    >,
+    F: Future<Output = Result<RunningService<RoleClient, BackendClient>, lifecycle::Failed>>,
 {
     let tail = || stderr.map(|t| t.lines()).unwrap_or_default();
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(BackendError::Handshake {
             backend: backend.clone(),
-            reason: super::error::plain(e),
+            reason: e.reason,
             stderr: tail(),
         }),
         Err(_) => Err(BackendError::Handshake {
             backend: backend.clone(),
             reason: format!(
-                "no answer to initialize within {}",
+                "no answer to initialize or server/discover within {}",
                 humantime::format_duration(timeout)
             ),
             stderr: tail(),
@@ -220,10 +287,24 @@ impl Connection {
             .map_or(0, |t| t.reinitializations())
     }
 
-    /// The readiness `ping` within `timeout`. HTTP backends get it straight
-    /// on their live session (see `http_ping`); whatever that cannot decide
-    /// is repeated through rmcp within the rest of the budget.
+    /// The era the backend agreed to.
+    pub fn era(&self) -> lifecycle::Era {
+        self.era
+    }
+
+    /// The readiness round trip within `timeout`: `ping` where the
+    /// backend's revision has it, `server/discover` on 2026-07-28 (which
+    /// removed `ping`). HTTP backends on a session get the `ping` straight
+    /// on it (see `http_ping`); whatever that cannot decide is repeated
+    /// through rmcp within the rest of the budget.
     pub async fn ping(&self, timeout: Duration) -> Result<(), BackendError> {
+        if self.era == lifecycle::Era::Modern {
+            let discover = DiscoverRequest::new(DiscoverRequestParams {});
+            return self
+                .probe_request(ClientRequest::DiscoverRequest(discover), timeout)
+                .await
+                .map(|_| tracing::debug!(backend = %self.backend, "server/discover answered"));
+        }
         let start = tokio::time::Instant::now();
         if let Some(target) = &self.ping_target {
             match http_ping::ping(target, timeout).await {

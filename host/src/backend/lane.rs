@@ -118,7 +118,13 @@ impl Backend {
             principal: principal.clone(),
         });
         let conn = self
-            .open_connection(None, Some(ClientCapabilities::default()), None, downstream)
+            .open_connection(
+                false,
+                None,
+                Some(ClientCapabilities::default()),
+                None,
+                downstream,
+            )
             .await?;
         tracing::debug!(backend = %self.name, %principal, instance, "lane opened");
         let reported = conn.reinitializations().into();

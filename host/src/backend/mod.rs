@@ -15,6 +15,8 @@ pub mod error;
 mod http_ping;
 pub mod inflight;
 mod lane;
+mod lifecycle;
+mod listen;
 mod listing;
 pub mod outbox;
 pub mod pool;
@@ -35,6 +37,7 @@ pub use connection::Connection;
 pub use error::BackendError;
 pub use inflight::{FrontCall, Inflight, StreamClosed};
 pub use lane::Opened as OpenLane;
+pub use lifecycle::Era;
 pub use listing::ListLimits;
 pub use outbox::Outbox;
 pub use reach::reach;
@@ -216,6 +219,11 @@ impl Backend {
     }
 
     /// The shared connection, if the backend is advertisable.
+    /// The protocol era of the shared connection, while one is open.
+    pub fn era(&self) -> Option<Era> {
+        self.shared().map(|c| c.era())
+    }
+
     pub fn shared(&self) -> Option<Arc<Connection>> {
         if !advertisable(self.state()) {
             return None;
@@ -308,7 +316,7 @@ impl Backend {
             self.inflight.clone(),
             relay,
             self.bounds,
-            self.keep_alive(),
+            self.opening(true),
             stderr,
         )
         .await
@@ -325,6 +333,7 @@ impl Backend {
         authorization: Option<&str>,
     ) -> Result<Connection, BackendError> {
         self.open_connection(
+            self.forwards_auth(),
             Some(session),
             capabilities,
             authorization,
@@ -333,10 +342,20 @@ impl Backend {
         .await
     }
 
+    fn opening(&self, listen: bool) -> connection::Opening<'_> {
+        connection::Opening {
+            keep_alive: self.keep_alive(),
+            protocol: &self.config.protocol,
+            listen,
+        }
+    }
+
     /// A connection of its own to an HTTP backend (a client session's, or a
-    /// lane), whose unsolicited traffic goes to `downstream`.
+    /// lane), whose unsolicited traffic goes to `downstream`. `listen`:
+    /// its catalog is its own (see [`connection::Opening::listen`]).
     async fn open_connection(
         &self,
+        listen: bool,
         session: Option<u64>,
         capabilities: Option<ClientCapabilities>,
         authorization: Option<&str>,
@@ -379,7 +398,7 @@ impl Backend {
             inflight,
             relay,
             self.bounds,
-            self.keep_alive(),
+            self.opening(listen),
             None,
         )
         .await

@@ -43,6 +43,54 @@ pub enum Transport {
     },
 }
 
+/// Which protocol era Vigil speaks to a backend (`protocol`).
+///
+/// Revisions up to 2025-11-25 open a session with `initialize`; 2026-07-28
+/// has no handshake (`server/discover`, then self-contained requests).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// `"auto"` (default): the handshake, offering the newest revision that
+    /// has one; if the backend refuses `initialize`, `server/discover`.
+    /// Handshake first because every relay of Vigil (server→client
+    /// requests, log levels, resource subscriptions, the raw path) works on
+    /// a handshake session; see docs/gateway.md "Protocol eras".
+    #[default]
+    Auto,
+    /// A handshake revision (`"2025-11-25"`, `"2025-06-18"`, `"2025-03-26"`,
+    /// `"2024-11-05"`): offered in `initialize`, never `server/discover`.
+    Handshake(rmcp::model::ProtocolVersion),
+    /// `"2026-07-28"`: `server/discover` only, never `initialize`.
+    Modern(rmcp::model::ProtocolVersion),
+}
+
+impl Protocol {
+    /// Parses the `protocol` key; the error says what is accepted.
+    pub fn parse(value: &str) -> Result<Protocol, String> {
+        use rmcp::model::ProtocolVersion;
+        if value == "auto" {
+            return Ok(Protocol::Auto);
+        }
+        match ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .find(|v| v.as_str() == value)
+        {
+            Some(v) if v.has_initialize() => Ok(Protocol::Handshake(v.clone())),
+            Some(v) => Ok(Protocol::Modern(v.clone())),
+            None => {
+                let known: Vec<String> = ProtocolVersion::KNOWN_VERSIONS
+                    .iter()
+                    .rev()
+                    .map(|v| format!("\"{}\"", v.as_str()))
+                    .collect();
+                Err(format!(
+                    "`{value}` is not a protocol revision Vigil speaks: use \"auto\" (the default) or one of {}",
+                    known.join(", ")
+                ))
+            }
+        }
+    }
+}
+
 /// What runs the backend (see `crate::runtime`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeKind {
@@ -91,6 +139,8 @@ pub struct BackendConfig {
     pub runtime: RuntimeKind,
     /// `request_timeout`: overrides the global one for this backend.
     pub request_timeout: Option<Duration>,
+    /// `protocol`: the era and revision spoken to the backend.
+    pub protocol: Protocol,
     /// `[backends.health]` over `[health]`.
     pub health: HealthConfig,
     /// `[backends.restart]` over `[restart]`.
@@ -149,6 +199,14 @@ impl Problems {
             .request_timeout
             .clone()
             .map(|t| self.duration(&format!("{at}.request_timeout"), Some(t), "60s"));
+        let protocol = match b.protocol.as_deref().map(Protocol::parse) {
+            None => Protocol::Auto,
+            Some(Ok(p)) => p,
+            Some(Err(e)) => {
+                self.add(format!("{at}.protocol"), e);
+                Protocol::Auto
+            }
+        };
         let health = self.health(&format!("{at}.health"), health, b.health.clone());
         let restart = self.restart(&format!("{at}.restart"), restart, b.restart.clone());
         let session_idle =
@@ -336,6 +394,7 @@ impl Problems {
             transport,
             runtime,
             request_timeout,
+            protocol,
             health,
             restart,
             forward_auth,

@@ -33,7 +33,9 @@ use std::time::Duration;
 pub use api::{ApiConfig, ApiRoles, ApiToken, FailedTokens, Role};
 pub use audit::AuditConfig;
 pub use auth::{ApiKey, AuthConfig};
-pub use backend::{BackendConfig, ContainerSpec, RuntimeKind, Transport, is_backend_name};
+pub use backend::{
+    BackendConfig, ContainerSpec, Protocol, RuntimeKind, Transport, is_backend_name,
+};
 pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};

@@ -139,6 +139,7 @@ pub struct RawBackend {
     pub headers: BTreeMap<String, String>,
     pub request_timeout: Option<String>,
     pub keep_alive: Option<bool>,
+    pub protocol: Option<String>,
     pub forward_auth: Option<RawForwardAuth>,
     pub token_exchange: Option<super::oauth::RawTokenExchange>,
     pub session_idle: Option<String>,

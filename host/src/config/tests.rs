@@ -742,3 +742,53 @@ fn a_wildcard_origin_or_host_is_accepted_and_a_bad_entry_named() {
         "{e}"
     );
 }
+
+#[test]
+fn protocol_picks_the_era_per_backend() {
+    let c = parse(
+        r#"
+        [[backends]]
+        name = "a"
+        transport = "stdio"
+        command = "x"
+        [[backends]]
+        name = "b"
+        transport = "http"
+        url = "http://127.0.0.1:3902/mcp"
+        protocol = "2026-07-28"
+        [[backends]]
+        name = "c"
+        transport = "stdio"
+        command = "x"
+        protocol = "2025-06-18"
+        "#,
+    )
+    .unwrap();
+    use rmcp::model::ProtocolVersion;
+    assert_eq!(c.backends[0].protocol, Protocol::Auto);
+    assert_eq!(
+        c.backends[1].protocol,
+        Protocol::Modern(ProtocolVersion::V_2026_07_28)
+    );
+    assert_eq!(
+        c.backends[2].protocol,
+        Protocol::Handshake(ProtocolVersion::V_2025_06_18)
+    );
+}
+
+#[test]
+fn unknown_protocol_names_the_key_and_the_choices() {
+    let e = err(r#"
+        [[backends]]
+        name = "a"
+        transport = "stdio"
+        command = "x"
+        protocol = "2025-13-01"
+        "#);
+    assert!(e.contains("backends[0].protocol"), "{e}");
+    assert!(e.contains("`2025-13-01`"), "{e}");
+    assert!(
+        e.contains("\"auto\"") && e.contains("\"2026-07-28\"") && e.contains("\"2025-11-25\""),
+        "{e}"
+    );
+}

@@ -55,7 +55,7 @@ use crate::audit::{Method, Outcome};
 use crate::auth::Principal;
 use crate::backend::error::HttpFailure;
 use crate::backend::raw_http::{self, PostError, Posted};
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Era};
 use crate::catalog::Kind;
 use crate::health::{HealthState, advertisable};
 use envelope::{Incoming, RawMethod, Target};
@@ -351,7 +351,13 @@ impl RawPath {
         let Some(b) = gw.backend(&backend) else {
             return Handled::Typed(None);
         };
-        if !b.per_session() || b.forwards_auth() || !advertisable(b.state()) {
+        // A 2026-07-28 backend has no session to carry a lane; its requests
+        // need their `_meta` envelope, which rmcp adds on the typed path.
+        if !b.per_session()
+            || b.forwards_auth()
+            || b.era() == Some(Era::Modern)
+            || !advertisable(b.state())
+        {
             return Handled::Typed(None);
         }
         let client_id = r.id.get();

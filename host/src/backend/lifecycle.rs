@@ -1,0 +1,270 @@
+//! How a connection to a backend begins: the protocol era it speaks.
+//!
+//! Revisions up to 2025-11-25 open a session with `initialize`; 2026-07-28
+//! has none: the client asks `server/discover` and sends every request with
+//! its own `_meta` (revision, client capabilities), which rmcp adds once
+//! discovery chose the revision. Which one a backend gets is its `protocol`
+//! key ([`Protocol`]): a revision, or `auto` — the handshake first and
+//! `server/discover` when the backend refuses `initialize` (why in that
+//! order: `config::Protocol::Auto`).
+//!
+//! A stdio backend is one process with one pair of pipes, so `auto`'s
+//! second try must reuse the transport rmcp dropped with the failed first;
+//! [`Returnable`] hands it back.
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::ServiceExt;
+use rmcp::model::ProtocolVersion;
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
+    RxJsonRpcMessage, TxJsonRpcMessage,
+};
+use rmcp::transport::Transport;
+
+use super::client::BackendClient;
+use crate::config::Protocol;
+
+/// The era a connection speaks, from what the backend agreed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// A session opened by `initialize` (revisions up to 2025-11-25).
+    Handshake,
+    /// No session: `server/discover` and self-contained requests.
+    Modern,
+}
+
+impl Era {
+    pub fn of(version: &ProtocolVersion) -> Era {
+        if version.has_initialize() {
+            Era::Handshake
+        } else {
+            Era::Modern
+        }
+    }
+}
+
+/// Why no lifecycle began (both tries' reasons when `auto` fell back).
+#[derive(Debug)]
+pub struct Failed {
+    pub reason: String,
+}
+
+/// Whether a failed `initialize` is worth following with
+/// `server/discover` (`auto`): the backend answered, just not with a
+/// session. A timeout (silent backend) or a transport that ended (process
+/// gone, nothing listening) is not.
+fn refused_initialize(e: &ClientInitializeError) -> bool {
+    match e {
+        ClientInitializeError::JsonRpcError(_)
+        | ClientInitializeError::ExpectedInitResult(_)
+        | ClientInitializeError::ExpectedInitResponse(_) => true,
+        // Streamable HTTP reports an HTTP error status (400, 404, 405 from
+        // a server without the handshake) as a transport error of its
+        // request; whether the connection was refused is told by the
+        // caller (`http_refused`).
+        ClientInitializeError::TransportError { context, .. } => context.contains("initialize"),
+        _ => false,
+    }
+}
+
+/// Begins the lifecycle `protocol` asks for over transports from `next`
+/// (asked once, and a second time when `auto` falls back), with a fresh
+/// handler from `client` for each try. `reached` says, after a failed try,
+/// whether anything answered at all (HTTP: not a refused connection).
+pub async fn begin<T, N>(
+    protocol: &Protocol,
+    client: &BackendClient,
+    mut next: N,
+    reached: impl Fn() -> bool,
+) -> Result<RunningService<RoleClient, BackendClient>, Failed>
+where
+    T: Transport<RoleClient> + 'static,
+    N: FnMut() -> Option<T>,
+{
+    let transport = || {
+        next().ok_or_else(|| Failed {
+            reason: "the backend's transport is gone".into(),
+        })
+    };
+    let mut transport = transport;
+    match protocol {
+        Protocol::Handshake(version) => {
+            let mut handler = client.clone();
+            handler.offer(version.clone());
+            handler.serve(transport()?).await.map_err(failed)
+        }
+        Protocol::Modern(version) => discover(client, transport()?, version).await,
+        Protocol::Auto => {
+            let first = client.clone().serve(transport()?).await;
+            match first {
+                Ok(service) => Ok(service),
+                Err(e) if refused_initialize(&e) && reached() => {
+                    let handshake = super::error::plain(&e);
+                    tracing::debug!(reason = %handshake, "initialize refused; trying server/discover");
+                    let modern = ProtocolVersion::LATEST;
+                    discover(client, transport()?, &modern)
+                        .await
+                        .map_err(|d| Failed {
+                            reason: format!(
+                                "initialize failed ({handshake}), and so did server/discover ({})",
+                                d.reason
+                            ),
+                        })
+                }
+                Err(e) => Err(failed(e)),
+            }
+        }
+    }
+}
+
+async fn discover<T: Transport<RoleClient> + 'static>(
+    client: &BackendClient,
+    transport: T,
+    version: &ProtocolVersion,
+) -> Result<RunningService<RoleClient, BackendClient>, Failed> {
+    let mode = ClientLifecycleMode::Discover {
+        preferred_versions: vec![version.clone()],
+    };
+    client
+        .clone()
+        .serve_with_lifecycle(transport, mode)
+        .await
+        .map_err(failed)
+}
+
+fn failed(e: ClientInitializeError) -> Failed {
+    Failed {
+        reason: super::error::plain(&e),
+    }
+}
+
+/// A transport that goes back to its [`Slot`] when dropped while armed:
+/// rmcp drops the transport of a failed lifecycle, and a stdio backend has
+/// only the one pair of pipes. Disarmed once a lifecycle began, it then
+/// ends with the connection like any transport.
+pub struct Returnable<T> {
+    inner: Option<T>,
+    slot: Slot<T>,
+}
+
+/// Where a dropped [`Returnable`] puts its transport, and whether it does.
+pub struct Slot<T>(Arc<Mutex<SlotState<T>>>);
+
+struct SlotState<T> {
+    armed: bool,
+    returned: Option<T>,
+}
+
+impl<T> Clone for Slot<T> {
+    fn clone(&self) -> Self {
+        Slot(self.0.clone())
+    }
+}
+
+impl<T> Slot<T> {
+    /// A slot holding `transport`, armed.
+    pub fn new(transport: T) -> Slot<T> {
+        Slot(Arc::new(Mutex::new(SlotState {
+            armed: true,
+            returned: Some(transport),
+        })))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, SlotState<T>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The transport, if it is (back) in the slot, wrapped to return again.
+    pub fn take(&self) -> Option<Returnable<T>> {
+        let inner = self.state().returned.take()?;
+        Some(Returnable {
+            inner: Some(inner),
+            slot: self.clone(),
+        })
+    }
+
+    /// From now on a dropped transport is simply dropped.
+    pub fn disarm(&self) {
+        let mut s = self.state();
+        s.armed = false;
+        s.returned = None;
+    }
+}
+
+impl<T> Drop for Returnable<T> {
+    fn drop(&mut self) {
+        let mut s = self.slot.state();
+        if s.armed {
+            s.returned = self.inner.take();
+        }
+    }
+}
+
+impl<T: Transport<RoleClient>> Returnable<T> {
+    fn inner(&mut self) -> &mut T {
+        // Only `Drop` takes the transport out.
+        self.inner
+            .as_mut()
+            .expect("a Returnable holds its transport until dropped")
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Returnable<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner().send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.inner().receive()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner().close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transport that only counts its drops.
+    struct Pipes(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for Pipes {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn an_armed_slot_gets_its_transport_back_and_a_disarmed_one_lets_it_go() {
+        let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let slot = Slot::new(Pipes(drops.clone()));
+        let first = slot.take().expect("the transport starts in the slot");
+        assert!(slot.take().is_none(), "lent out once at a time");
+        drop(first); // a failed lifecycle drops it
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let second = slot.take().expect("back after the failed try");
+        slot.disarm(); // the lifecycle began
+        drop(second);
+        assert_eq!(
+            drops.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "dropped for good"
+        );
+        assert!(slot.take().is_none());
+    }
+
+    #[test]
+    fn era_follows_whether_the_revision_has_a_handshake() {
+        assert_eq!(Era::of(&ProtocolVersion::V_2025_11_25), Era::Handshake);
+        assert_eq!(Era::of(&ProtocolVersion::V_2024_11_05), Era::Handshake);
+        assert_eq!(Era::of(&ProtocolVersion::V_2026_07_28), Era::Modern);
+    }
+}

@@ -1,0 +1,135 @@
+//! A 2026-07-28 backend's change notifications, taken through
+//! `subscriptions/listen` (that revision has no standing GET stream and no
+//! session to push `list_changed` on).
+//!
+//! One subscription per connection, for the lists the backend can change.
+//! When it ends abruptly (the backend restarted, the stream broke) it is
+//! opened again after a pause, and the lists are refreshed once it is back:
+//! a change made while nobody listened has no notification.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{ServerNotification, SubscriptionFilter};
+use rmcp::service::{Peer, RoleClient, SubscriptionEnd};
+
+use super::client::{Downstream, ListKind};
+use super::http_ping::SessionTarget;
+use super::tap::Relay;
+
+/// Pause before listening again after a subscription ended.
+const RELISTEN: Duration = Duration::from_secs(1);
+
+/// What the listener reports to and where.
+pub struct Listener {
+    pub backend: Arc<str>,
+    pub peer: Peer<RoleClient>,
+    pub downstream: Arc<dyn Downstream>,
+    /// Ends the listener with the connection.
+    pub relay: Relay,
+    /// HTTP backends: told when the subscription's stream broke (worth a
+    /// probe now), as for a handshake session's GET stream.
+    pub target: Option<Arc<SessionTarget>>,
+}
+
+impl Listener {
+    /// Listens until the connection ends.
+    pub async fn run(self, filter: SubscriptionFilter) {
+        tokio::select! {
+            _ = self.relay.transport_ended() => {}
+            _ = self.listen(filter) => {}
+        }
+    }
+
+    async fn listen(&self, filter: SubscriptionFilter) {
+        let mut again = false;
+        loop {
+            let mut sub = match self.peer.listen(filter.clone()).await {
+                Ok(sub) => sub,
+                Err(e) => {
+                    // Not offered, or the backend is down: the poller and
+                    // the probes still cover it.
+                    tracing::debug!(backend = %self.backend, error = %e, "subscriptions/listen refused");
+                    if self.peer.is_transport_closed() {
+                        return;
+                    }
+                    if again {
+                        tokio::time::sleep(RELISTEN).await;
+                        continue;
+                    }
+                    return;
+                }
+            };
+            tracing::debug!(backend = %self.backend, accepted = ?sub.acknowledged(), "listening for backend changes");
+            if again {
+                for kind in [ListKind::Tools, ListKind::Resources, ListKind::Prompts] {
+                    self.downstream.list_changed(&self.backend, kind);
+                }
+            }
+            loop {
+                match sub.next().await {
+                    Ok(Some(n)) => self.notified(n),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(backend = %self.backend, error = %e, "subscription failed");
+                        break;
+                    }
+                }
+            }
+            if !matches!(sub.end(), Some(SubscriptionEnd::Graceful(_)))
+                && let Some(target) = &self.target
+            {
+                target.stream_broken();
+            }
+            if self.peer.is_transport_closed() {
+                return;
+            }
+            again = true;
+            tokio::time::sleep(RELISTEN).await;
+        }
+    }
+
+    fn notified(&self, n: ServerNotification) {
+        let kind = match n {
+            ServerNotification::ToolListChangedNotification(_) => ListKind::Tools,
+            ServerNotification::ResourceListChangedNotification(_) => ListKind::Resources,
+            ServerNotification::PromptListChangedNotification(_) => ListKind::Prompts,
+            other => {
+                tracing::trace!(backend = %self.backend, notification = ?other, "unrequested notification on the subscription");
+                return;
+            }
+        };
+        self.downstream.list_changed(&self.backend, kind);
+    }
+}
+
+/// The lists a backend's capabilities say can change.
+pub fn filter(caps: &rmcp::model::ServerCapabilities) -> Option<SubscriptionFilter> {
+    let mut f = SubscriptionFilter::builder();
+    let mut any = false;
+    if caps
+        .tools
+        .as_ref()
+        .is_some_and(|t| t.list_changed == Some(true))
+    {
+        f = f.tools_list_changed();
+        any = true;
+    }
+    if caps
+        .resources
+        .as_ref()
+        .is_some_and(|t| t.list_changed == Some(true))
+    {
+        f = f.resources_list_changed();
+        any = true;
+    }
+    if caps
+        .prompts
+        .as_ref()
+        .is_some_and(|t| t.list_changed == Some(true))
+    {
+        f = f.prompts_list_changed();
+        any = true;
+    }
+    any.then(|| f.build())
+}

@@ -1,0 +1,159 @@
+"""An MCP server that speaks only protocol revision 2026-07-28.
+
+Written with the official Python SDK (2.x), which serves both eras and picks
+one from each request; a thin gate in front of it refuses everything of the
+handshake era, as a server built for 2026-07-28 alone does: `initialize`,
+`ping` and `logging/setLevel` (removed in that revision) and any request
+without the revision's `_meta` envelope get a JSON-RPC error (HTTP 400 over
+HTTP), GET and DELETE get 405.
+
+    python modern_only_server.py stdio LOG
+    python modern_only_server.py PORT LOG     (streamable HTTP on 127.0.0.1:PORT/mcp)
+
+Every request's method is appended to LOG (one per line), so a test can tell
+what Vigil sent. Tools: `echo(text)` and `add_tool(name)`, which adds a tool
+and announces it on `subscriptions/listen` streams.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+
+REMOVED = {"initialize", "ping", "logging/setLevel"}
+ENVELOPE = "io.modelcontextprotocol/protocolVersion"
+
+
+def refusal(method: str, params: Any) -> str | None:
+    """Why the gate refuses a request, or None to let it through."""
+    if method in REMOVED:
+        return f"{method} is not part of protocol revision 2026-07-28, the only one this server speaks"
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict) or meta.get(ENVELOPE) != "2026-07-28":
+        return "this server speaks only 2026-07-28: every request needs its _meta envelope"
+    return None
+
+
+def build(log: Path) -> MCPServer:
+    server = MCPServer("modern-only")
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Returns its argument."""
+        return text
+
+    @server.tool()
+    async def add_tool(name: str, ctx: Context) -> str:
+        """Adds a tool called `name` and announces the change."""
+
+        def added() -> str:
+            return name
+
+        server.add_tool(added, name=name, description="added at run time")
+        await ctx.notify_tools_changed()
+        return f"added {name}"
+
+    return server
+
+
+def record(log: Path, method: str) -> None:
+    with log.open("a") as f:
+        f.write(method + "\n")
+
+
+async def serve_stdio(log: Path) -> None:
+    server = build(log)
+    low = server._lowlevel_server  # the SDK's own stdio loop, fed through the gate
+    async with stdio_server() as (read, write):
+        inner_send, inner_read = anyio.create_memory_object_stream[SessionMessage | Exception](64)
+
+        async def gate() -> None:
+            async with inner_send:
+                async for item in read:
+                    msg = getattr(item, "message", None)
+                    if isinstance(msg, types.JSONRPCRequest):
+                        record(log, msg.method)
+                        why = refusal(msg.method, msg.params)
+                        if why is not None:
+                            error = types.JSONRPCError(
+                                jsonrpc="2.0", id=msg.id, error=types.ErrorData(code=-32601, message=why)
+                            )
+                            await write.send(SessionMessage(message=error))
+                            continue
+                    await inner_send.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gate)
+            await low.run(inner_read, write, low.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+def serve_http(port: int, log: Path) -> None:
+    import uvicorn
+
+    app = build(log).streamable_http_app(stateless_http=True)
+
+    async def gated(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        if scope["method"] in ("GET", "DELETE"):
+            await respond(send, 405, {"error": "this server has no session streams (2026-07-28)"})
+            return
+        body = b""
+        more = True
+        while more:
+            event = await receive()
+            body += event.get("body", b"")
+            more = event.get("more_body", False)
+        try:
+            message = json.loads(body)
+        except ValueError:
+            message = None
+        if isinstance(message, dict) and "method" in message:
+            record(log, message["method"])
+            why = refusal(message["method"], message.get("params"))
+            if why is not None and "id" in message:
+                error = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": why}}
+                await respond(send, 400, error)
+                return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await app(scope, replay, send)
+
+    uvicorn.run(gated, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+
+
+async def respond(send: Any, status: int, payload: dict[str, Any]) -> None:
+    data = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+def main() -> None:
+    if len(sys.argv) != 3:
+        sys.exit(f"usage: {sys.argv[0]} stdio LOG | PORT LOG")
+    if sys.argv[1] == "stdio":
+        anyio.run(serve_stdio, Path(sys.argv[2]))
+    else:
+        serve_http(int(sys.argv[1]), Path(sys.argv[2]))
+
+
+if __name__ == "__main__":
+    main()

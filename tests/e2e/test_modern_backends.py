@@ -1,0 +1,171 @@
+"""Backends that speak only protocol revision 2026-07-28 (no `initialize`, no `ping`).
+
+The backend is the official Python SDK (2.x) behind a gate that refuses the
+handshake era (`backends/modern_only_server.py`); it logs every method it is
+sent. Through Vigil, with the default `protocol = "auto"` and with
+`protocol = "2026-07-28"`, such a backend must be:
+
+- reached: `initialize` refused, then `server/discover` (auto), or
+  `server/discover` alone (pinned);
+- probed without `ping`, many times, and never restarted for it;
+- listed and called by a 2025-era client and by a 2026-07-28 client;
+- heard: a tool it adds reaches clients as `tools/list_changed`, taken from
+  its `subscriptions/listen` stream;
+- killed (stdio) and restarted like any other backend, then served again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from harness import PY_BACKENDS, Procs, Vigil, cmdline, descendants, http_backend, start_python_backend, stdio_backend
+from support import (
+    DEADLINE,
+    SDK_READ_TIMEOUT,
+    ControlApi,
+    Inbox,
+    call_text,
+    http_session,
+    is_tools_list_changed,
+    poll,
+    wait_for_tools,
+)
+
+pytestmark = pytest.mark.anyio
+
+SCRIPT = "modern_only_server.py"
+#: Probes every second, so a few seconds see many of them.
+FAST_HEALTH = {"interval": "1s", "timeout": "1s"}
+
+
+def start_modern_http(procs: Procs, log: Path) -> str:
+    """The HTTP backend's URL; its log starts empty once it answers (the
+    harness's own readiness check is not Vigil's traffic)."""
+    backend = start_python_backend(procs, "modern-http", SCRIPT, [str(log)])
+    log.write_text("")
+    return backend.url
+
+
+def methods(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+def modern_stdio(name: str, log: Path, **extra: object) -> dict[str, object]:
+    return {**stdio_backend(name, sys.executable, [str(PY_BACKENDS / SCRIPT), "stdio", str(log)]), **extra}
+
+
+def backend_pid(vigil: Vigil, log: Path) -> int | None:
+    for pid in descendants(vigil.proc.pid):
+        argv = cmdline(pid)
+        if SCRIPT in " ".join(argv) and str(log) in argv:
+            return pid
+    return None
+
+
+async def wait_probed(log: Path, count: int) -> None:
+    """Until the backend answered `count` more `server/discover` requests."""
+    start = methods(log).count("server/discover")
+    await poll(
+        lambda: anyio.to_thread.run_sync(methods, log),
+        lambda m: m.count("server/discover") >= start + count,
+        f"{count} more server/discover probes in {log.name}",
+    )
+
+
+@pytest.mark.parametrize("protocol", ["auto", "2026-07-28"])
+async def test_modern_http_backend_is_probed_listed_and_called(
+    vigil: Callable[..., Vigil], procs: Procs, tmp_path: Path, protocol: str
+) -> None:
+    log = tmp_path / "modern-http.log"
+    entry = {**http_backend("mo", start_modern_http(procs, log)), "health": FAST_HEALTH}
+    if protocol != "auto":
+        entry["protocol"] = protocol
+    gw = vigil([entry], api={})
+    api = ControlApi(gw.api_base)
+    await api.wait_state("mo", "running")
+    await wait_probed(log, 3)
+
+    seen = methods(log)
+    assert "ping" not in seen, f"a 2026-07-28 backend was sent ping: {seen}"
+    assert "server/discover" in seen and "tools/list" in seen, seen
+    if protocol == "auto":
+        assert seen[0] == "initialize", f"auto tries the handshake first: {seen}"
+    else:
+        assert "initialize" not in seen, f"protocol = {protocol} never sends initialize: {seen}"
+    detail = await api.instance("mo")
+    assert detail["state"] == "running" and detail["restart_count"] == 0, detail
+
+    # A 2025-era client (initialize) and a 2026-07-28 client (discover).
+    async with http_session(gw.url) as s:
+        assert await call_text(s, "mo__echo", {"text": "from 2025"}) == "from 2025"
+    async with streamable_http_client(gw.url) as (read, write):
+        async with ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT) as s:
+            with anyio.fail_after(DEADLINE):
+                await s.discover()
+            assert s.protocol_version == "2026-07-28"
+            assert await call_text(s, "mo__echo", {"text": "from 2026"}) == "from 2026"
+    assert "ping" not in methods(log)
+
+
+async def test_modern_backend_changes_reach_clients_through_listen(
+    vigil: Callable[..., Vigil], procs: Procs, tmp_path: Path
+) -> None:
+    log = tmp_path / "modern-http.log"
+    gw = vigil([{**http_backend("mo", start_modern_http(procs, log)), "protocol": "2026-07-28"}], api={})
+    await ControlApi(gw.api_base).wait_state("mo", "running")
+    inbox = Inbox()
+    async with http_session(gw.url, message_handler=inbox.put) as s:
+        await wait_for_tools(s, {"mo__echo", "mo__add_tool"})
+        # Vigil opened its subscription when it connected; the poller
+        # (5 min) cannot be what brings the new tool.
+        assert "subscriptions/listen" in methods(log)
+        assert await call_text(s, "mo__add_tool", {"name": "fresh"}) == "added fresh"
+        await inbox.wait_for(is_tools_list_changed, "tools/list_changed after the backend added a tool")
+        await wait_for_tools(s, {"mo__fresh"})
+        assert await call_text(s, "mo__fresh") == "fresh"
+
+
+async def test_modern_stdio_backend_is_killed_and_restarted_like_any_other(
+    vigil: Callable[..., Vigil], tmp_path: Path
+) -> None:
+    log = tmp_path / "modern-stdio.log"
+    gw = vigil(
+        [modern_stdio("ms", log, health=FAST_HEALTH, restart={"base": "200ms", "jitter": 0.0})],
+        api={},
+    )
+    api = ControlApi(gw.api_base)
+    await api.wait_state("ms", "running")
+    await wait_probed(log, 3)
+    seen = methods(log)
+    assert seen[:2] == ["initialize", "server/discover"], (
+        f"auto, stdio: initialize, then discover on the same pipes: {seen}"
+    )
+    assert "ping" not in seen, seen
+    assert (await api.instance("ms"))["restart_count"] == 0
+
+    async with http_session(gw.url) as s:
+        assert await call_text(s, "ms__echo", {"text": "before"}) == "before"
+        pid = backend_pid(gw, log)
+        assert pid is not None, "the backend process runs under vigil"
+        os.kill(pid, signal.SIGKILL)
+        await api.wait_for("ms", lambda d: d["restart_count"] >= 1 and d["state"] == "running", "restarted and running")
+        new_pid = backend_pid(gw, log)
+        assert new_pid is not None and new_pid != pid
+
+        async def echo() -> str:
+            return await call_text(s, "ms__echo", {"text": "after"})
+
+        await poll(echo, lambda t: t == "after", "a call to the restarted backend")
+    await wait_probed(log, 3)
+    assert "ping" not in methods(log)
+    detail = await api.instance("ms")
+    assert detail["restart_count"] == 1, f"restarted once, for the kill, not for probes: {detail}"
