@@ -105,31 +105,36 @@ impl Listener {
 
 /// The lists a backend's capabilities say can change.
 pub fn filter(caps: &rmcp::model::ServerCapabilities) -> Option<SubscriptionFilter> {
-    let mut f = SubscriptionFilter::builder();
-    let mut any = false;
-    if caps
-        .tools
-        .as_ref()
-        .is_some_and(|t| t.list_changed == Some(true))
-    {
-        f = f.tools_list_changed();
-        any = true;
+    let changes = |c: Option<bool>| c.filter(|on| *on);
+    let mut f = SubscriptionFilter::new();
+    f.tools_list_changed = changes(caps.tools.as_ref().and_then(|t| t.list_changed));
+    f.resources_list_changed = changes(caps.resources.as_ref().and_then(|r| r.list_changed));
+    f.prompts_list_changed = changes(caps.prompts.as_ref().and_then(|p| p.list_changed));
+    let any = f.tools_list_changed.is_some()
+        || f.resources_list_changed.is_some()
+        || f.prompts_list_changed.is_some();
+    any.then_some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(v: serde_json::Value) -> rmcp::model::ServerCapabilities {
+        serde_json::from_value(v).expect("capabilities parse")
     }
-    if caps
-        .resources
-        .as_ref()
-        .is_some_and(|t| t.list_changed == Some(true))
-    {
-        f = f.resources_list_changed();
-        any = true;
+
+    #[test]
+    fn listens_only_for_lists_the_backend_says_can_change() {
+        let f = filter(&caps(serde_json::json!({
+            "tools": {"listChanged": true},
+            "resources": {"listChanged": false},
+            "prompts": {}
+        })))
+        .expect("tools can change");
+        assert_eq!(f.tools_list_changed, Some(true));
+        assert_eq!(f.resources_list_changed, None);
+        assert_eq!(f.prompts_list_changed, None);
+        assert!(filter(&caps(serde_json::json!({"tools": {}}))).is_none());
     }
-    if caps
-        .prompts
-        .as_ref()
-        .is_some_and(|t| t.list_changed == Some(true))
-    {
-        f = f.prompts_list_changed();
-        any = true;
-    }
-    any.then(|| f.build())
 }

@@ -21,7 +21,7 @@ use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
 use crate::auth::Principal;
 use crate::backend::pool::Pool;
-use crate::backend::{Backend, Connection, FrontCall, Outbox, StreamClosed};
+use crate::backend::{Backend, Connection, Era, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Kind};
 use crate::health::{HealthState, advertisable};
 
@@ -719,7 +719,9 @@ impl ServerHandler for FrontSession {
         }
         for b in self.gw.backends().iter() {
             let Some(shared) = b.shared() else { continue };
-            if shared.capabilities().logging.is_none() {
+            // 2026-07-28 removed `logging/setLevel` (a level travels with
+            // each request there).
+            if shared.capabilities().logging.is_none() || shared.era() == Era::Modern {
                 continue;
             }
             let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(
