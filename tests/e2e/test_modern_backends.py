@@ -11,7 +11,9 @@ sent. Through Vigil, with the default `protocol = "auto"` and with
 - listed and called by a 2025-era client and by a 2026-07-28 client;
 - heard: a tool it adds reaches clients as `tools/list_changed`, taken from
   its `subscriptions/listen` stream;
-- killed (stdio) and restarted like any other backend, then served again.
+- killed (stdio) and restarted like any other backend, then served again;
+- asked things the 2026-07-28 way (an input-required result) and have the
+  question reach a client of either era.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-from mcp import ClientSession
+from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 from harness import PY_BACKENDS, Procs, Vigil, cmdline, descendants, http_backend, start_python_backend, stdio_backend
@@ -37,6 +40,7 @@ from support import (
     http_session,
     is_tools_list_changed,
     poll,
+    text_of,
     wait_for_tools,
 )
 
@@ -169,3 +173,33 @@ async def test_modern_stdio_backend_is_killed_and_restarted_like_any_other(
     assert "ping" not in methods(log)
     detail = await api.instance("ms")
     assert detail["restart_count"] == 1, f"restarted once, for the kill, not for probes: {detail}"
+
+
+async def test_modern_backends_questions_reach_clients_of_both_eras(
+    vigil: Callable[..., Vigil], procs: Procs, tmp_path: Path
+) -> None:
+    """The backend asks with an input-required result (MRTR).
+
+    A 2025-era client is asked a real `elicitation/create` and Vigil calls
+    again with its answer; a 2026-07-28 client gets the result itself and
+    calls again. Either way the backend sees its own `requestState` back
+    unchanged (`ask_name` checks it) and the client's answer.
+    """
+    log = tmp_path / "modern-http.log"
+    gw = vigil([{**http_backend("mo", start_modern_http(procs, log)), "protocol": "2026-07-28"}], api={})
+    await ControlApi(gw.api_base).wait_state("mo", "running")
+    asked: list[str] = []
+
+    async def elicitation(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": f"Ada{len(asked)}"})
+
+    async with http_session(gw.url, elicitation_callback=elicitation) as s:
+        await wait_for_tools(s, {"mo__ask_name"})
+        assert await call_text(s, "mo__ask_name") == "hello Ada1"
+    async with Client(gw.url, mode="2026-07-28", elicitation_callback=elicitation) as client:
+        with anyio.fail_after(DEADLINE):
+            result = await client.call_tool("mo__ask_name", {})
+        assert text_of(result) == "hello Ada2"
+    assert asked == ["your name?", "your name?"]
+    assert methods(log).count("tools/call") == 4, "two rounds per call, each a request of its own"

@@ -130,6 +130,10 @@ impl BackendClient {
         mut request: ServerRequest,
     ) -> Result<ClientResult, McpError> {
         let call = self.front_call(ctx).await?;
+        if let Some(asker) = &call.ask {
+            tracing::debug!(backend = %self.backend, front_request = %call.request_id, "asking a 2026-07-28 client through an input-required result");
+            return asker.ask(request).await;
+        }
         tracing::debug!(backend = %self.backend, front_request = %call.request_id, origin = ?ctx.extensions.get::<InboundStreamOrigin>(), "relaying a server request to the client");
         // Deliver on the originating request's stream (SEP-2260), so clients
         // that only listen there see it.

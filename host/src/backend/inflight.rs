@@ -40,6 +40,9 @@ pub struct FrontCall {
     /// The client session's own queue of relayed notifications: its
     /// progress goes there, never through anyone else's.
     pub outbox: super::Outbox,
+    /// Set when the client cannot be sent requests (a 2026-07-28 client):
+    /// the backend's server→client requests go here instead (MRTR).
+    pub ask: Option<super::ask::Asker>,
 }
 
 #[derive(Default)]

@@ -9,6 +9,7 @@
 //! and one connection per client session that needs its own
 //! ([`Backend::open_session_connection`]).
 
+pub mod ask;
 pub mod client;
 mod connection;
 pub mod error;

@@ -21,6 +21,7 @@ mod control;
 mod fronts;
 pub mod http;
 mod http_errors;
+mod mrtr;
 mod raw;
 mod reload;
 pub mod reload_trigger;
@@ -34,6 +35,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use rmcp::ErrorData as McpError;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -135,6 +137,9 @@ pub struct Gateway {
     audit: crate::audit::CallAudit,
     /// Where backends run their connections' workers.
     background: Background,
+    /// Backend calls waiting for a 2026-07-28 client's answer (MRTR);
+    /// `None` if the OS gave no random key.
+    mrtr: Option<mrtr::Mrtr>,
 }
 
 /// Relays backend traffic that is not an answer to a request.
@@ -313,6 +318,9 @@ impl Gateway {
             config,
             redactor,
             background,
+            mrtr: mrtr::Mrtr::new()
+                .inspect_err(|e| tracing::error!(error = %e, "no random key for MRTR request states: backends cannot ask 2026-07-28 clients"))
+                .ok(),
         });
         let restored = match &store {
             Some(store) => restore(store.clone(), &gw.config).await,
@@ -711,6 +719,16 @@ impl Gateway {
     /// What masks secrets in text leaving the gateway.
     pub fn redactor(&self) -> &Redactor {
         &self.redactor
+    }
+
+    /// The MRTR store (see `mrtr.rs`).
+    fn mrtr(&self) -> Result<&mrtr::Mrtr, McpError> {
+        self.mrtr.as_ref().ok_or_else(|| {
+            McpError::internal_error(
+                "vigil: this gateway has no key to seal request states (see its log)",
+                None,
+            )
+        })
     }
 
     /// The audit of MCP calls, which the call paths record through.

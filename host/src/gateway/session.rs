@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::Gateway;
 use super::admission::{self, Admitted};
+use super::mrtr::{Binding, MrtrTarget, mrtr_target, retry_with};
 use super::route::{
     forwardable_meta, mark_complete, page, schema_changed, unavailable, unknown_prompt,
     unknown_tool, unknown_uri,
@@ -20,8 +21,9 @@ use super::sessions::Channel;
 use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
 use crate::auth::Principal;
+use crate::backend::ask::Asker;
 use crate::backend::pool::Pool;
-use crate::backend::{Backend, Connection, Era, FrontCall, Outbox, StreamClosed};
+use crate::backend::{Backend, BackendError, Connection, Era, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Kind};
 use crate::health::{HealthState, advertisable};
 
@@ -183,29 +185,50 @@ impl FrontSession {
             return Err(down(&b));
         }
         let conn = self.connection(&b, ctx).await?;
-        let polling = self.stream_polling(ctx);
-        let front = FrontCall {
-            peer: ctx.peer.clone(),
-            request_id: ctx.id.clone(),
-            progress_token: ctx.meta.get_progress_token(),
-            on_stream_closed: polling.as_ref().map(|p| p.hook()),
-            outbox: self.outbox.clone(),
-        };
+        if let Some(method) = routed_method(&request) {
+            crate::metrics::get().forwarded(method, "typed");
+        }
         let tool = match &request {
             ClientRequest::CallToolRequest(r) => Some(r.params.name.to_string()),
             _ => None,
         };
-        if let Some(method) = routed_method(&request) {
-            crate::metrics::get().forwarded(method, "typed");
-        }
-        let reinits = conn.reinitializations();
-        let result = conn.request(request, Some(front), &ctx.ct).await;
-        if let Some(p) = polling {
-            p.finish().await;
-        }
-        // The request re-initialized a session the backend forgot (it was
-        // restarted, maybe redeployed): what it offers may have changed.
-        let recovered = conn.reinitializations() != reinits;
+        // A 2026-07-28 client cannot be sent the server→client requests a
+        // handshake-era backend makes during a call: they become
+        // input-required results (MRTR, `mrtr.rs`).
+        let modern_client = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
+        let (result, recovered) = match mrtr_target(&request) {
+            Some(target) if modern_client && conn.era() == Era::Handshake => {
+                match self.relay_mrtr(&b, conn, request, target, ctx).await? {
+                    Ok(done) => done,
+                    Err(input) => return Ok(ServerResult::InputRequiredResult(input)),
+                }
+            }
+            Some(_) if !modern_client && conn.era() == Era::Modern => {
+                // The other way round: a 2026-07-28 backend's questions come
+                // as input-required results; this client takes requests.
+                self.answer_for_client(&conn, request, ctx).await
+            }
+            _ => {
+                let polling = self.stream_polling(ctx);
+                let front = FrontCall {
+                    peer: ctx.peer.clone(),
+                    request_id: ctx.id.clone(),
+                    progress_token: ctx.meta.get_progress_token(),
+                    on_stream_closed: polling.as_ref().map(|p| p.hook()),
+                    outbox: self.outbox.clone(),
+                    ask: None,
+                };
+                let reinits = conn.reinitializations();
+                let result = conn.request(request, Some(front), &ctx.ct).await;
+                if let Some(p) = polling {
+                    p.finish().await;
+                }
+                // The request re-initialized a session the backend forgot (it
+                // was restarted, maybe redeployed): what it offers may have
+                // changed.
+                (result, conn.reinitializations() != reinits)
+            }
+        };
         match result {
             Ok(mut r) => {
                 if recovered {
@@ -233,6 +256,139 @@ impl FrontSession {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Sends `request` to a 2026-07-28 backend for a client that takes
+    /// server→client requests (a handshake-era client): each input-required
+    /// result's questions are asked as real requests on the client's
+    /// session (on this request's stream), and the request is sent again
+    /// with the answers and the backend's `requestState` as it came, until
+    /// the backend answers (at most [`DEFAULT_MRTR_MAX_ROUNDS`] rounds).
+    async fn answer_for_client(
+        &self,
+        conn: &Connection,
+        mut request: ClientRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> (Result<ServerResult, BackendError>, bool) {
+        let front = FrontCall {
+            peer: ctx.peer.clone(),
+            request_id: ctx.id.clone(),
+            progress_token: ctx.meta.get_progress_token(),
+            on_stream_closed: None,
+            outbox: self.outbox.clone(),
+            ask: None,
+        };
+        for _ in 0..DEFAULT_MRTR_MAX_ROUNDS {
+            let result = conn
+                .request(request.clone(), Some(front.clone()), &ctx.ct)
+                .await;
+            let input = match result {
+                Ok(ServerResult::InputRequiredResult(input)) => input,
+                other => return (other, false),
+            };
+            let mut answers = InputResponses::new();
+            for (key, asked) in input.input_requests.into_iter().flatten() {
+                let asked = match asked {
+                    InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
+                    InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
+                    InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
+                    _ => {
+                        return (
+                            Err(BackendError::Mcp(McpError::internal_error(
+                                format!(
+                                    "vigil: the backend asked '{key}' in a way this client cannot be asked"
+                                ),
+                                None,
+                            ))),
+                            false,
+                        );
+                    }
+                };
+                let answer = match ctx.peer.send_request(asked).await {
+                    Ok(a) => serde_json::to_value(a).unwrap_or_default(),
+                    Err(e) => {
+                        return (
+                            Err(BackendError::Mcp(McpError::internal_error(
+                                format!(
+                                    "vigil: the client did not answer the backend's question '{key}': {e}"
+                                ),
+                                None,
+                            ))),
+                            false,
+                        );
+                    }
+                };
+                answers.insert(key, answer);
+            }
+            retry_with(&mut request, answers, input.request_state);
+        }
+        (
+            Err(BackendError::Mcp(McpError::internal_error(
+                format!(
+                    "vigil: the backend still asked for input after {DEFAULT_MRTR_MAX_ROUNDS} rounds"
+                ),
+                None,
+            ))),
+            false,
+        )
+    }
+
+    /// One round of an MRTR relay (see `mrtr.rs`): starts the call (or,
+    /// for a retry carrying Vigil's `requestState`, hands the client's
+    /// answer to the parked call) and waits for the backend's next step.
+    /// `Ok(Err(_))`: the backend asks something; the client gets it as an
+    /// input-required result.
+    async fn relay_mrtr(
+        &self,
+        b: &Arc<Backend>,
+        conn: Arc<Connection>,
+        request: ClientRequest,
+        target: MrtrTarget,
+        ctx: &RequestContext<RoleServer>,
+    ) -> super::mrtr::Round {
+        let mrtr = self.gw.mrtr()?;
+        let binding = Binding {
+            principal: Principal::of(&ctx.extensions).id().to_owned(),
+            method: target.method,
+            name: target.name,
+        };
+        let events = match &target.state {
+            Some(state) => mrtr.resume(state, target.responses.as_ref(), &binding)?,
+            None => {
+                let (asker, events) = Asker::channel();
+                let front = FrontCall {
+                    peer: ctx.peer.clone(),
+                    request_id: ctx.id.clone(),
+                    progress_token: ctx.meta.get_progress_token(),
+                    on_stream_closed: None,
+                    outbox: self.outbox.clone(),
+                    ask: Some(asker.clone()),
+                };
+                // The call outlives this request (it may wait for the
+                // client's retry), so it has a token of its own.
+                let call_ct = tokio_util::sync::CancellationToken::new();
+                let cancel = call_ct.clone();
+                tokio::spawn(async move {
+                    let reinits = conn.reinitializations();
+                    let result = conn.request(request, Some(front), &call_ct).await;
+                    let recovered = conn.reinitializations() != reinits;
+                    asker.done(result, recovered).await;
+                });
+                let ttl = self.gw.config.request_timeout_for(&b.config);
+                return tokio::select! {
+                    next = mrtr.next(events, &binding, ttl) => next.into_round(),
+                    _ = ctx.ct.cancelled() => {
+                        cancel.cancel();
+                        Err(McpError::internal_error("cancelled by the client", None))
+                    }
+                };
+            }
+        };
+        let ttl = self.gw.config.request_timeout_for(&b.config);
+        tokio::select! {
+            next = mrtr.next(events, &binding, ttl) => next.into_round(),
+            _ = ctx.ct.cancelled() => Err(McpError::internal_error("cancelled by the client", None)),
         }
     }
 
@@ -529,7 +685,9 @@ impl ServerHandler for FrontSession {
         )
         .await;
         // Application signal: real traffic's outcome and latency.
-        let ok = matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true));
+        // A question for the client (MRTR) is no failure of the backend.
+        let ok = matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true))
+            || matches!(&result, Ok(ServerResult::InputRequiredResult(_)));
         let took = t0.elapsed();
         let failure = match &result {
             Ok(_) if ok => Ok(()),

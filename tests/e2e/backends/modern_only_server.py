@@ -11,8 +11,10 @@ HTTP), GET and DELETE get 405.
     python modern_only_server.py PORT LOG     (streamable HTTP on 127.0.0.1:PORT/mcp)
 
 Every request's method is appended to LOG (one per line), so a test can tell
-what Vigil sent. Tools: `echo(text)` and `add_tool(name)`, which adds a tool
-and announces it on `subscriptions/listen` streams.
+what Vigil sent. Tools: `echo(text)`; `add_tool(name)`, which adds a tool
+and announces it on `subscriptions/listen` streams; `ask_name()`, which asks
+the client for a name the 2026-07-28 way (an input-required result with an
+elicitation, answered by the client's retry) and greets it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,24 @@ def build(log: Path) -> MCPServer:
         server.add_tool(added, name=name, description="added at run time")
         await ctx.notify_tools_changed()
         return f"added {name}"
+
+    @server.tool()
+    async def ask_name(ctx: Context):  # noqa: ANN202 - a result or a question
+        """Asks the client for a name (MRTR), then greets it."""
+        answer = (ctx.input_responses or {}).get("name")
+        if answer is None:
+            question = types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message="your name?",
+                    requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+                )
+            )
+            return types.InputRequiredResult(input_requests={"name": question}, request_state="asked-name")
+        if ctx.request_state != "asked-name":
+            return f"request state came back as {ctx.request_state!r}"
+        if not isinstance(answer, types.ElicitResult) or answer.action != "accept" or not answer.content:
+            return f"no name: {answer!r}"
+        return f"hello {answer.content.get('name')}"
 
     return server
 

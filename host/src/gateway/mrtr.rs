@@ -1,0 +1,366 @@
+//! Multi round-trip requests (MRTR) between a handshake-era backend and a
+//! 2026-07-28 client.
+//!
+//! Such a backend asks its client things (`elicitation/create`,
+//! `sampling/createMessage`, `roots/list`) as requests on its session while
+//! a call runs; a 2026-07-28 client cannot be sent requests. Vigil keeps the
+//! backend's call running on a task of its own ([`crate::backend::ask`]),
+//! answers the client with an input-required result holding the question
+//! and a `requestState`, and, when the client calls again with its answer
+//! and that state, gives the answer to the waiting backend request and
+//! waits for what the backend does next (another question, or the result).
+//!
+//! `requestState` passes through the client, so it is sealed: an HMAC
+//! (SHA-256, a key Vigil draws at start) over the parked call's number, its
+//! expiry, and who may resume it for what (principal, method, name). A
+//! state that fails the MAC (forged or altered), has expired, or whose call
+//! was already resumed (replayed) is refused with an error saying which;
+//! nothing reaches the backend.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use rmcp::ErrorData as McpError;
+use rmcp::model::*;
+use sha2::Sha256;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::backend::ask::Event;
+
+/// Marks a `requestState` as Vigil's own (a 2026-07-28 backend's passes
+/// through untouched).
+const PREFIX: &str = "vigil1.";
+
+/// The key of the one question of each round in `inputRequests`.
+pub const INPUT_KEY: &str = "vigil";
+
+/// Calls waiting for a client's answer at once; beyond it a new question
+/// is refused (the backend gets an error) rather than memory growing.
+const MAX_PARKED: usize = 10_000;
+
+/// What a sealed state is bound to: the retry must come from the same
+/// principal, for the same method and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub principal: String,
+    pub method: &'static str,
+    pub name: String,
+}
+
+impl Binding {
+    fn mac_input(&self) -> String {
+        format!("{}\n{}\n{}", self.principal, self.method, self.name)
+    }
+}
+
+/// What a backend call's question waits on.
+struct Parked {
+    events: mpsc::Receiver<Event>,
+    reply: oneshot::Sender<Result<ClientResult, McpError>>,
+    kind: Asked,
+    expires_ms: u64,
+}
+
+/// The kind of question, which decides how the client's answer is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Elicitation,
+    Sampling,
+    Roots,
+}
+
+/// The parked calls and the key that seals their states; one per gateway.
+pub struct Mrtr {
+    key: [u8; 32],
+    next: AtomicU64,
+    parked: Mutex<HashMap<u64, Parked>>,
+}
+
+/// Why a `requestState` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error(
+        "requestState was not issued by this gateway for this caller and request, or was altered: call again without it"
+    )]
+    Forged,
+    #[error("requestState expired: its call gave up waiting for the answer; call again without it")]
+    Expired,
+    #[error(
+        "requestState was already used (each is answered once) or its call ended: call again without it"
+    )]
+    Replayed,
+    #[error("inputResponses has no usable answer under \"{INPUT_KEY}\": {0}")]
+    BadAnswer(String),
+}
+
+impl From<Refused> for McpError {
+    fn from(r: Refused) -> McpError {
+        McpError::invalid_params(format!("vigil: {r}"), None)
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Mrtr {
+    /// A store with a fresh random key (states do not survive a restart;
+    /// neither do the calls they stand for).
+    pub fn new() -> Result<Mrtr, getrandom::Error> {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key)?;
+        Ok(Mrtr::with_key(key))
+    }
+
+    fn with_key(key: [u8; 32]) -> Mrtr {
+        Mrtr {
+            key,
+            next: AtomicU64::new(1),
+            parked: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Parked>> {
+        self.parked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mac(&self, payload: &str, binding: &Binding) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .expect("HMAC takes a key of any length");
+        mac.update(payload.as_bytes());
+        mac.update(b"\n");
+        mac.update(binding.mac_input().as_bytes());
+        mac
+    }
+
+    fn seal(&self, id: u64, expires_ms: u64, binding: &Binding) -> String {
+        let payload = format!("{id:016x}{expires_ms:016x}");
+        let tag = hex::encode(self.mac(&payload, binding).finalize().into_bytes());
+        format!("{PREFIX}{payload}.{tag}")
+    }
+
+    /// The parked call a state names, if the state is genuine, current and
+    /// bound to `binding`.
+    fn open(&self, state: &str, binding: &Binding) -> Result<u64, Refused> {
+        let rest = state.strip_prefix(PREFIX).ok_or(Refused::Forged)?;
+        let (payload, tag) = rest.split_once('.').ok_or(Refused::Forged)?;
+        if payload.len() != 32 {
+            return Err(Refused::Forged);
+        }
+        let tag = hex::decode(tag).map_err(|_| Refused::Forged)?;
+        // Constant-time comparison (hmac's `verify_slice`). The binding is
+        // in the MAC: a genuine state brought by another caller, or for
+        // another request, fails it like a forged one.
+        if self.mac(payload, binding).verify_slice(&tag).is_err() {
+            return Err(Refused::Forged);
+        }
+        let id = u64::from_str_radix(&payload[..16], 16).map_err(|_| Refused::Forged)?;
+        let expires = u64::from_str_radix(&payload[16..], 16).map_err(|_| Refused::Forged)?;
+        if now_ms() > expires {
+            return Err(Refused::Expired);
+        }
+        Ok(id)
+    }
+
+    /// Waits for what a backend call reports next: its answer, or a
+    /// question, which is parked and becomes the input-required result.
+    /// `ttl`: how long the question waits for the client's retry.
+    pub async fn next(
+        &self,
+        mut events: mpsc::Receiver<Event>,
+        binding: &Binding,
+        ttl: Duration,
+    ) -> Next {
+        loop {
+            match events.recv().await {
+                None => {
+                    return Next::Failed(McpError::internal_error(
+                        "vigil: the backend call ended without an answer",
+                        None,
+                    ));
+                }
+                Some(Event::Done { result, recovered }) => return Next::Done { result, recovered },
+                Some(Event::Ask { request, reply }) => {
+                    let (kind, input) = match request {
+                        ServerRequest::ElicitRequest(r) => {
+                            (Asked::Elicitation, InputRequest::Elicitation(r))
+                        }
+                        ServerRequest::CreateMessageRequest(r) => {
+                            (Asked::Sampling, InputRequest::CreateMessage(r))
+                        }
+                        ServerRequest::ListRootsRequest(r) => {
+                            (Asked::Roots, InputRequest::ListRoots(r))
+                        }
+                        ServerRequest::PingRequest(_) => {
+                            let _ = reply.send(Ok(ClientResult::EmptyResult(EmptyResult {})));
+                            continue;
+                        }
+                        _ => {
+                            let _ = reply.send(Err(McpError::invalid_request(
+                                "vigil cannot relay this request to a 2026-07-28 client",
+                                None,
+                            )));
+                            continue;
+                        }
+                    };
+                    let id = self.next.fetch_add(1, Ordering::Relaxed);
+                    let expires_ms = now_ms() + ttl.as_millis() as u64;
+                    let state = self.seal(id, expires_ms, binding);
+                    {
+                        let mut parked = self.lock();
+                        let now = now_ms();
+                        parked.retain(|_, p| p.expires_ms >= now);
+                        if parked.len() >= MAX_PARKED {
+                            let _ = reply.send(Err(McpError::internal_error(
+                                "vigil: too many calls wait for their clients' answers",
+                                None,
+                            )));
+                            continue;
+                        }
+                        parked.insert(
+                            id,
+                            Parked {
+                                events,
+                                reply,
+                                kind,
+                                expires_ms,
+                            },
+                        );
+                    }
+                    let mut requests = InputRequests::new();
+                    requests.insert(INPUT_KEY.to_owned(), input);
+                    return Next::InputRequired(InputRequiredResult::new(
+                        Some(requests),
+                        Some(state),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Gives the client's answer (from its retry) to the parked call that
+    /// `state` names; the call's events, to wait on with [`Mrtr::next`].
+    pub fn resume(
+        &self,
+        state: &str,
+        responses: Option<&InputResponses>,
+        binding: &Binding,
+    ) -> Result<mpsc::Receiver<Event>, Refused> {
+        let id = self.open(state, binding)?;
+        let mut parked = self.lock();
+        let p = parked.get(&id).ok_or(Refused::Replayed)?;
+        let answer = responses
+            .and_then(|r| r.get(INPUT_KEY))
+            .ok_or_else(|| Refused::BadAnswer("missing".into()))?;
+        let answer = read_answer(p.kind, answer.clone()).map_err(Refused::BadAnswer)?;
+        let p = parked.remove(&id).ok_or(Refused::Replayed)?;
+        let _ = p.reply.send(Ok(answer));
+        Ok(p.events)
+    }
+}
+
+/// What [`Mrtr::next`] found.
+pub enum Next {
+    Done {
+        result: Result<ServerResult, crate::backend::BackendError>,
+        recovered: bool,
+    },
+    InputRequired(InputRequiredResult),
+    Failed(McpError),
+}
+
+/// What an MRTR round needs of a request that can get an input-required
+/// result (`tools/call`, `prompts/get`, `resources/read`).
+pub struct MrtrTarget {
+    pub method: &'static str,
+    /// The tool or prompt name, or the resource URI, as sent to the backend.
+    pub name: String,
+    pub state: Option<String>,
+    pub responses: Option<InputResponses>,
+}
+
+/// The MRTR view of `request`, if it is a kind that can be relayed so.
+pub fn mrtr_target(request: &ClientRequest) -> Option<MrtrTarget> {
+    let (method, name, state, responses) = match request {
+        ClientRequest::CallToolRequest(r) => (
+            "tools/call",
+            r.params.name.to_string(),
+            &r.params.request_state,
+            &r.params.input_responses,
+        ),
+        ClientRequest::GetPromptRequest(r) => (
+            "prompts/get",
+            r.params.name.clone(),
+            &r.params.request_state,
+            &r.params.input_responses,
+        ),
+        ClientRequest::ReadResourceRequest(r) => (
+            "resources/read",
+            r.params.uri.clone(),
+            &r.params.request_state,
+            &r.params.input_responses,
+        ),
+        _ => return None,
+    };
+    Some(MrtrTarget {
+        method,
+        name,
+        state: state.clone(),
+        responses: responses.clone(),
+    })
+}
+
+/// `request` made into its retry: the client's answers and the state the
+/// backend issued, byte for byte.
+pub fn retry_with(request: &mut ClientRequest, answers: InputResponses, state: Option<String>) {
+    let (responses, request_state) = match request {
+        ClientRequest::CallToolRequest(r) => {
+            (&mut r.params.input_responses, &mut r.params.request_state)
+        }
+        ClientRequest::GetPromptRequest(r) => {
+            (&mut r.params.input_responses, &mut r.params.request_state)
+        }
+        ClientRequest::ReadResourceRequest(r) => {
+            (&mut r.params.input_responses, &mut r.params.request_state)
+        }
+        _ => return,
+    };
+    *responses = Some(answers);
+    *request_state = state;
+}
+
+/// A round's outcome for the request path: the backend's answer (and
+/// whether the call recovered a forgotten session), or a question.
+pub type Round = Result<
+    Result<(Result<ServerResult, crate::backend::BackendError>, bool), InputRequiredResult>,
+    McpError,
+>;
+
+impl Next {
+    pub fn into_round(self) -> Round {
+        match self {
+            Next::Done { result, recovered } => Ok(Ok((result, recovered))),
+            Next::InputRequired(r) => Ok(Err(r)),
+            Next::Failed(e) => Err(e),
+        }
+    }
+}
+
+fn read_answer(kind: Asked, v: serde_json::Value) -> Result<ClientResult, String> {
+    let e = |e: serde_json::Error| e.to_string();
+    Ok(match kind {
+        Asked::Elicitation => ClientResult::ElicitResult(serde_json::from_value(v).map_err(e)?),
+        Asked::Sampling => {
+            ClientResult::CreateMessageResult(Box::new(serde_json::from_value(v).map_err(e)?))
+        }
+        Asked::Roots => ClientResult::ListRootsResult(serde_json::from_value(v).map_err(e)?),
+    })
+}
+
+#[cfg(test)]
+mod tests;

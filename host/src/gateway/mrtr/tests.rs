@@ -1,0 +1,139 @@
+use super::*;
+
+fn binding(principal: &str) -> Binding {
+    Binding {
+        principal: principal.into(),
+        method: "tools/call",
+        name: "ask".into(),
+    }
+}
+
+fn elicit() -> ServerRequest {
+    let params: ElicitRequestParams = serde_json::from_value(serde_json::json!({
+        "mode": "form",
+        "message": "your name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+    }))
+    .expect("elicitation params");
+    ServerRequest::ElicitRequest(ElicitRequest::new(params))
+}
+
+fn accept() -> InputResponses {
+    let mut r = InputResponses::new();
+    r.insert(
+        INPUT_KEY.into(),
+        serde_json::json!({"action": "accept", "content": {"name": "Ada"}}),
+    );
+    r
+}
+
+/// A parked question: the state to resume it and the backend side's answer.
+async fn parked(
+    m: &Mrtr,
+    b: &Binding,
+    ttl: Duration,
+) -> (
+    String,
+    oneshot::Receiver<Result<ClientResult, McpError>>,
+    mpsc::Sender<Event>,
+) {
+    let (tx, rx) = mpsc::channel(4);
+    let (reply, answer) = oneshot::channel();
+    tx.send(Event::Ask {
+        request: elicit(),
+        reply,
+    })
+    .await
+    .ok()
+    .expect("queued");
+    match m.next(rx, b, ttl).await {
+        Next::InputRequired(r) => {
+            let asked = r.input_requests.expect("a question");
+            assert!(matches!(
+                asked.get(INPUT_KEY),
+                Some(InputRequest::Elicitation(_))
+            ));
+            // `tx` goes back to the test: the call is still running.
+            (r.request_state.expect("a state"), answer, tx)
+        }
+        _ => panic!("expected an input-required result"),
+    }
+}
+
+#[tokio::test]
+async fn a_genuine_state_resumes_once_and_the_answer_reaches_the_backend() {
+    let m = Mrtr::with_key([7; 32]);
+    let b = binding("alice");
+    let (state, answer, _call) = parked(&m, &b, Duration::from_secs(60)).await;
+    assert!(state.starts_with(PREFIX));
+    assert!(m.resume(&state, Some(&accept()), &b).is_ok());
+    match answer.await {
+        Ok(Ok(ClientResult::ElicitResult(r))) => assert_eq!(r.action, ElicitationAction::Accept),
+        _ => panic!("the backend gets the client's elicitation answer"),
+    }
+    assert_eq!(
+        m.resume(&state, Some(&accept()), &b).err(),
+        Some(Refused::Replayed)
+    );
+}
+
+#[tokio::test]
+async fn altered_foreign_and_rebound_states_are_refused_as_forged() {
+    let m = Mrtr::with_key([7; 32]);
+    let b = binding("alice");
+    let (state, _answer, _call) = parked(&m, &b, Duration::from_secs(60)).await;
+    // One hex digit of the call number changed.
+    let mut altered = state.clone().into_bytes();
+    let at = PREFIX.len() + 15;
+    altered[at] = if altered[at] == b'0' { b'1' } else { b'0' };
+    let altered = String::from_utf8(altered).expect("ascii");
+    assert_eq!(
+        m.resume(&altered, Some(&accept()), &b).err(),
+        Some(Refused::Forged)
+    );
+    // Sealed with another key.
+    let other = Mrtr::with_key([8; 32]);
+    let (foreign, _a, _c) = parked(&other, &b, Duration::from_secs(60)).await;
+    assert_eq!(
+        m.resume(&foreign, Some(&accept()), &b).err(),
+        Some(Refused::Forged)
+    );
+    // Genuine, but brought by someone else.
+    assert_eq!(
+        m.resume(&state, Some(&accept()), &binding("mallory")).err(),
+        Some(Refused::Forged)
+    );
+    assert_eq!(m.resume("vigil1.zz", None, &b).err(), Some(Refused::Forged));
+    // Still resumable by its owner after all that.
+    assert!(m.resume(&state, Some(&accept()), &b).is_ok());
+}
+
+#[tokio::test]
+async fn an_expired_state_is_refused() {
+    let m = Mrtr::with_key([7; 32]);
+    let b = binding("alice");
+    let (state, _answer, _call) = parked(&m, &b, Duration::ZERO).await;
+    tokio::time::sleep(Duration::from_millis(5)).await; // past a zero TTL, in wall time
+    assert_eq!(
+        m.resume(&state, Some(&accept()), &b).err(),
+        Some(Refused::Expired)
+    );
+}
+
+#[tokio::test]
+async fn a_retry_without_a_usable_answer_leaves_the_call_waiting() {
+    let m = Mrtr::with_key([7; 32]);
+    let b = binding("alice");
+    let (state, _answer, _call) = parked(&m, &b, Duration::from_secs(60)).await;
+    assert!(matches!(
+        m.resume(&state, None, &b),
+        Err(Refused::BadAnswer(_))
+    ));
+    let mut wrong = InputResponses::new();
+    wrong.insert(INPUT_KEY.into(), serde_json::json!({"action": "perhaps"}));
+    assert!(matches!(
+        m.resume(&state, Some(&wrong), &b),
+        Err(Refused::BadAnswer(_))
+    ));
+    assert!(m.resume(&state, Some(&accept()), &b).is_ok());
+}

@@ -1,0 +1,120 @@
+"""A handshake-era backend asks; a 2026-07-28 client answers by calling again (MRTR).
+
+The demo backend (handshake era) asks its client for an elicitation or a
+sampling while a tool call runs. A 2026-07-28 client cannot be sent
+requests: through Vigil the call answers with an input-required result
+holding the question and a `requestState`, and the client's retry with its
+answer completes the same backend call. Checked with the official Python
+SDK's `Client` (which drives the rounds through its callbacks) for a stdio
+and an HTTP backend, and by hand: a forged state (altered, or brought for
+another request) and a replayed one are refused with an error saying which,
+and none reaches the backend: the genuine retry still completes the call.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from harness import DemoHttp, Vigil, demo_stdio_args, http_backend, stdio_backend
+from support import DEADLINE, DEMO_TOOLS, SDK_READ_TIMEOUT, prefixed, text_of
+
+pytestmark = pytest.mark.anyio
+
+BACKENDS = ["alpha", "beta"]  # alpha: stdio, beta: http
+
+
+@pytest.fixture
+def gateway(vigil: Callable[..., Vigil], demo_http: Callable[..., DemoHttp], demo_bin: Path) -> Vigil:
+    beta = demo_http("beta")
+    return vigil([stdio_backend("alpha", demo_bin, demo_stdio_args("alpha")), http_backend("beta", beta.url)])
+
+
+async def wait_listed(client: Client, names: set[str]) -> None:
+    async def listed() -> bool:
+        return names <= {t.name for t in (await client.list_tools()).tools}
+
+    with anyio.fail_after(DEADLINE):
+        while not await listed():
+            await anyio.sleep(0.1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_elicitation_reaches_a_2026_client_as_input_required(gateway: Vigil, backend: str) -> None:
+    name = f"user-{uuid.uuid4()}"
+    asked: list[types.ElicitRequestParams] = []
+
+    async def elicitation(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"name": name})
+
+    async with Client(gateway.url, mode="2026-07-28", elicitation_callback=elicitation) as client:
+        assert client.protocol_version == "2026-07-28"
+        await wait_listed(client, prefixed(backend, DEMO_TOOLS))
+        message = f"who-{uuid.uuid4()}"
+        with anyio.fail_after(DEADLINE):
+            result = await client.call_tool(f"{backend}__ask_user", {"message": message})
+        said = text_of(result)
+        assert said.startswith("user accept: "), said
+        assert json.loads(said.removeprefix("user accept: ")) == {"name": name}
+        assert [p.message for p in asked] == [message]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_sampling_reaches_a_2026_client_as_input_required(gateway: Vigil, backend: str) -> None:
+    reply = f"model-reply-{uuid.uuid4()}"
+
+    async def sampling(ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(text=reply), model="e2e-model")
+
+    async with Client(gateway.url, mode="2026-07-28", sampling_callback=sampling) as client:
+        await wait_listed(client, prefixed(backend, DEMO_TOOLS))
+        with anyio.fail_after(DEADLINE):
+            result = await client.call_tool(f"{backend}__ask_llm", {"prompt": "hello"})
+        assert text_of(result) == f"llm said: {reply}"
+
+
+ACCEPT = {"vigil": {"action": "accept", "content": {"name": "Ada"}}}
+
+
+async def test_forged_and_replayed_states_are_refused(gateway: Vigil) -> None:
+    async with streamable_http_client(gateway.url) as (read, write):
+        async with ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT) as s:
+            with anyio.fail_after(DEADLINE):
+                await s.discover()
+            first = await s.call_tool("alpha__ask_user", {"message": "name?"}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult), first
+            assert first.request_state and first.input_requests and "vigil" in first.input_requests
+            state = first.request_state
+
+            # One character of the sealed state changed: refused, the call still waits.
+            forged = state[:-1] + ("0" if state[-1] != "0" else "1")
+            with pytest.raises(MCPError) as refused:
+                await s.call_tool("alpha__ask_user", {"message": "name?"}, input_responses=ACCEPT, request_state=forged)
+            assert "requestState was not issued by this gateway" in refused.value.error.message
+            assert refused.value.error.code == types.INVALID_PARAMS
+
+            # The same state for another tool of the same backend: refused as well.
+            with pytest.raises(MCPError) as other:
+                await s.call_tool("alpha__ask_llm", {"prompt": "x"}, input_responses=ACCEPT, request_state=state)
+            assert "requestState was not issued by this gateway" in other.value.error.message
+
+            # The genuine retry completes the backend's call.
+            done = await s.call_tool(
+                "alpha__ask_user", {"message": "name?"}, input_responses=ACCEPT, request_state=state
+            )
+            assert text_of(done) == 'user accept: {"name":"Ada"}'
+
+            # Replayed: answered once only.
+            with pytest.raises(MCPError) as replayed:
+                await s.call_tool("alpha__ask_user", {"message": "name?"}, input_responses=ACCEPT, request_state=state)
+            assert "requestState was already used" in replayed.value.error.message
