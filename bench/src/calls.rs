@@ -91,8 +91,8 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     }
     if let Some(v) = procs::version(&bin_dir.join("vigil")).await {
         println!(
-            "gateway: {v}, one Vigil per pair with one HTTP backend `demo`, log_level = warn, backend keep_alive = {}",
-            args.backend_keep_alive
+            "gateway: {v}, one Vigil per pair with one HTTP backend `demo`, log_level = warn, backend keep_alive = {}, protocol = {}",
+            args.backend_keep_alive, args.backend_protocol
         );
     }
     println!();
@@ -178,7 +178,14 @@ async fn start_pair(
     let config = dir.join("vigil.toml");
     std::fs::write(
         &config,
-        procs::vigil_config(vigil_port, &backend_url, args.backend_keep_alive, "", ""),
+        procs::vigil_config(
+            vigil_port,
+            &backend_url,
+            args.backend_keep_alive,
+            &args.backend_protocol,
+            "",
+            "",
+        ),
     )
     .with_context(|| format!("cannot write {}", config.display()))?;
     let mut vigil = Server::vigil(

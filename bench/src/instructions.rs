@@ -173,6 +173,7 @@ async fn measure(
             port,
             &backend_url,
             args.backend_keep_alive,
+            "auto",
             "request_timeout = \"300s\"\nconnect_timeout = \"120s\"\nstartup_timeout = \"600s\"\n",
             "[health]\ninterval = \"1h\"\ntimeout = \"120s\"\n\n[poller]\ninterval = \"0s\"\n\n\
              [limits]\nread_timeout = \"600s\"\nidle_timeout = \"600s\"\nwrite_timeout = \"600s\"\n",

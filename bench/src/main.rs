@@ -185,6 +185,13 @@ pub struct Args {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     backend_keep_alive: bool,
 
+    /// `protocol` of the backend in Vigil's config: `auto` (the default:
+    /// the handshake era with these backends), `2026-07-28` (stateless
+    /// requests with `_meta`, the typed path; rmcp pair only, the lean
+    /// backend has no `server/discover`) or a handshake revision.
+    #[arg(long, default_value = "auto", value_name = "REVISION")]
+    backend_protocol: String,
+
     /// Worker threads of the bench client's runtime (default: one per CPU).
     #[arg(long, value_name = "N")]
     client_threads: Option<usize>,

@@ -290,11 +290,12 @@ pub fn vigil_config(
     port: u16,
     backend_url: &str,
     keep_alive: bool,
+    protocol: &str,
     top: &str,
     tables: &str,
 ) -> String {
     format!(
         "listen = \"127.0.0.1:{port}\"\nlog_level = \"warn\"\n{top}\n[api]\nlisten = \"127.0.0.1:0\"\n\n{tables}\n\
-         [[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\nkeep_alive = {keep_alive}\n"
+         [[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\nkeep_alive = {keep_alive}\nprotocol = \"{protocol}\"\n"
     )
 }

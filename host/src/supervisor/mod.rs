@@ -76,6 +76,12 @@ pub struct Supervisor {
 /// Least time between two probes triggered by a broken event stream.
 const EARLY_PROBE_GAP: Duration = Duration::from_millis(250);
 
+/// How long after its event stream broke a backend is probed: a backend
+/// restarted in place (a redeploy on the same address) is given this long
+/// to listen again before a refused probe takes it offline; a crash is
+/// still seen this soon instead of at the next tick.
+const STREAM_BREAK_GRACE: Duration = Duration::from_millis(500);
+
 /// A started instance, once its endpoint is in use.
 struct Instance {
     exited: oneshot::Receiver<Exit>,
@@ -494,7 +500,9 @@ impl Supervisor {
                 // the next tick (at most one probe per EARLY_PROBE_GAP).
                 _ = when_connected(conn.as_deref(), |c| c.stream_broken()) => {
                     tracing::debug!(backend = %self.backend.name, "event stream broke; probing soon");
-                    probe_soon.get_or_insert((last_probe + EARLY_PROBE_GAP).max(Instant::now()));
+                    probe_soon.get_or_insert(
+                        (last_probe + EARLY_PROBE_GAP).max(Instant::now() + STREAM_BREAK_GRACE),
+                    );
                     continue;
                 }
                 _ = tokio::time::sleep_until(probe_soon.unwrap_or_else(Instant::now)), if probe_soon.is_some() => {
