@@ -112,6 +112,15 @@ impl Backend {
             return Ok(open);
         }
         let instance = self.instance();
+        // A lane of this instance whose connection ended: the backend was
+        // restarted in place (maybe redeployed) without Vigil seeing it
+        // down. Its successor's first call counts as a recovery, as a
+        // re-initialized session would.
+        let replaces_ended = self
+            .lanes
+            .read()
+            .get(principal)
+            .is_some_and(|o| o.instance == instance && o.conn.is_closed());
         let principal: Arc<str> = principal.into();
         let downstream = Arc::new(ForPrincipal {
             inner: self.downstream.clone(),
@@ -127,7 +136,13 @@ impl Backend {
             )
             .await?;
         tracing::debug!(backend = %self.name, %principal, instance, "lane opened");
-        let reported = conn.reinitializations().into();
+        // `u64::MAX` differs from any count: `recovered` says so once.
+        let reported = if replaces_ended {
+            u64::MAX
+        } else {
+            conn.reinitializations()
+        }
+        .into();
         let open = Arc::new(Opened {
             conn,
             instance,
