@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from harness import DemoHttp, Vigil, demo_stdio_args, http_backend, stdio_backend
-from support import DEADLINE, DEMO_TOOLS, SDK_READ_TIMEOUT, prefixed, text_of
+from support import DEADLINE, DEMO_TOOLS, SDK_READ_TIMEOUT, poll, prefixed, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -40,12 +40,10 @@ def gateway(vigil: Callable[..., Vigil], demo_http: Callable[..., DemoHttp], dem
 
 
 async def wait_listed(client: Client, names: set[str]) -> None:
-    async def listed() -> bool:
-        return names <= {t.name for t in (await client.list_tools()).tools}
+    async def listed() -> set[str]:
+        return {t.name for t in (await client.list_tools()).tools}
 
-    with anyio.fail_after(DEADLINE):
-        while not await listed():
-            await anyio.sleep(0.1)
+    await poll(listed, lambda have: names <= have, f"{sorted(names)} listed")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

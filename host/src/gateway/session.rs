@@ -156,6 +156,23 @@ impl FrontSession {
         backend.shared().ok_or_else(|| down(backend))
     }
 
+    /// The client side of a request forwarded for `ctx`.
+    fn front_call(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        on_stream_closed: Option<StreamClosed>,
+        ask: Option<Asker>,
+    ) -> FrontCall {
+        FrontCall {
+            peer: ctx.peer.clone(),
+            request_id: ctx.id.clone(),
+            progress_token: ctx.meta.get_progress_token(),
+            on_stream_closed,
+            outbox: self.outbox.clone(),
+            ask,
+        }
+    }
+
     /// Forwards one request to `backend` and returns its answer. Every
     /// error on this path is masked before the client gets it (the one
     /// place for that): backends quote what they were sent (headers, URLs)
@@ -210,14 +227,7 @@ impl FrontSession {
             }
             _ => {
                 let polling = self.stream_polling(ctx);
-                let front = FrontCall {
-                    peer: ctx.peer.clone(),
-                    request_id: ctx.id.clone(),
-                    progress_token: ctx.meta.get_progress_token(),
-                    on_stream_closed: polling.as_ref().map(|p| p.hook()),
-                    outbox: self.outbox.clone(),
-                    ask: None,
-                };
+                let front = self.front_call(ctx, polling.as_ref().map(|p| p.hook()), None);
                 let reinits = conn.reinitializations();
                 let result = conn.request(request, Some(front), &ctx.ct).await;
                 if let Some(p) = polling {
@@ -271,14 +281,7 @@ impl FrontSession {
         mut request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> (Result<ServerResult, BackendError>, bool) {
-        let front = FrontCall {
-            peer: ctx.peer.clone(),
-            request_id: ctx.id.clone(),
-            progress_token: ctx.meta.get_progress_token(),
-            on_stream_closed: None,
-            outbox: self.outbox.clone(),
-            ask: None,
-        };
+        let front = self.front_call(ctx, None, None);
         for _ in 0..DEFAULT_MRTR_MAX_ROUNDS {
             let result = conn
                 .request(request.clone(), Some(front.clone()), &ctx.ct)
@@ -357,14 +360,7 @@ impl FrontSession {
             Some(state) => mrtr.resume(state, target.responses.as_ref(), &binding)?,
             None => {
                 let (asker, events) = Asker::channel();
-                let front = FrontCall {
-                    peer: ctx.peer.clone(),
-                    request_id: ctx.id.clone(),
-                    progress_token: ctx.meta.get_progress_token(),
-                    on_stream_closed: None,
-                    outbox: self.outbox.clone(),
-                    ask: Some(asker.clone()),
-                };
+                let front = self.front_call(ctx, None, Some(asker.clone()));
                 // The call outlives this request (it may wait for the
                 // client's retry), so it has a token of its own.
                 let call_ct = tokio_util::sync::CancellationToken::new();
