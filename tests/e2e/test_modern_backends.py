@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
@@ -203,3 +204,114 @@ async def test_modern_backends_questions_reach_clients_of_both_eras(
         assert text_of(result) == "hello Ada2"
     assert asked == ["your name?", "your name?"]
     assert methods(log).count("tools/call") == 4, "two rounds per call, each a request of its own"
+
+
+async def test_a_modern_backends_log_messages_reach_the_calls_that_asked_for_them(
+    vigil: Callable[..., Vigil], procs: Procs, tmp_path: Path
+) -> None:
+    """2026-07-28 has no `logging/setLevel`: a level travels in each request's
+    `_meta`, and the backend logs only for requests that carry one.
+
+    A 2026-07-28 client's per-request level reaches the backend through Vigil
+    as it does directly (the same messages come back); a 2025-era client's
+    `logging/setLevel` becomes the level on each of its requests; a client
+    that asked for nothing gets nothing.
+    """
+    log = tmp_path / "modern-http.log"
+    backend = start_modern_http(procs, log)
+    gw = vigil([{**http_backend("mo", backend), "protocol": "2026-07-28"}], api={})
+    await ControlApi(gw.api_base).wait_state("mo", "running")
+
+    async def modern_call(url: str, tool: str, tag: str, level: str | None) -> list[str]:
+        got: list[str] = []
+
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            got.append(str(params.data))
+
+        async with Client(url, mode="2026-07-28", log_level=level, logging_callback=on_log) as client:
+            with anyio.fail_after(DEADLINE):
+                result = await client.call_tool(tool, {"tag": tag})
+        assert text_of(result) == tag
+        return got
+
+    direct = await modern_call(backend, "chatty", "direct", "info")
+    assert direct == ["info direct"], f"the backend itself, asked for info: {direct}"
+    through = await modern_call(gw.url, "mo__chatty", "vigil", "info")
+    assert through == ["info vigil"], f"through Vigil, the same as directly: {through}"
+    assert await modern_call(gw.url, "mo__chatty", "quiet", None) == [], "no level asked, no messages"
+
+    got: list[str] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        got.append(str(params.data))
+
+    async with http_session(gw.url, logging_callback=on_log) as s:
+        await s.set_logging_level("debug")
+        assert await call_text(s, "mo__chatty", {"tag": "session"}) == "session"
+    assert got == ["debug session", "info session"], f"a 2025 client's setLevel, per request: {got}"
+    assert "logging/setLevel" not in methods(log), "2026-07-28 has no logging/setLevel"
+
+
+ALICE_KEY = "a1ice-modern-7c1f0e8b4f9c2b7e1a0d8c3f"
+BOB_KEY = "b0b-modern-4f9c2b7e1a0d8c3f6b5e9a2d"
+
+
+async def test_one_callers_log_messages_never_reach_another_caller(
+    vigil: Callable[..., Vigil], procs: Procs, tmp_path: Path
+) -> None:
+    """A log message names no request: on a backend connection two callers
+    share, it goes to the calls that asked only while those are all one
+    caller's. Alice's call logs before and after Bob's call; Bob's call logs
+    while Alice's runs; then a call that asked for no logs lets Alice's go on. Alice gets her own two messages, Bob none of
+    hers, and the message of the overlap (which could be either's) reaches
+    nobody.
+    """
+    log = tmp_path / "modern-http.log"
+    backend = start_modern_http(procs, log)
+    gw = vigil(
+        [{**http_backend("mo", backend), "protocol": "2026-07-28"}],
+        api={},
+        auth={"keys": [{"name": "alice", "key_env": "KEY_ALICE"}, {"name": "bob", "key_env": "KEY_BOB"}]},
+        env={"KEY_ALICE": ALICE_KEY, "KEY_BOB": BOB_KEY},
+    )
+    await ControlApi(gw.api_base).wait_state("mo", "running")
+
+    def client_of(key: str, got: list[str], level: str | None = "info") -> Client:
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            got.append(str(params.data))
+
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=SDK_READ_TIMEOUT)
+        return Client(
+            streamable_http_client(gw.url, http_client=http),
+            mode="2026-07-28",
+            log_level=level,
+            logging_callback=on_log,
+        )
+
+    alice_got: list[str] = []
+    bob_got: list[str] = []
+    quiet_got: list[str] = []
+    async with (
+        client_of(ALICE_KEY, alice_got) as alice,
+        client_of(BOB_KEY, bob_got) as bob,
+        client_of(BOB_KEY, quiet_got, level=None) as quiet,
+    ):
+        with anyio.fail_after(DEADLINE):
+            async with anyio.create_task_group() as tg:
+                held: list[str] = []
+
+                async def hold() -> None:
+                    held.append(text_of(await alice.call_tool("mo__hold", {"tag": "alice"})))
+
+                tg.start_soon(hold)
+                async def alice_log() -> list[str]:
+                    return list(alice_got)
+
+                await poll(alice_log, lambda got: got == ["before alice"], "Alice's first message, hers alone")
+                assert text_of(await bob.call_tool("mo__chatty", {"tag": "bob"})) == "bob"
+                # Asks for no logs: a 2026-07-28 backend logs nothing for it.
+                assert text_of(await quiet.call_tool("mo__release", {})) == "released"
+            assert held == ["alice"]
+    assert alice_got == ["before alice", "after alice"], alice_got
+    assert bob_got == [], f"Bob's call overlapped Alice's: nothing is certain to be his: {bob_got}"
+    assert quiet_got == []

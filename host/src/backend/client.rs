@@ -93,6 +93,11 @@ impl BackendClient {
         self.downstream.clone()
     }
 
+    /// The client session a per-session connection belongs to.
+    pub fn session(&self) -> Option<u64> {
+        self.session
+    }
+
     /// Offers `version` in `initialize` instead of the newest handshake
     /// revision (a backend's `protocol = "2025-06-18"`, say).
     pub fn offer(&mut self, version: ProtocolVersion) {

@@ -153,6 +153,7 @@ pub async fn connect(
             .unwrap_or(ProtocolVersion::LATEST_WITH_INITIALIZE),
     );
     tracing::debug!(backend = %backend, ?era, "backend lifecycle began");
+    relay.set_era(era);
     if era == lifecycle::Era::Modern
         && listen
         && let Some(filter) = service
@@ -166,8 +167,9 @@ pub async fn connect(
             downstream: client.downstream(),
             relay: relay.clone(),
             target: ping_target.clone(),
+            session: client.session(),
         };
-        tokio::spawn(listener.run(filter));
+        tokio::spawn(listener.run(filter, None));
     }
     Ok(Connection {
         backend,
@@ -361,8 +363,17 @@ impl Connection {
         ct: &CancellationToken,
     ) -> Result<ServerResult, BackendError> {
         let peer = self.service.peer();
-        let options =
+        let mut options =
             PeerRequestOptions::with_timeout(self.request_timeout).reset_timeout_on_progress();
+        // 2026-07-28 has no `logging/setLevel`: the level the client wants
+        // travels with each request.
+        if self.era == lifecycle::Era::Modern
+            && let Some(log) = front.as_ref().and_then(|f| f.log)
+        {
+            let mut meta = RequestMetaObject::new();
+            meta.set_log_level(log.level);
+            options.meta = Some(meta);
+        }
         let sending = self.inflight.sending();
         let handle = peer
             .send_request_with_option(request, options)
@@ -395,6 +406,65 @@ impl Connection {
                 Err(BackendError::Cancelled { backend: self.backend.clone() })
             }
         }
+    }
+
+    /// Asks the backend for `notifications/resources/updated` about `uri`:
+    /// `resources/subscribe` in the handshake era; in 2026-07-28 (which has
+    /// no such request) a `subscriptions/listen` stream for it, whose task
+    /// the returned handle ends. An error if the backend refuses (including
+    /// a stream that does not acknowledge `uri`).
+    pub async fn watch_resource(
+        &self,
+        uri: &str,
+    ) -> Result<Option<tokio::task::AbortHandle>, BackendError> {
+        if self.era == lifecycle::Era::Handshake {
+            let request = SubscribeRequest::new(SubscribeRequestParams::new(uri));
+            self.request(request.into(), None, &CancellationToken::new())
+                .await?;
+            return Ok(None);
+        }
+        let mut filter = SubscriptionFilter::new();
+        filter.resource_subscriptions = Some(vec![uri.to_owned()]);
+        let peer = self.service.peer().clone();
+        let sub = tokio::time::timeout(self.request_timeout, peer.listen(filter.clone()))
+            .await
+            .map_err(|_| BackendError::Timeout {
+                backend: self.backend.clone(),
+                timeout: self.request_timeout,
+            })?
+            .map_err(|e| self.service_error(e))?;
+        let acknowledged = sub
+            .acknowledged()
+            .resource_subscriptions
+            .as_ref()
+            .is_some_and(|uris| uris.iter().any(|u| u == uri));
+        if !acknowledged {
+            return Err(BackendError::Mcp(rmcp::ErrorData::invalid_params(
+                format!("backend '{}' does not offer updates of {uri}", self.backend),
+                None,
+            )));
+        }
+        let client = self.service.service();
+        let listener = listen::Listener {
+            backend: self.backend.clone(),
+            peer,
+            downstream: client.downstream(),
+            relay: self.relay.clone(),
+            target: None,
+            session: client.session(),
+        };
+        Ok(Some(tokio::spawn(listener.run(filter, Some(sub))).abort_handle()))
+    }
+
+    /// Undoes [`Self::watch_resource`] in the handshake era (a 2026-07-28
+    /// watch ends with its task).
+    pub async fn unwatch_resource(&self, uri: &str) -> Result<(), BackendError> {
+        if self.era == lifecycle::Era::Handshake {
+            let request = UnsubscribeRequest::new(UnsubscribeRequestParams::new(uri));
+            self.request(request.into(), None, &CancellationToken::new())
+                .await?;
+        }
+        Ok(())
     }
 
     /// Sends a notification (e.g. `roots/list_changed`) to the backend.

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ProgressToken, RequestId};
+use rmcp::model::{LoggingLevel, ProgressToken, RequestId};
 use rmcp::service::{Peer, RoleServer};
 
 /// Called when the backend closed the request's stream before answering.
@@ -43,6 +43,47 @@ pub struct FrontCall {
     /// Set when the client cannot be sent requests (a 2026-07-28 client):
     /// the backend's server→client requests go here instead (MRTR).
     pub ask: Option<super::ask::Asker>,
+    /// The log messages the client wants for this call, if any.
+    pub log: Option<CallLog>,
+    /// Who made the call.
+    pub caller: crate::auth::Principal,
+}
+
+/// Who gets a log message a backend sent (see [`Inflight::log_recipients`]).
+pub enum LogRecipients {
+    /// These calls (possibly none).
+    Calls(Vec<FrontCall>),
+    /// Calls of more than one caller may have caused it: nobody.
+    Ambiguous,
+}
+
+/// A client's wish for log messages during one call.
+///
+/// A 2026-07-28 client names a level per request (`_meta`
+/// `io.modelcontextprotocol/logLevel`); a session-mode client sets one for
+/// its session (`logging/setLevel`). Toward a 2026-07-28 backend either
+/// travels with the request (that revision has no `logging/setLevel`), and
+/// the backend's messages go to the calls that asked; toward a handshake-era
+/// backend the session level is applied with `logging/setLevel` and relayed
+/// per session, so only a per-request wish is served per call there.
+///
+/// A log message names no request, so on a connection several callers
+/// share it goes to the calls that want it only when every call it may have
+/// come from is the same caller's (see [`Inflight::log_recipients`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallLog {
+    /// The least severe level wanted.
+    pub level: LoggingLevel,
+    /// Named on the request itself (not a session setting).
+    pub per_request: bool,
+}
+
+impl CallLog {
+    /// Whether a call with this wish gets a message from a connection of
+    /// the given era (see the type's doc for the rule).
+    pub fn wants(&self, level: LoggingLevel, modern_backend: bool) -> bool {
+        (modern_backend || self.per_request) && super::outbox::admits(self.level, level)
+    }
 }
 
 #[derive(Default)]
@@ -141,6 +182,36 @@ impl Inflight {
         let inner = self.lock();
         let id = inner.by_token.get(token)?;
         inner.by_request.get(id).map(|(_, c)| c.clone())
+    }
+
+    /// The calls running now that get a log message of `level` from this
+    /// connection (see [`CallLog`]).
+    ///
+    /// A message names no request. It may have come from any call running
+    /// on the connection (in the handshake era a backend logs for whatever
+    /// it does) or, from a 2026-07-28 backend, from a call that asked for
+    /// logs. When those calls are not all one caller's the message goes to
+    /// nobody ([`LogRecipients::Ambiguous`]): one caller's logs never reach
+    /// another.
+    pub fn log_recipients(&self, level: LoggingLevel, modern_backend: bool) -> LogRecipients {
+        let inner = self.lock();
+        let calls = || inner.by_request.values().map(|(_, c)| c);
+        let wanting: Vec<FrontCall> = calls()
+            .filter(|c| c.log.as_ref().is_some_and(|l| l.wants(level, modern_backend)))
+            .cloned()
+            .collect();
+        let mut sources = calls()
+            .filter(|c| !modern_backend || c.log.is_some())
+            .map(|c| &c.caller);
+        let one_caller = match sources.next() {
+            Some(first) => sources.all(|c| first.same_caller(c)),
+            None => true,
+        };
+        if wanting.is_empty() || one_caller {
+            LogRecipients::Calls(wanting)
+        } else {
+            LogRecipients::Ambiguous
+        }
     }
 
     /// The most recently started request still running.

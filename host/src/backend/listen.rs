@@ -2,16 +2,18 @@
 //! `subscriptions/listen` (that revision has no standing GET stream and no
 //! session to push `list_changed` on).
 //!
-//! One subscription per connection, for the lists the backend can change.
-//! When it ends abruptly (the backend restarted, the stream broke) it is
-//! opened again after a pause, and the lists are refreshed once it is back:
-//! a change made while nobody listened has no notification.
+//! One subscription per connection for the lists the backend can change,
+//! and one per resource a client watches (see `gateway::resource_watch`).
+//! When one ends abruptly (the backend restarted, the stream broke) it is
+//! opened again after a pause, and what it covers is announced as changed
+//! once it is back: a change made while nobody listened has no
+//! notification.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{ServerNotification, SubscriptionFilter};
-use rmcp::service::{Peer, RoleClient, SubscriptionEnd};
+use rmcp::service::{Peer, RoleClient, Subscription, SubscriptionEnd};
 
 use super::client::{Downstream, ListKind};
 use super::http_ping::SessionTarget;
@@ -30,21 +32,28 @@ pub struct Listener {
     /// HTTP backends: told when the subscription's stream broke (worth a
     /// probe now), as for a handshake session's GET stream.
     pub target: Option<Arc<SessionTarget>>,
+    /// The client session a per-session connection belongs to.
+    pub session: Option<u64>,
 }
 
 impl Listener {
-    /// Listens until the connection ends.
-    pub async fn run(self, filter: SubscriptionFilter) {
+    /// Listens until the connection ends; `first` is a subscription already
+    /// open for `filter` (its acknowledgment checked by the caller).
+    pub async fn run(self, filter: SubscriptionFilter, first: Option<Subscription>) {
         tokio::select! {
             _ = self.relay.transport_ended() => {}
-            _ = self.listen(filter) => {}
+            _ = self.listen(filter, first) => {}
         }
     }
 
-    async fn listen(&self, filter: SubscriptionFilter) {
+    async fn listen(&self, filter: SubscriptionFilter, mut first: Option<Subscription>) {
         let mut again = false;
         loop {
-            let mut sub = match self.peer.listen(filter.clone()).await {
+            let opened = match first.take() {
+                Some(sub) => Ok(sub),
+                None => self.peer.listen(filter.clone()).await,
+            };
+            let mut sub = match opened {
                 Ok(sub) => sub,
                 Err(e) => {
                     // Not offered, or the backend is down: the poller and
@@ -62,9 +71,7 @@ impl Listener {
             };
             tracing::debug!(backend = %self.backend, accepted = ?sub.acknowledged(), "listening for backend changes");
             if again {
-                for kind in [ListKind::Tools, ListKind::Resources, ListKind::Prompts] {
-                    self.downstream.list_changed(&self.backend, kind);
-                }
+                self.missed(&filter);
             }
             loop {
                 match sub.next().await {
@@ -89,11 +96,32 @@ impl Listener {
         }
     }
 
+    /// Announces everything `filter` covers as changed.
+    fn missed(&self, filter: &SubscriptionFilter) {
+        let lists = [
+            (filter.tools_list_changed, ListKind::Tools),
+            (filter.resources_list_changed, ListKind::Resources),
+            (filter.prompts_list_changed, ListKind::Prompts),
+        ];
+        for (_, kind) in lists.into_iter().filter(|(on, _)| *on == Some(true)) {
+            self.downstream.list_changed(&self.backend, kind);
+        }
+        for uri in filter.resource_subscriptions.iter().flatten() {
+            self.downstream
+                .resource_updated(&self.backend, self.session, uri.clone());
+        }
+    }
+
     fn notified(&self, n: ServerNotification) {
         let kind = match n {
             ServerNotification::ToolListChangedNotification(_) => ListKind::Tools,
             ServerNotification::ResourceListChangedNotification(_) => ListKind::Resources,
             ServerNotification::PromptListChangedNotification(_) => ListKind::Prompts,
+            ServerNotification::ResourceUpdatedNotification(u) => {
+                self.downstream
+                    .resource_updated(&self.backend, self.session, u.params.uri);
+                return;
+            }
             other => {
                 tracing::trace!(backend = %self.backend, notification = ?other, "unrequested notification on the subscription");
                 return;

@@ -45,6 +45,8 @@ pub enum Channel {
 enum Note {
     /// Progress of a call, to the peer that made it.
     Progress(Peer<RoleServer>, ProgressNotificationParam),
+    /// A log message for one call, to the peer that made it.
+    CallLog(Peer<RoleServer>, LoggingMessageNotificationParam),
     Log(LoggingMessageNotificationParam),
     Resource(String),
     /// Everything before it has been handed over.
@@ -170,6 +172,12 @@ impl Outbox {
         self.push(Note::Progress(peer, p));
     }
 
+    /// Queues a log message a call asked for, for `peer` (the calling
+    /// client, whichever its revision).
+    pub fn call_log(&self, peer: Peer<RoleServer>, p: LoggingMessageNotificationParam) {
+        self.push(Note::CallLog(peer, p));
+    }
+
     /// Queues a log message (for a session-mode client only).
     pub fn log(&self, p: LoggingMessageNotificationParam) {
         if matches!(self.lock().channel, Some(Channel::Session(_))) {
@@ -215,6 +223,24 @@ impl Outbox {
 }
 
 /// The writer: hands queued notifications to the client one at a time.
+/// Whether a message of `level` reaches a client whose least severe wanted
+/// level is `min` (RFC 5424 order, as MCP defines it).
+pub fn admits(min: LoggingLevel, level: LoggingLevel) -> bool {
+    fn rank(level: LoggingLevel) -> u8 {
+        match level {
+            LoggingLevel::Debug => 0,
+            LoggingLevel::Info => 1,
+            LoggingLevel::Notice => 2,
+            LoggingLevel::Warning => 3,
+            LoggingLevel::Error => 4,
+            LoggingLevel::Critical => 5,
+            LoggingLevel::Alert => 6,
+            LoggingLevel::Emergency => 7,
+        }
+    }
+    rank(level) >= rank(min)
+}
+
 async fn write(shared: std::sync::Weak<Shared>, stop: CancellationToken) {
     loop {
         let Some(shared) = shared.upgrade() else {
@@ -283,6 +309,9 @@ async fn deliver(note: Note, channel: Option<&Channel>) {
         (Note::Progress(peer, p), _) => {
             let _ = peer.notify_progress(p).await;
         }
+        (Note::CallLog(peer, p), _) => {
+            let _ = peer.notify_logging_message(p).await;
+        }
         (Note::Log(p), Some(Channel::Session(peer))) => {
             let _ = peer.notify_logging_message(p).await;
         }
@@ -318,6 +347,7 @@ mod tests {
                 Note::Resource(u) => format!("resource {u}"),
                 Note::Flush(_) => "flush".into(),
                 Note::Progress(..) => "progress".into(),
+                Note::CallLog(..) => "call log".into(),
             })
             .collect()
     }

@@ -12,6 +12,7 @@
 //! been handed over.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rmcp::model::{
     JsonRpcMessage, LoggingMessageNotificationParam, ProgressNotificationParam, ServerNotification,
@@ -22,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::client::Downstream;
-use super::inflight::Inflight;
+use super::inflight::{Inflight, LogRecipients};
 use crate::background::Background;
 
 /// Notifications waiting for the relay worker. The worker only moves them
@@ -37,13 +38,16 @@ enum Item {
 }
 
 /// The sending side, held by the tapped transport and the connection.
-/// Also carries the "transport ended" signal, and how many notifications
-/// are queued or being handed over (so a flush with none costs nothing).
+/// Also carries the "transport ended" signal, how many notifications
+/// are queued or being handed over (so a flush with none costs nothing),
+/// and whether the backend speaks 2026-07-28 (its log messages belong to
+/// the calls that asked for them, see [`CallLog`](super::inflight::CallLog)).
 #[derive(Clone)]
 pub struct Relay(
     mpsc::Sender<Item>,
     CancellationToken,
-    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<AtomicUsize>,
+    Arc<AtomicBool>,
 );
 
 impl Relay {
@@ -57,7 +61,8 @@ impl Relay {
         background: &Background,
     ) -> Relay {
         let (tx, rx) = mpsc::channel(RELAY_BACKLOG);
-        let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let pending = Arc::new(AtomicUsize::new(0));
+        let modern = Arc::new(AtomicBool::new(false));
         background.spawn_until_shutdown(run(
             rx,
             inflight,
@@ -65,8 +70,14 @@ impl Relay {
             backend,
             session,
             pending.clone(),
+            modern.clone(),
         ));
-        Relay(tx, CancellationToken::new(), pending)
+        Relay(tx, CancellationToken::new(), pending, modern)
+    }
+
+    /// Records the era the backend agreed to (before any call is sent).
+    pub fn set_era(&self, era: super::Era) {
+        self.3.store(era == super::Era::Modern, Ordering::Release);
     }
 
     /// Resolves once the tapped transport has ended (peer gone, process
@@ -83,7 +94,7 @@ impl Relay {
     /// to the outboxes it is for (not to the clients: see
     /// [`Outbox::flush`](super::Outbox::flush)).
     pub async fn flush(&self) {
-        if self.2.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        if self.2.load(Ordering::Acquire) == 0 {
             return;
         }
         let (tx, rx) = oneshot::channel();
@@ -93,9 +104,9 @@ impl Relay {
     }
 
     fn queue(&self, item: Item) {
-        self.2.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.2.fetch_add(1, Ordering::AcqRel);
         if self.0.try_send(item).is_err() {
-            self.2.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            self.2.fetch_sub(1, Ordering::AcqRel);
             crate::metrics::get().relay_dropped.inc();
         }
     }
@@ -107,7 +118,8 @@ async fn run(
     downstream: Arc<dyn Downstream>,
     backend: Arc<str>,
     session: Option<u64>,
-    pending: Arc<std::sync::atomic::AtomicUsize>,
+    pending: Arc<AtomicUsize>,
+    modern: Arc<AtomicBool>,
 ) {
     while let Some(item) = rx.recv().await {
         let counted = !matches!(item, Item::Flush(_));
@@ -121,13 +133,30 @@ async fn run(
                     call.outbox.progress(call.peer, p);
                 }
             }
-            Item::Log(p) => downstream.log(&backend, session, p),
+            Item::Log(p) => {
+                let modern = modern.load(Ordering::Acquire);
+                match inflight.log_recipients(p.level, modern) {
+                    LogRecipients::Calls(calls) => {
+                        for call in calls {
+                            call.outbox.call_log(call.peer, p.clone());
+                        }
+                    }
+                    LogRecipients::Ambiguous => {
+                        tracing::debug!(%backend, "log message of a call by one of several callers: relayed to none");
+                        crate::metrics::get().relay_dropped.inc();
+                    }
+                }
+                // A 2026-07-28 backend logs only for requests that asked.
+                if !modern {
+                    downstream.log(&backend, session, p);
+                }
+            }
             Item::Flush(done) => {
                 let _ = done.send(());
             }
         }
         if counted {
-            pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            pending.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

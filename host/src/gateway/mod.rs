@@ -24,6 +24,7 @@ mod http_errors;
 mod mrtr;
 mod raw;
 mod reload;
+mod resource_watch;
 pub mod reload_trigger;
 mod route;
 mod session;
@@ -107,6 +108,8 @@ pub struct Gateway {
     reloading: tokio::sync::Mutex<()>,
     catalog: Arc<Current>,
     sessions: Arc<Sessions>,
+    /// The backend subscriptions clients' resource watches need.
+    resource_watch: Arc<resource_watch::ResourceWatch>,
     next_session: AtomicU64,
     /// The HTTP endpoint's session manager, once serving over HTTP.
     streams: std::sync::OnceLock<Arc<streams::StreamSessions>>,
@@ -298,6 +301,7 @@ impl Gateway {
             reloading: tokio::sync::Mutex::new(()),
             catalog,
             sessions,
+            resource_watch: Arc::default(),
             next_session: AtomicU64::new(1),
             streams: std::sync::OnceLock::new(),
             fronts: fronts::Fronts::default(),
@@ -812,6 +816,10 @@ impl Gateway {
 
     fn sessions(&self) -> &Arc<Sessions> {
         &self.sessions
+    }
+
+    fn resource_watch(&self) -> &Arc<resource_watch::ResourceWatch> {
+        &self.resource_watch
     }
 }
 

@@ -1,6 +1,7 @@
 //! One client session: the rmcp `ServerHandler` that answers lists from the
 //! catalog snapshot and routes everything else to the right backend.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -17,11 +18,13 @@ use super::route::{
     forwardable_meta, mark_complete, page, schema_changed, unavailable, unknown_prompt,
     unknown_tool, unknown_uri,
 };
+use super::resource_watch::Hold;
 use super::sessions::Channel;
 use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
 use crate::auth::Principal;
 use crate::backend::ask::Asker;
+use crate::backend::inflight::CallLog;
 use crate::backend::pool::Pool;
 use crate::backend::{Backend, BackendError, Connection, Era, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Kind};
@@ -44,6 +47,8 @@ pub struct FrontSession {
     /// Its `Mcp-Session-Id` and what the raw path knows of it, once the
     /// handshake finished over HTTP.
     front: std::sync::OnceLock<(Arc<str>, Arc<super::fronts::Front>)>,
+    /// The resources this session subscribed to, by URI.
+    watches: std::sync::Mutex<HashMap<String, Hold>>,
 }
 
 /// The client's own credentials on this request, if it came over HTTP:
@@ -71,6 +76,40 @@ impl FrontSession {
             .ok_or_else(|| unknown_uri(uri))
     }
 
+    /// Watches resource `uri` at the backend serving it, for this caller.
+    async fn watch(
+        &self,
+        uri: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Hold, McpError> {
+        if !self
+            .gw
+            .policies()
+            .access(&Principal::of(&ctx.extensions))
+            .permits(uri)
+        {
+            return Err(unknown_uri(uri));
+        }
+        let name = Self::uri_backend(&*self.catalog(ctx).await, uri)?;
+        let b = self
+            .gw
+            .backend(&name)
+            .ok_or_else(|| unavailable(&name, HealthState::Unknown, "not configured"))?;
+        if !advertisable(b.state()) {
+            return Err(down(&b));
+        }
+        let conn = self.connection(&b, ctx).await?;
+        self.gw
+            .resource_watch()
+            .hold(&conn, uri)
+            .await
+            .map_err(|e| self.gw.redactor().mask_error(e.into_mcp()))
+    }
+
+    fn watches_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
+        self.watches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(super) fn new(gw: Arc<Gateway>, id: u64) -> Self {
         Self {
             pool: gw.new_pool(id),
@@ -79,6 +118,7 @@ impl FrontSession {
             id,
             registered: AtomicBool::new(false),
             front: std::sync::OnceLock::new(),
+            watches: Default::default(),
         }
     }
 
@@ -163,6 +203,16 @@ impl FrontSession {
         on_stream_closed: Option<StreamClosed>,
         ask: Option<Asker>,
     ) -> FrontCall {
+        let log = match ctx.meta.log_level() {
+            Some(level) => Some(CallLog {
+                level,
+                per_request: true,
+            }),
+            None => self.gw.sessions().log_level(self.id).map(|level| CallLog {
+                level,
+                per_request: false,
+            }),
+        };
         FrontCall {
             peer: ctx.peer.clone(),
             request_id: ctx.id.clone(),
@@ -170,6 +220,8 @@ impl FrontSession {
             on_stream_closed,
             outbox: self.outbox.clone(),
             ask,
+            log,
+            caller: Principal::of(&ctx.extensions),
         }
     }
 
@@ -818,45 +870,25 @@ impl ServerHandler for FrontSession {
 
     async fn subscribe(
         &self,
-        mut p: SubscribeRequestParams,
+        p: SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if !self
-            .gw
-            .policies()
-            .access(&Principal::of(&ctx.extensions))
-            .permits(&p.uri)
-        {
-            return Err(unknown_uri(&p.uri));
-        }
-        let backend = Self::uri_backend(&*self.catalog(&ctx).await, &p.uri)?;
-        let uri = p.uri.clone();
-        p.meta = forwardable_meta(p.meta);
-        self.forward(
-            &backend,
-            ClientRequest::SubscribeRequest(SubscribeRequest::new(p)),
-            &ctx,
-        )
-        .await?;
-        self.gw.sessions().subscribe(self.id, &uri, true);
+        let hold = self.watch(&p.uri, &ctx).await?;
+        self.watches_lock().insert(p.uri.clone(), hold);
+        self.gw.sessions().subscribe(self.id, &p.uri, true);
         Ok(())
     }
 
     async fn unsubscribe(
         &self,
-        mut p: UnsubscribeRequestParams,
+        p: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let backend = Self::uri_backend(&*self.catalog(&ctx).await, &p.uri)?;
-        let uri = p.uri.clone();
-        p.meta = forwardable_meta(p.meta);
-        self.gw.sessions().subscribe(self.id, &uri, false);
-        self.forward(
-            &backend,
-            ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(p)),
-            &ctx,
-        )
-        .await?;
+        Self::uri_backend(&*self.catalog(&ctx).await, &p.uri)?;
+        self.gw.sessions().subscribe(self.id, &p.uri, false);
+        // Dropping the hold ends the backend subscription if nobody else
+        // watches the resource there.
+        self.watches_lock().remove(&p.uri);
         Ok(())
     }
 
@@ -933,6 +965,17 @@ impl ServerHandler for FrontSession {
             .then(|| self.pool.clone());
         let outbox = Outbox::new(self.gw.config.limits.relay_queue);
         let who = Principal::of(&ctx.request_context().extensions);
+        // Each resource the stream names is watched at its backend while
+        // the stream is open.
+        let mut holds = Vec::new();
+        for uri in ctx.accepted().resource_subscriptions.iter().flatten() {
+            match self.watch(uri, ctx.request_context()).await {
+                Ok(hold) => holds.push(hold),
+                Err(e) => {
+                    tracing::debug!(listen = id, %uri, error = %e.message, "resource subscription not served");
+                }
+            }
+        }
         self.gw.sessions().add(
             id,
             Channel::Listen(ctx.sink().clone()),

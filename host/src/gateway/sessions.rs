@@ -243,6 +243,11 @@ impl Sessions {
         }
     }
 
+    /// The level session `id` set with `logging/setLevel`, if any.
+    pub fn log_level(&self, id: u64) -> Option<LoggingLevel> {
+        self.lock().get(&id).and_then(|e| e.log_level)
+    }
+
     /// Relays a backend log message: to `session` when the backend
     /// connection belongs to one, otherwise to every session-mode client
     /// whose level admits it. Only queues (see [`Outbox`]).
@@ -253,7 +258,7 @@ impl Sessions {
             .filter(|(id, _)| session.is_none_or(|s| s == **id))
             .filter(|(_, e)| {
                 e.log_level
-                    .is_none_or(|min| level_rank(params.level) >= level_rank(min))
+                    .is_none_or(|min| crate::backend::outbox::admits(min, params.level))
             })
         {
             e.outbox.log(params.clone());
@@ -396,19 +401,6 @@ async fn send_listen_changes(sink: &SubscriptionSink, c: Changes) -> Result<(), 
             Err("subscription closed".into())
         }
         _ => Ok(()),
-    }
-}
-
-fn level_rank(level: LoggingLevel) -> u8 {
-    match level {
-        LoggingLevel::Debug => 0,
-        LoggingLevel::Info => 1,
-        LoggingLevel::Notice => 2,
-        LoggingLevel::Warning => 3,
-        LoggingLevel::Error => 4,
-        LoggingLevel::Critical => 5,
-        LoggingLevel::Alert => 6,
-        LoggingLevel::Emergency => 7,
     }
 }
 

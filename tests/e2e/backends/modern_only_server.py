@@ -14,7 +14,13 @@ Every request's method is appended to LOG (one per line), so a test can tell
 what Vigil sent. Tools: `echo(text)`; `add_tool(name)`, which adds a tool
 and announces it on `subscriptions/listen` streams; `ask_name()`, which asks
 the client for a name the 2026-07-28 way (an input-required result with an
-elicitation, answered by the client's retry) and greets it.
+elicitation, answered by the client's retry) and greets it; `chatty(tag)`,
+which logs `tag` once at debug and once at info level (sent only to a request
+that asked for logs in its `_meta`, at the level it asked for); `touch()`,
+which announces an update of its resource `note://pad` to the listen streams
+that name it; `hold(tag)`, which logs `before TAG` at info level, waits until
+`release()` is called, then logs `after TAG` (so a test can have calls of
+two callers running at once).
 """
 
 from __future__ import annotations
@@ -62,6 +68,42 @@ def build(log: Path) -> MCPServer:
         server.add_tool(added, name=name, description="added at run time")
         await ctx.notify_tools_changed()
         return f"added {name}"
+
+    @server.resource("note://pad")
+    def pad() -> str:
+        """A note whose updates `touch` announces."""
+        return "pad"
+
+    @server.tool()
+    async def touch(ctx: Context) -> str:
+        """Announces an update of `note://pad`."""
+        await ctx.notify_resource_updated("note://pad")
+        return "touched"
+
+    @server.tool()
+    async def chatty(tag: str, ctx: Context) -> str:
+        """Logs `tag` at debug and at info level, then returns it."""
+        await ctx.debug(f"debug {tag}")
+        await ctx.info(f"info {tag}")
+        return tag
+
+    released = anyio.Event()
+
+    @server.tool()
+    async def hold(tag: str, ctx: Context) -> str:
+        """Logs `before TAG`, waits for `release`, logs `after TAG`."""
+        nonlocal released
+        await ctx.info(f"before {tag}")
+        await released.wait()
+        released = anyio.Event()
+        await ctx.info(f"after {tag}")
+        return tag
+
+    @server.tool()
+    def release() -> str:
+        """Lets the call waiting in `hold` go on."""
+        released.set()
+        return "released"
 
     @server.tool()
     async def ask_name(ctx: Context):  # noqa: ANN202 - a result or a question
