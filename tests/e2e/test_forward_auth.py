@@ -16,10 +16,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ToolsListChanged
 
 from harness import DemoHttp, Gateways, Procs, demo_stdio_args, http_backend, start_python_backend, stdio_backend
 from support import (
+    DEADLINE,
     DEMO_TOOLS,
     ControlApi,
     Inbox,
@@ -29,6 +35,7 @@ from support import (
     is_tools_list_changed,
     poll,
     prefixed,
+    text_of,
     tool_names,
 )
 
@@ -189,3 +196,52 @@ async def test_sessions_lose_and_regain_the_backends_tools_with_its_health(
         await inbox.wait_for(is_tools_list_changed, "tools/list_changed for the recovery", count=seen + 1)
         assert await tool_names(alice) == {"per__alpha"}
         assert await call_text(alice, "per__alpha", {}) == "alpha for Bearer alice"
+
+
+def modern_client(url: str, headers: dict[str, str] | None = None) -> Client:
+    """A 2026-07-28 client: no session, its `Authorization` on every request."""
+    http = httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30.0, read=300.0))
+    return Client(streamable_http_client(url, http_client=http), mode="2026-07-28")
+
+
+async def modern_tools(client: Client) -> set[str]:
+    with anyio.fail_after(DEADLINE):
+        return {t.name for t in (await client.list_tools()).tools}
+
+
+async def test_sessionless_clients_reach_the_backend_with_their_own_credentials(
+    vigil: Gateways, procs: Procs, tmp_path: Path
+) -> None:
+    """A 2026-07-28 client has no session: each request carries its own
+    `Authorization`. Through Vigil it sees, calls and hears of what the
+    backend serves *its* token, as it does talking to the backend directly;
+    another token sees its own, and no token sees nothing of the backend."""
+    state, server, backend = start_per_user(procs, tmp_path, {"Bearer alice": ["alpha"], "Bearer bob": ["beta"]})
+    async with modern_client(server.url, ALICE) as direct:
+        assert await modern_tools(direct) == {"alpha"}, "the backend itself, to Alice's token"
+    gw = vigil([backend], api={}, env={"VIGIL_POLL_INTERVAL": "1s"})
+    await poll(lambda: ControlApi(gw.api_base).instance("per"), lambda i: i["state"] == "running", "per running")
+
+    async with modern_client(gw.url, ALICE) as alice, modern_client(gw.url, BOB) as bob, modern_client(gw.url) as nobody:
+        assert await modern_tools(alice) == {"per__alpha"}
+        assert await modern_tools(bob) == {"per__beta"}
+        assert await modern_tools(nobody) == set()
+        with anyio.fail_after(DEADLINE):
+            assert text_of(await alice.call_tool("per__alpha", {})) == "alpha for Bearer alice"
+            assert text_of(await bob.call_tool("per__beta", {})) == "beta for Bearer bob"
+            with pytest.raises(MCPError, match="unknown tool 'per__alpha'"):
+                await bob.call_tool("per__alpha", {})
+
+        # Alice's listen stream hears of a tool the backend adds for her
+        # (the poller re-lists through her connection).
+        with anyio.fail_after(DEADLINE):
+            async with alice.listen(tools_list_changed=True) as sub:
+                write_tools(state, {"Bearer alice": ["alpha", "gamma"], "Bearer bob": ["beta"]})
+                async for event in sub:
+                    if isinstance(event, ToolsListChanged):
+                        break
+        assert await modern_tools(alice) == {"per__alpha", "per__gamma"}
+        assert await modern_tools(bob) == {"per__beta"}
+
+    seen = set(listings(state))
+    assert seen == {"Bearer alice", "Bearer bob"}, f"every listing carried a client's own token: {seen}"

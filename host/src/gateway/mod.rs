@@ -17,6 +17,7 @@
 
 mod admission;
 mod bad_params;
+mod caller_pools;
 mod control;
 mod fronts;
 pub mod http;
@@ -101,6 +102,9 @@ pub struct Gateway {
     backends: CurrentSet,
     /// What each session's pool is handed (shares `backends`).
     pool_context: Arc<pool::Context>,
+    /// The `forward_auth` connections of sessionless (2026-07-28) requests,
+    /// per caller and credentials.
+    caller_pools: caller_pools::CallerPools,
     /// Starts and stops supervisors (set once at launch; used by reloads).
     spawner: OnceLock<Spawner>,
     downstream: Arc<dyn Downstream>,
@@ -293,9 +297,14 @@ impl Gateway {
                 .clone()
                 .map(|o| Arc::new(crate::auth::exchange::Exchanger::new(o))),
         });
+        let caller_pools = caller_pools::CallerPools::new(
+            pool_context.clone(),
+            config.limits.max_sessions,
+        );
         let gw = Arc::new(Gateway {
             backends,
             pool_context,
+            caller_pools,
             spawner: OnceLock::new(),
             downstream,
             reloading: tokio::sync::Mutex::new(()),
@@ -491,10 +500,10 @@ impl Startup {
             }
         }
         let source = Arc::downgrade(&gw);
-        let sessions = Arc::downgrade(&gw.sessions);
+        let reaped = Arc::downgrade(&gw);
         tracker.spawn(pool::reap_idle(
             gw.backends.clone(),
-            move || sessions.upgrade().map(|s| s.pools()),
+            move || reaped.upgrade().map(|gw| gw.pools()),
             shutdown.clone(),
         ));
         tracker.spawn(crate::freshness::poller::run(
@@ -573,7 +582,7 @@ impl Gateway {
     fn poll_targets(&self) -> Vec<Arc<dyn Listing>> {
         let set = self.backends();
         let pools = match set.forwarded().next() {
-            Some(_) => self.sessions.pools(),
+            Some(_) => self.pools(),
             None => Vec::new(),
         };
         let mut targets: Vec<Arc<dyn Listing>> = Vec::with_capacity(set.len());
@@ -671,6 +680,21 @@ impl Gateway {
     /// A new client session's pool of backend connections.
     fn new_pool(&self, session: u64) -> Arc<Pool> {
         Pool::new(session, self.pool_context.clone())
+    }
+
+    /// Every client's pool: the sessions' and the sessionless callers'.
+    fn pools(&self) -> Vec<Arc<Pool>> {
+        let mut pools = self.sessions.pools();
+        pools.extend(self.caller_pools.pools());
+        pools
+    }
+
+    /// The pool a sessionless request of `principal` with `authorization`
+    /// reaches `forward_auth` backends through (see `caller_pools`).
+    fn caller_pool(&self, principal: &crate::auth::Principal, authorization: Option<&str>) -> Arc<Pool> {
+        self.caller_pools.get(principal, authorization, || {
+            self.next_session.fetch_add(1, Ordering::Relaxed)
+        })
     }
 
     fn new_backend(&self, config: &BackendConfig) -> Arc<Backend> {

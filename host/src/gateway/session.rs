@@ -66,6 +66,14 @@ fn authorization(extensions: &rmcp::model::Extensions) -> Option<&str> {
         .map(|t| &*t.0)
 }
 
+/// Hands what a request (or the `initialized` notification) carries to
+/// `pool`: the client's `Authorization` and capabilities.
+fn observe(pool: &Pool, extensions: &rmcp::model::Extensions, peer: &rmcp::Peer<RoleServer>) {
+    pool.observe(authorization(extensions), Principal::of(extensions), || {
+        peer.peer_info().map(|i| i.capabilities.clone())
+    });
+}
+
 impl FrontSession {
     /// The backend that serves resource `uri` in `catalog`, or the
     /// "unknown resource" error.
@@ -129,11 +137,28 @@ impl FrontSession {
     /// [`FrontSession::visible`].
     async fn catalog(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
         let shared = self.gw.catalog();
-        if !self.registered.load(Ordering::Acquire) {
+        let Some(pool) = self.own_pool(&ctx.extensions) else {
             return shared;
+        };
+        observe(&pool, &ctx.extensions, &ctx.peer);
+        pool.derive(shared).await
+    }
+
+    /// The pool this request reaches backends through with the client's
+    /// own connections: the session's once it is registered; for a
+    /// sessionless (2026-07-28) request over HTTP, its caller's
+    /// (`caller_pools`), when some backend forwards credentials; otherwise
+    /// none (shared connections only).
+    fn own_pool(&self, extensions: &rmcp::model::Extensions) -> Option<Arc<Pool>> {
+        if self.registered.load(Ordering::Acquire) {
+            return Some(self.pool.clone());
         }
-        self.observe(&ctx.extensions, &ctx.peer);
-        self.pool.derive(shared).await
+        self.gw.backends().forwarded().next()?;
+        extensions.get::<http::request::Parts>()?;
+        Some(
+            self.gw
+                .caller_pool(&Principal::of(extensions), authorization(extensions)),
+        )
     }
 
     /// What the caller of `ctx` may see of this session's catalog
@@ -165,14 +190,6 @@ impl FrontSession {
         })
     }
 
-    /// Hands what a request (or the `initialized` notification) carries
-    /// to the pool: the client's `Authorization` and capabilities.
-    fn observe(&self, extensions: &rmcp::model::Extensions, peer: &rmcp::Peer<RoleServer>) {
-        self.pool
-            .observe(authorization(extensions), Principal::of(extensions), || {
-                peer.peer_info().map(|i| i.capabilities.clone())
-            });
-    }
 
     /// The connection a request from this session to `backend` travels on:
     /// the session's own for HTTP backends, the shared one otherwise (and
@@ -182,16 +199,16 @@ impl FrontSession {
         backend: &Arc<Backend>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, McpError> {
-        if backend.per_session() && self.registered.load(Ordering::Acquire) {
-            self.observe(&ctx.extensions, &ctx.peer);
-            return self
-                .pool
+        let registered = self.registered.load(Ordering::Acquire);
+        if (backend.per_session() && registered) || backend.forwards_auth() {
+            let pool = self
+                .own_pool(&ctx.extensions)
+                .ok_or_else(|| needs_session(&backend.name))?;
+            observe(&pool, &ctx.extensions, &ctx.peer);
+            return pool
                 .connection(backend, false)
                 .await
                 .map_err(|e| e.into_mcp());
-        }
-        if backend.forwards_auth() {
-            return Err(needs_session(&backend.name));
         }
         backend.shared().ok_or_else(|| down(backend))
     }
@@ -526,7 +543,7 @@ fn needs_session(backend: &str) -> McpError {
     McpError::new(
         ErrorCode::INTERNAL_ERROR,
         format!(
-            "backend '{backend}' is reached with each client's own credentials (forward_auth) and needs a client session: connect with a protocol revision that has sessions (2025-11-25 or earlier)"
+            "backend '{backend}' is reached with each client's own credentials (forward_auth), and this request carries none: send it over HTTP, within a session once one was begun"
         ),
         Some(json!({"backend": backend})),
     )
@@ -626,7 +643,7 @@ impl ServerHandler for FrontSession {
         if !self.registered.swap(true, Ordering::AcqRel) {
             // List forward_auth backends with this client's credentials
             // first: the session starts out seeing them.
-            self.observe(&ctx.extensions, &ctx.peer);
+            observe(&self.pool, &ctx.extensions, &ctx.peer);
             self.pool.derive(self.gw.catalog()).await;
             if let Some(id) = ctx
                 .extensions
@@ -959,10 +976,7 @@ impl ServerHandler for FrontSession {
         // Each listen stream is its own registry entry for as long as it is open.
         let id = self.gw.new_listen_id();
         tracing::debug!(listen = id, accepted = ?ctx.accepted(), "subscriptions/listen stream opened");
-        let pool = self
-            .registered
-            .load(Ordering::Acquire)
-            .then(|| self.pool.clone());
+        let pool = self.own_pool(&ctx.request_context().extensions);
         let outbox = Outbox::new(self.gw.config.limits.relay_queue);
         let who = Principal::of(&ctx.request_context().extensions);
         // Each resource the stream names is watched at its backend while

@@ -11,7 +11,8 @@ HTTP), GET and DELETE get 405.
     python modern_only_server.py PORT LOG     (streamable HTTP on 127.0.0.1:PORT/mcp)
 
 Every request's method is appended to LOG (one per line), so a test can tell
-what Vigil sent. Tools: `echo(text)`; `add_tool(name)`, which adds a tool
+what Vigil sent; over HTTP its `Mcp-*` headers go to LOG.headers (a JSON
+line per request). Tools: `echo(text)`; `add_tool(name)`, which adds a tool
 and announces it on `subscriptions/listen` streams; `ask_name()`, which asks
 the client for a name the 2026-07-28 way (an input-required result with an
 elicitation, answered by the client's retry) and greets it; `chatty(tag)`,
@@ -131,6 +132,14 @@ def record(log: Path, method: str) -> None:
         f.write(method + "\n")
 
 
+def record_headers(log: Path, method: str, headers: list[tuple[bytes, bytes]]) -> None:
+    """HTTP: the MCP headers of each request (`Mcp-*`, `MCP-Protocol-Version`),
+    one JSON line per request in LOG.headers."""
+    mcp = {k.decode().lower(): v.decode() for k, v in headers if k.lower().startswith(b"mcp-")}
+    with log.with_suffix(log.suffix + ".headers").open("a") as f:
+        f.write(json.dumps({"method": method, "headers": mcp}) + "\n")
+
+
 async def serve_stdio(log: Path) -> None:
     server = build(log)
     low = server._lowlevel_server  # the SDK's own stdio loop, fed through the gate
@@ -182,6 +191,7 @@ def serve_http(port: int, log: Path) -> None:
             message = None
         if isinstance(message, dict) and "method" in message:
             record(log, message["method"])
+            record_headers(log, message["method"], scope["headers"])
             why = refusal(message["method"], message.get("params"))
             if why is not None and "id" in message:
                 error = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": why}}

@@ -1,0 +1,166 @@
+//! The `forward_auth` connections of clients without a session.
+//!
+//! A 2026-07-28 client may send every request on its own, with no session
+//! (`initialize` is gone), carrying its `Authorization` each time. A
+//! `forward_auth` backend must still see that client's credentials and be
+//! listed with them, so such requests share one [`Pool`] per caller and
+//! credential: the same principal with the same `Authorization` finds the
+//! connections and the catalog its earlier requests opened, and a caller
+//! with other credentials never does (the key holds both, so one caller's
+//! connection never carries another's token, and a refreshed token opens
+//! afresh).
+//!
+//! A pool nobody used for [`IDLE`] is dropped with its connections; at
+//! most `[limits] max_sessions` are kept (the least recently used goes
+//! first), like the sessions of handshake-era clients.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::auth::Principal;
+use crate::backend::pool::{Context, Pool};
+
+/// How long a caller's pool outlives its last request: as long as an idle
+/// handshake-era session (`streams::IDLE`).
+pub const IDLE: Duration = super::streams::IDLE;
+
+/// Who, and with which credentials.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    principal: Arc<str>,
+    issuer: Option<Arc<str>>,
+    authorization: Option<String>,
+}
+
+struct Entry {
+    pool: Arc<Pool>,
+    last_used: Instant,
+}
+
+pub struct CallerPools {
+    ctx: Arc<Context>,
+    max: usize,
+    entries: Mutex<HashMap<Key, Entry>>,
+}
+
+impl CallerPools {
+    pub fn new(ctx: Arc<Context>, max: usize) -> Self {
+        Self {
+            ctx,
+            max: max.max(1),
+            entries: Mutex::default(),
+        }
+    }
+
+    /// The pool of `principal` with `authorization`, made on first use
+    /// (its number from `new_id`).
+    pub fn get(
+        &self,
+        principal: &Principal,
+        authorization: Option<&str>,
+        new_id: impl FnOnce() -> u64,
+    ) -> Arc<Pool> {
+        let key = Key {
+            principal: principal.shared_id(),
+            issuer: principal.issuer().map(Arc::from),
+            authorization: authorization.map(str::to_owned),
+        };
+        let now = Instant::now();
+        let mut entries = self.lock();
+        if let Some(e) = entries.get_mut(&key) {
+            e.last_used = now;
+            return e.pool.clone();
+        }
+        entries.retain(|_, e| now.duration_since(e.last_used) < IDLE);
+        if entries.len() >= self.max
+            && let Some(oldest) = entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone())
+        {
+            entries.remove(&oldest);
+        }
+        let pool = Pool::new(new_id(), self.ctx.clone());
+        entries.insert(
+            key,
+            Entry {
+                pool: pool.clone(),
+                last_used: now,
+            },
+        );
+        pool
+    }
+
+    /// Every pool in use (for the poller and the idle reaper); drops those
+    /// unused for [`IDLE`].
+    pub fn pools(&self) -> Vec<Arc<Pool>> {
+        let now = Instant::now();
+        let mut entries = self.lock();
+        entries.retain(|_, e| now.duration_since(e.last_used) < IDLE);
+        entries.values().map(|e| e.pool.clone()).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+        // Each update is one insert, remove or timestamp: poisoning cannot
+        // leave the map inconsistent.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::CurrentSet;
+    use crate::config::Naming;
+
+    fn pools(max: usize) -> CallerPools {
+        let ctx = Context {
+            backends: CurrentSet::default(),
+            naming: Naming::Prefix {
+                separator: "__".into(),
+            },
+            exchanger: None,
+        };
+        CallerPools::new(Arc::new(ctx), max)
+    }
+
+    #[test]
+    fn one_pool_per_caller_and_credentials() {
+        let p = pools(10);
+        let mut n = 0;
+        let mut id = || {
+            n += 1;
+            n
+        };
+        let alice = Principal::key("alice");
+        let a1 = p.get(&alice, Some("Bearer one"), &mut id);
+        assert!(Arc::ptr_eq(&a1, &p.get(&alice, Some("Bearer one"), &mut id)));
+        let a2 = p.get(&alice, Some("Bearer two"), &mut id);
+        assert!(!Arc::ptr_eq(&a1, &a2), "other credentials, other pool");
+        let b1 = p.get(&Principal::key("bob"), Some("Bearer one"), &mut id);
+        assert!(!Arc::ptr_eq(&a1, &b1), "another caller with the same header");
+        assert_eq!(p.pools().len(), 3);
+    }
+
+    #[test]
+    fn the_least_recently_used_goes_at_the_limit() {
+        let p = pools(2);
+        let mut n = 0;
+        let mut id = || {
+            n += 1;
+            n
+        };
+        let (a, b, c) = (
+            Principal::key("a"),
+            Principal::key("b"),
+            Principal::key("c"),
+        );
+        let first = p.get(&a, None, &mut id);
+        p.get(&b, None, &mut id);
+        p.get(&a, None, &mut id); // a is used again: b is now the oldest
+        p.get(&c, None, &mut id);
+        assert_eq!(p.pools().len(), 2);
+        assert!(Arc::ptr_eq(&first, &p.get(&a, None, &mut id)), "a was kept");
+    }
+}
