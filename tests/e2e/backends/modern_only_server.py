@@ -19,7 +19,8 @@ elicitation, answered by the client's retry) and greets it; `chatty(tag)`,
 which logs `tag` once at debug and once at info level (sent only to a request
 that asked for logs in its `_meta`, at the level it asked for); `touch()`,
 which announces an update of its resource `note://pad` to the listen streams
-that name it; `hold(tag)`, which logs `before TAG` at info level, waits until
+that name it; `regional(region)`, whose argument a 2026-07-28 client mirrors
+in an `Mcp-Param-Region` header; `hold(tag)`, which logs `before TAG` at info level, waits until
 `release()` is called, then logs `after TAG` (so a test can have calls of
 two callers running at once).
 """
@@ -29,10 +30,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import mcp_types as types
+from pydantic import Field
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
@@ -80,6 +82,11 @@ def build(log: Path) -> MCPServer:
         """Announces an update of `note://pad`."""
         await ctx.notify_resource_updated("note://pad")
         return "touched"
+
+    @server.tool()
+    def regional(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+        """Returns its argument, which 2026-07-28 clients mirror in an `Mcp-Param-Region` header."""
+        return region
 
     @server.tool()
     async def chatty(tag: str, ctx: Context) -> str:
