@@ -245,6 +245,11 @@ impl Connection {
             .unwrap_or_default()
     }
 
+    /// The instructions the backend gave at the handshake (or discover).
+    pub fn instructions(&self) -> Option<String> {
+        self.service.peer().peer_info()?.instructions.clone()
+    }
+
     pub fn is_closed(&self) -> bool {
         self.relay.has_transport_ended()
             || self.service.is_closed()

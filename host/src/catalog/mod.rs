@@ -292,6 +292,21 @@ impl Catalog {
         self.uris.route(uri)
     }
 
+    /// The backends at least one listed tool, prompt, resource or resource
+    /// template comes from (what a caller whose view this is uses).
+    pub fn contributing(&self) -> std::collections::BTreeSet<&str> {
+        let routes = self.tool_routes.values().chain(self.prompt_routes.values());
+        let uris = self
+            .resources
+            .iter()
+            .map(|r| r.uri.as_str())
+            .chain(self.templates.iter().map(|t| t.uri_template.as_str()));
+        routes
+            .map(|r| &*r.backend)
+            .chain(uris.filter_map(|u| self.uris.route(u).map(|b| &**b)))
+            .collect()
+    }
+
     /// Which kinds of list differ from `older`.
     pub fn diff(&self, older: &Catalog) -> Changes {
         Changes {

@@ -19,6 +19,7 @@ mod admission;
 mod bad_params;
 mod caller_pools;
 mod control;
+mod discovery;
 mod fronts;
 pub mod http;
 mod http_errors;
@@ -820,6 +821,15 @@ impl Gateway {
     /// The live `[[auth.keys]]` the `/mcp` endpoint checks.
     pub fn mcp_keys(&self) -> Arc<crate::auth::Keys> {
         self.mcp_keys.clone()
+    }
+
+    /// Whether what a client is shown may depend on who it is: `[auth]`
+    /// (then the scope of cacheable results is private, see `discovery`).
+    fn views_depend_on_caller(&self) -> bool {
+        self.mcp_keys.required()
+            || self.oauth.is_some()
+            || self.policies.configured()
+            || self.backends().forwarded().next().is_some()
     }
 
     /// The `[[policy]]` set in force.

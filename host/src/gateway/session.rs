@@ -281,7 +281,7 @@ impl FrontSession {
         // A 2026-07-28 client cannot be sent the server→client requests a
         // handshake-era backend makes during a call: they become
         // input-required results (MRTR, `mrtr.rs`).
-        let modern_client = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
+        let modern_client = is_modern(ctx);
         let (result, recovered) = match mrtr_target(&request) {
             Some(target) if modern_client && conn.era() == Era::Handshake => {
                 match self.relay_mrtr(&b, conn, request, target, ctx).await? {
@@ -522,6 +522,27 @@ impl FrontSession {
     }
 
     /// One page of a merged list of what this session sees.
+    /// Vigil's instructions for the caller of `ctx`, with those of the
+    /// backends it can use something of ([`super::discovery::instructions`]).
+    async fn instructions(&self, ctx: &RequestContext<RoleServer>) -> String {
+        let view = self.visible(ctx).await;
+        let set = self.gw.backends();
+        let texts: Vec<(&str, String)> = view
+            .contributing()
+            .into_iter()
+            .filter_map(|name| Some((name, set.get(name)?.shared()?.instructions()?)))
+            .collect();
+        super::discovery::instructions(
+            &self.gw.config.naming,
+            texts.iter().map(|(n, t)| (*n, t.as_str())),
+        )
+    }
+
+    /// The `cacheScope` of Vigil's own results ([`super::discovery::scope`]).
+    fn scope(&self) -> CacheScope {
+        super::discovery::scope(self.gw.views_depend_on_caller())
+    }
+
     async fn page_of<T: Clone>(
         &self,
         list: impl Fn(&Catalog) -> &Vec<T>,
@@ -535,6 +556,12 @@ impl FrontSession {
             self.gw.config.page_size,
         )
     }
+}
+
+/// Whether `ctx` is a request of protocol revision 2026-07-28 or later
+/// (which has no handshake, and caches by hints).
+fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version().is_some_and(|v| !v.has_initialize())
 }
 
 /// A `forward_auth` backend reached without a client session: there is
@@ -635,8 +662,28 @@ impl ServerHandler for FrontSession {
             .build();
         let mut info = ServerConfig::new(capabilities);
         info.server_info = Implementation::new("vigil", env!("CARGO_PKG_VERSION"));
-        info.instructions = Some("Vigil MCP gateway: tools, resources and prompts of several MCP servers behind one endpoint.".into());
+        info.instructions = Some(super::discovery::OWN.into());
         info
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        ctx.peer.set_peer_info(request.clone());
+        let mut result = self.negotiate_initialize(&request)?;
+        result.instructions = Some(self.instructions(&ctx).await);
+        Ok(result)
+    }
+
+    async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
+        let mut info = self.get_info();
+        info.instructions = Some(self.instructions(&ctx).await);
+        let versions = self.supported_protocol_versions().into_owned();
+        Ok(DiscoverResult::from_server_info(versions, info)
+            .with_ttl_ms(super::discovery::LIST_TTL_MS)
+            .with_cache_scope(self.scope()))
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
@@ -680,6 +727,10 @@ impl ServerHandler for FrontSession {
         let (items, next) = self.page_of(|c| &c.tools, &p, &ctx).await?;
         let mut r = ListToolsResult::with_all_items(items);
         r.next_cursor = next;
+        if is_modern(&ctx) {
+            r.ttl_ms = Some(super::discovery::LIST_TTL_MS);
+            r.cache_scope = Some(self.scope());
+        }
         Ok(r)
     }
 
@@ -691,6 +742,10 @@ impl ServerHandler for FrontSession {
         let (items, next) = self.page_of(|c| &c.resources, &p, &ctx).await?;
         let mut r = ListResourcesResult::with_all_items(items);
         r.next_cursor = next;
+        if is_modern(&ctx) {
+            r.ttl_ms = Some(super::discovery::LIST_TTL_MS);
+            r.cache_scope = Some(self.scope());
+        }
         Ok(r)
     }
 
@@ -702,6 +757,10 @@ impl ServerHandler for FrontSession {
         let (items, next) = self.page_of(|c| &c.templates, &p, &ctx).await?;
         let mut r = ListResourceTemplatesResult::with_all_items(items);
         r.next_cursor = next;
+        if is_modern(&ctx) {
+            r.ttl_ms = Some(super::discovery::LIST_TTL_MS);
+            r.cache_scope = Some(self.scope());
+        }
         Ok(r)
     }
 
@@ -713,6 +772,10 @@ impl ServerHandler for FrontSession {
         let (items, next) = self.page_of(|c| &c.prompts, &p, &ctx).await?;
         let mut r = ListPromptsResult::with_all_items(items);
         r.next_cursor = next;
+        if is_modern(&ctx) {
+            r.ttl_ms = Some(super::discovery::LIST_TTL_MS);
+            r.cache_scope = Some(self.scope());
+        }
         Ok(r)
     }
 
@@ -799,7 +862,12 @@ impl ServerHandler for FrontSession {
             .await;
         audit.finish(&backend, &result);
         match result? {
-            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+            ServerResult::ReadResourceResult(mut r) => {
+                if is_modern(&ctx) {
+                    r.cache_scope = Some(super::discovery::narrowed(r.cache_scope, self.scope()));
+                }
+                Ok(ReadResourceResponse::Complete(r))
+            }
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
             _ => Err(Self::unexpected(&backend, "resources/read")),
         }

@@ -1,0 +1,133 @@
+//! What Vigil tells a client about itself as one server made of many: the
+//! `instructions` of `initialize` and `server/discover`, and the caching
+//! hints (`ttlMs`, `cacheScope`, 2026-07-28) of the results it makes or
+//! relays.
+//!
+//! **Instructions.** A backend's instructions tell the model how to use its
+//! tools, which reach the client under Vigil's names. Vigil's own sentence
+//! comes first, then each backend's instructions under a heading naming the
+//! backend (and, with `naming = "prefix"`, the prefix its names carry), for
+//! the backends the caller can use something of, in name order. Each is cut
+//! at [`MAX_PER_BACKEND`] bytes.
+//!
+//! **Caching hints.** Lists and `server/discover` are Vigil's own: `ttlMs` is
+//! 0, because what Vigil shows changes the moment a backend fails, recovers
+//! or changes its tools (a client that wants to know when listens, or takes
+//! `list_changed`); `cacheScope` is `"public"` only when nothing Vigil shows
+//! depends on who asks (no `[auth]`, no `[[policy]]`, no `forward_auth`
+//! backend), `"private"` otherwise, so no shared cache serves one caller's
+//! view to another. A relayed result (`resources/read`) keeps the backend's
+//! `ttlMs`, and its scope is narrowed to `"private"` whenever Vigil's is:
+//! the backend cannot know that Vigil filters what each caller may read.
+
+use rmcp::model::CacheScope;
+
+use crate::config::Naming;
+
+/// The first paragraph of Vigil's instructions.
+pub const OWN: &str =
+    "Vigil MCP gateway: tools, resources and prompts of several MCP servers behind one endpoint.";
+
+/// How much of one backend's instructions is passed on.
+pub const MAX_PER_BACKEND: usize = 4 * 1024;
+
+/// Vigil's instructions with those of `backends` (name, instructions),
+/// taken in the order given.
+pub fn instructions<'a>(
+    naming: &Naming,
+    backends: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> String {
+    let mut out = String::from(OWN);
+    for (name, text) in backends {
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        out.push_str("\n\n## ");
+        out.push_str(name);
+        if let Naming::Prefix { separator } = naming {
+            out.push_str(&format!(" (its tools and prompts are named `{name}{separator}…`)"));
+        }
+        out.push('\n');
+        out.push_str(cut(text, MAX_PER_BACKEND));
+    }
+    out
+}
+
+/// `text` up to `max` bytes, at a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The `ttlMs` of the lists and `server/discover` (see the module doc).
+pub const LIST_TTL_MS: u64 = 0;
+
+/// The `cacheScope` of Vigil's own results: public only when every caller
+/// sees the same.
+pub fn scope(depends_on_caller: bool) -> CacheScope {
+    if depends_on_caller {
+        CacheScope::Private
+    } else {
+        CacheScope::Public
+    }
+}
+
+/// The scope of a relayed result: the backend's, made private when Vigil's
+/// own is (an absent one counts as private, as rmcp fills it).
+pub fn narrowed(backend: Option<CacheScope>, ours: CacheScope) -> CacheScope {
+    match (backend, ours) {
+        (Some(CacheScope::Public), CacheScope::Public) => CacheScope::Public,
+        _ => CacheScope::Private,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefix() -> Naming {
+        Naming::Prefix {
+            separator: "__".into(),
+        }
+    }
+
+    #[test]
+    fn backends_instructions_follow_vigils_under_their_names() {
+        let text = instructions(&prefix(), [("files", "Read files.\n"), ("quiet", "  "), ("web", "Search.")]);
+        assert_eq!(
+            text,
+            format!(
+                "{OWN}\n\n## files (its tools and prompts are named `files__…`)\nRead files.\n\n## web (its tools and prompts are named `web__…`)\nSearch."
+            )
+        );
+        assert_eq!(instructions(&Naming::None, [("web", "Search.")]), format!("{OWN}\n\n## web\nSearch."));
+        assert_eq!(instructions(&prefix(), []), OWN);
+    }
+
+    #[test]
+    fn long_instructions_are_cut_at_a_character_boundary() {
+        let long = "é".repeat(MAX_PER_BACKEND); // two bytes each
+        let text = instructions(&Naming::None, [("b", long.as_str())]);
+        let kept = text.rsplit('\n').next().unwrap_or_default();
+        assert_eq!(kept.len(), MAX_PER_BACKEND);
+        assert!(kept.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn a_relayed_result_is_public_only_when_both_say_so() {
+        use CacheScope::{Private, Public};
+        assert_eq!(narrowed(Some(Public), Public), Public);
+        assert_eq!(narrowed(Some(Public), Private), Private);
+        assert_eq!(narrowed(Some(Private), Public), Private);
+        assert_eq!(narrowed(None, Public), Private);
+        assert_eq!(scope(true), Private);
+        assert_eq!(scope(false), Public);
+    }
+}
