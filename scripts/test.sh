@@ -8,8 +8,10 @@
 # 2. `cargo test --workspace`, then the unit tests of the guest SDK and the
 #    first-party plugins (workspaces of their own)
 # 3. setup: the Python venv (~/.cache/vigil/venv: pytest + the official MCP
-#    Python SDK) and the WebAssembly plugins and example probes built from
-#    source with their toolchains (plugins_env), so no test waits on an install
+#    Python SDK), the other MCP clients of the clients × revisions matrix
+#    (tests/e2e/clients/setup.sh) and the WebAssembly plugins and example
+#    probes built from source with their toolchains (plugins_env), so no test
+#    waits on an install
 # 4. the end-to-end tests in tests/e2e
 # 5. tests/conformance/compare.sh, when it exists
 #
@@ -113,6 +115,14 @@ oauth_env() {
   node_env && bash tests/e2e/oauth/setup.sh
 }
 
+# The clients × revisions matrix (tests/e2e/test_client_matrix.py): the
+# Python SDK 1.x in a venv of its own and the TypeScript SDK's clients with
+# their Node 22, from the pins in tests/e2e/clients into a cache (npm from
+# node_env).
+clients_env() {
+  node_env && bash tests/e2e/clients/setup.sh
+}
+
 # The WebAssembly side of the e2e tests, from source, before any test runs:
 # the wasm32-wasip2 target, the first-party and test plugins, the Python and
 # C example probes with their toolchains (componentize-py, Debian's clang and
@@ -193,6 +203,7 @@ if [ "${results[-1]}" = PASS ]; then
   step python-env python_env
   python_ok=${results[-1]}
   step oauth-env oauth_env
+  step clients-env clients_env
   step plugins-env plugins_env
   if [ "$python_ok" = PASS ] && [ "${results[-1]}" = PASS ]; then
     step e2e e2e
@@ -206,7 +217,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance ABSENT
   fi
 else
-  for name in demo-check container-engine cargo-test guest-tests browser-env python-env oauth-env plugins-env e2e conformance; do record "$name" SKIPPED; done
+  for name in demo-check container-engine cargo-test guest-tests browser-env python-env oauth-env clients-env plugins-env e2e conformance; do record "$name" SKIPPED; done
 fi
 
 banner "summary"
