@@ -48,6 +48,8 @@ pub struct Opening<'a> {
     /// Reuse HTTP connections (`keep_alive`).
     pub keep_alive: bool,
     pub protocol: &'a Protocol,
+    /// The era `auto` last found the backend in (shared by its connections).
+    pub learned: &'a lifecycle::Learned,
     /// Take the backend's change notifications on this connection (a
     /// 2026-07-28 backend's `subscriptions/listen`): for connections whose
     /// catalog Vigil lists, not for lanes and sessions that share one.
@@ -69,6 +71,7 @@ pub async fn connect(
     let Opening {
         keep_alive,
         protocol,
+        learned,
         listen,
     } = how;
     let backend = backend.clone();
@@ -79,6 +82,7 @@ pub async fn connect(
             let slot = Slot::new(transport);
             let started = lifecycle::begin(
                 protocol,
+                learned,
                 &client,
                 || slot.take(),
                 || !relay.has_transport_ended(),
@@ -121,7 +125,13 @@ pub async fn connect(
                     }
                 }
             };
-            let started = lifecycle::begin(protocol, &client, &mut transport, || !target.refused());
+            let started = lifecycle::begin(
+                protocol,
+                learned,
+                &client,
+                &mut transport,
+                || !target.refused(),
+            );
             let started = handshake(&backend, started, bounds.connect, None).await;
             if let Some(reason) = built.take() {
                 return Err(BackendError::Transport {

@@ -44,26 +44,55 @@ impl Era {
     }
 }
 
+/// The era `auto` found a backend to speak, remembered across its
+/// connections: each session's or lane's connection to a backend that
+/// speaks only 2026-07-28 then starts with `server/discover` instead of
+/// paying a refused `initialize` first. Only an order: a backend that
+/// changed era since is still reached by the fallback, and the new era is
+/// remembered.
+#[derive(Debug, Default)]
+pub struct Learned(std::sync::atomic::AtomicU8);
+
+impl Learned {
+    const MODERN: u8 = 2;
+    const HANDSHAKE: u8 = 1;
+
+    fn modern_first(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) == Self::MODERN
+    }
+
+    /// Records the era a connection began in.
+    pub fn record(&self, era: Era) {
+        let v = match era {
+            Era::Modern => Self::MODERN,
+            Era::Handshake => Self::HANDSHAKE,
+        };
+        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Why no lifecycle began (both tries' reasons when `auto` fell back).
 #[derive(Debug)]
 pub struct Failed {
     pub reason: String,
 }
 
-/// Whether a failed `initialize` is worth following with
-/// `server/discover` (`auto`): the backend answered, just not with a
-/// session. A timeout (silent backend) or a transport that ended (process
-/// gone, nothing listening) is not.
-fn refused_initialize(e: &ClientInitializeError) -> bool {
+/// Whether a failed first try is worth following with the other era
+/// (`auto`): the backend answered, just not in that era. A timeout (silent
+/// backend) or a transport that ended (process gone, nothing listening) is
+/// not.
+fn refused(e: &ClientInitializeError) -> bool {
     match e {
         ClientInitializeError::JsonRpcError(_)
         | ClientInitializeError::ExpectedInitResult(_)
         | ClientInitializeError::ExpectedInitResponse(_) => true,
         // Streamable HTTP reports an HTTP error status (400, 404, 405 from
-        // a server without the handshake) as a transport error of its
-        // request; whether the connection was refused is told by the
-        // caller (`http_refused`).
-        ClientInitializeError::TransportError { context, .. } => context.contains("initialize"),
+        // a server without that era) as a transport error of its request;
+        // whether the connection was refused is told by the caller
+        // (`reached`).
+        ClientInitializeError::TransportError { context, .. } => {
+            context.contains("initialize") || context.contains("discover")
+        }
         _ => false,
     }
 }
@@ -72,8 +101,11 @@ fn refused_initialize(e: &ClientInitializeError) -> bool {
 /// (asked once, and a second time when `auto` falls back), with a fresh
 /// handler from `client` for each try. `reached` says, after a failed try,
 /// whether anything answered at all (HTTP: not a refused connection).
+/// `auto` tries the era `learned` last saw first, and records the one that
+/// began.
 pub async fn begin<T, N>(
     protocol: &Protocol,
+    learned: &Learned,
     client: &BackendClient,
     mut next: N,
     reached: impl Fn() -> bool,
@@ -94,43 +126,64 @@ where
             handler.offer(version.clone());
             handler.serve(transport()?).await.map_err(failed)
         }
-        Protocol::Modern(version) => discover(client, transport()?, version).await,
+        Protocol::Modern(version) => try_era(client, transport()?, Some(version))
+            .await
+            .map_err(failed),
         Protocol::Auto => {
-            let first = client.clone().serve(transport()?).await;
-            match first {
+            let modern_first = learned.modern_first();
+            let latest = ProtocolVersion::LATEST;
+            let era = |modern: bool| modern.then_some(&latest);
+            let first = try_era(client, transport()?, era(modern_first)).await;
+            let service = match first {
                 Ok(service) => Ok(service),
-                Err(e) if refused_initialize(&e) && reached() => {
-                    let handshake = super::error::plain(&e);
-                    tracing::debug!(reason = %handshake, "initialize refused; trying server/discover");
-                    let modern = ProtocolVersion::LATEST;
-                    discover(client, transport()?, &modern)
+                Err(e) if refused(&e) && reached() => {
+                    let why = super::error::plain(&e);
+                    let (tried, then) = names(modern_first);
+                    tracing::debug!(reason = %why, "{tried} refused; trying {then}");
+                    try_era(client, transport()?, era(!modern_first))
                         .await
-                        .map_err(|d| Failed {
+                        .map_err(|second| Failed {
                             reason: format!(
-                                "initialize failed ({handshake}), and so did server/discover ({})",
-                                d.reason
+                                "{tried} failed ({why}), and so did {then} ({})",
+                                super::error::plain(&second)
                             ),
                         })
                 }
                 Err(e) => Err(failed(e)),
+            }?;
+            if let Some(info) = service.peer().peer_info() {
+                learned.record(Era::of(&info.protocol_version));
             }
+            Ok(service)
         }
     }
 }
 
-async fn discover<T: Transport<RoleClient> + 'static>(
+/// One try: `server/discover` offering `modern`, or (`None`) the
+/// handshake.
+async fn try_era<T: Transport<RoleClient> + 'static>(
     client: &BackendClient,
     transport: T,
-    version: &ProtocolVersion,
-) -> Result<RunningService<RoleClient, BackendClient>, Failed> {
-    let mode = ClientLifecycleMode::Discover {
-        preferred_versions: vec![version.clone()],
-    };
-    client
-        .clone()
-        .serve_with_lifecycle(transport, mode)
-        .await
-        .map_err(failed)
+    modern: Option<&ProtocolVersion>,
+) -> Result<RunningService<RoleClient, BackendClient>, ClientInitializeError> {
+    match modern {
+        Some(version) => {
+            let mode = ClientLifecycleMode::Discover {
+                preferred_versions: vec![version.clone()],
+            };
+            client.clone().serve_with_lifecycle(transport, mode).await
+        }
+        None => client.clone().serve(transport).await,
+    }
+}
+
+/// What the first and the second try of `auto` ask, for messages.
+fn names(modern_first: bool) -> (&'static str, &'static str) {
+    if modern_first {
+        ("server/discover", "initialize")
+    } else {
+        ("initialize", "server/discover")
+    }
 }
 
 fn failed(e: ClientInitializeError) -> Failed {

@@ -127,6 +127,8 @@ pub struct Backend {
     /// How many times the backend came up (a new instance each time): a
     /// per-session connection or listing from an earlier one is stale.
     instances: std::sync::atomic::AtomicU64,
+    /// The era `protocol = "auto"` last found it speaking.
+    learned: lifecycle::Learned,
     /// Outcomes of real `tools/call` traffic (application signal).
     pub stats: CallStats,
     /// The same outcomes as Prometheus series.
@@ -161,6 +163,7 @@ impl Backend {
             listings: tokio::sync::watch::Sender::new(0),
             listing: std::sync::atomic::AtomicBool::new(false),
             instances: std::sync::atomic::AtomicU64::new(0),
+            learned: lifecycle::Learned::default(),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
         })
@@ -347,6 +350,7 @@ impl Backend {
         connection::Opening {
             keep_alive: self.keep_alive(),
             protocol: &self.config.protocol,
+            learned: &self.learned,
             listen,
         }
     }
