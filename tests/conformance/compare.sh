@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Acceptance test: the MCP conformance suite passes exactly as many checks
-# through Vigil as against the conformance backend directly, and the direct
-# run passes them all.
+# Acceptance test: the MCP conformance suite, for each protocol revision it
+# has requirements for (2025-11-25, 2026-07-28), passes at least as many
+# checks through Vigil as against the conformance backend directly and fails
+# no more, and the direct runs pass them all.
 #
 # usage: tests/conformance/compare.sh
 #
 # Builds nothing: it takes vigil-conformance-backend and vigil from
 # ${CARGO_TARGET_DIR:-target}/debug/ (a relative CARGO_TARGET_DIR is taken
-# from the repository root). It starts the backend on a free loopback port,
-# runs the suite against it (run.sh), starts `vigil serve` fronting it
-# (naming = "none", streamable HTTP) on another port, runs the suite through
-# Vigil, and prints both summaries and every check whose outcome differs.
+# from the repository root). It starts the backend on a free loopback port
+# and runs the suite against it (run.sh URL REVISION, once per revision);
+# then it starts `vigil serve` fronting it (naming = "none", streamable HTTP)
+# twice: with the backend's default `protocol = "auto"` (Vigil opens a
+# handshake-era session with it; both revisions) and with
+# `protocol = "2026-07-28"` (Vigil speaks the modern era to it; the
+# 2026-07-28 requirements). It prints every summary and every check whose
+# outcome differs from the direct run.
 #
-# Exit status: 0 when the direct run failed no check and the run through
-# Vigil passed the same number of checks and failed none; 1 otherwise;
-# 2 on an infrastructure failure (a binary is missing, a server would not
-# start, the suite could not run).
+# Compared are the scenarios run.sh summarises (those the suite scores for
+# the revision, and its pending / added-after-release ones), except those in
+# NOT_IMPLEMENTED below, which the backend does not implement.
+#
+# Exit status: 0 when every direct run failed no check and every asserted
+# run through Vigil (ASSERTED below) passed at least as many checks as
+# directly and failed no more; 1 otherwise; 2 on an infrastructure failure
+# (a binary is missing, a server would not start, the suite could not run).
 #
 # Environment: CONFORMANCE_KEEP=1 keeps the work directory (logs, results)
 # even on success; it is always kept on failure. VIGIL_CACHE and
@@ -110,76 +119,135 @@ ready() {
   die "$name was not ready within ${seconds}s (log: $log)"
 }
 
-# suite NAME URL: run the suite; its files go to $work/NAME.
+# suite NAME URL REVISION: run the suite; its files go to $work/NAME.
 suite() {
   local status=0
-  CONFORMANCE_OUT=$work/$1 "$here/run.sh" "$2" >/dev/null || status=$?
-  [ "$status" = 0 ] || die "the suite could not run against $1 ($2)"
+  CONFORMANCE_OUT=$work/$1 "$here/run.sh" "$2" "$3" >/dev/null || status=$?
+  [ "$status" = 0 ] || die "the suite could not run against $1 ($2, $3 requirements)"
 }
 
 count() { # count STATUS FILE
   awk -F'\t' -v status="$1" '$3 == status { n++ } END { print n + 0 }' "$2"
 }
 
+# Scenarios the backend does not implement, with why.
+#   http-custom-header-server-validation (2026-07-28, pending, not scored):
+#     needs a tool with `x-mcp-header` parameters and a server that checks
+#     `Mcp-Param-*` headers against the body (SEP-2243); rmcp does not.
+NOT_IMPLEMENTED=(http-custom-header-server-validation)
+
+# The runs through Vigil whose counts are asserted (every other run is
+# reported only). The 2026-07-28 runs join when Vigil passes them: see
+# "2026-07-28 through Vigil" in README.md for what it fails today.
+ASSERTED=(vigil-auto/2025-11-25)
+
+revisions=(2025-11-25 2026-07-28)
+
+# compared FILE: the lines of a checks.tsv whose scenario is compared.
+compared() {
+  awk -F'\t' -v skip="${NOT_IMPLEMENTED[*]}" '
+    BEGIN { n = split(skip, names, " "); for (i = 1; i <= n; i++) excluded[names[i]] = 1 }
+    !($1 in excluded)' "$1"
+}
+
+# start_vigil NAME PROTOCOL: run vigil in front of the backend, the
+# backend's `protocol` set to PROTOCOL; its URL in $vigil_url.
+start_vigil() {
+  local name=$1 protocol=$2 port
+  port=$(free_port) || die "no free loopback port"
+  vigil_url=http://127.0.0.1:$port/mcp
+  printf '%s\n' "listen = \"127.0.0.1:$port\"" 'naming = "none"' '[[backends]]' \
+    'name = "conformance"' 'transport = "http"' "url = \"$backend_url\"" \
+    "protocol = \"$protocol\"" >"$work/$name.toml"
+  start "$work/$name.log" "$vigil_bin" serve --config "$work/$name.toml"
+  ready "vigil ($name)" "$vigil_url" "$work/$name.log" 60
+}
+
+# differences DIRECT THROUGH: the checks whose outcome differs, one a line.
+differences() {
+  awk -F'\t' '
+    FNR == NR { direct[$1 "/" $2] = $3; next }
+    { vigil[$1 "/" $2] = $3 }
+    END {
+      for (check in direct) {
+        if (!(check in vigil)) printf "    %s: direct %s, through vigil neither SUCCESS nor FAILURE\n", check, direct[check]
+        else if (direct[check] != vigil[check])
+          printf "    %s: direct %s, through vigil %s\n", check, direct[check], vigil[check]
+      }
+      for (check in vigil) if (!(check in direct))
+        printf "    %s: direct neither SUCCESS nor FAILURE, through vigil %s\n", check, vigil[check]
+    }' "$1" "$2" | sort
+}
+
 backend_port=$(free_port) || die "no free loopback port"
 backend_url=http://127.0.0.1:$backend_port/mcp
 start "$work/backend.log" "$backend_bin" --listen "127.0.0.1:$backend_port"
 ready "the conformance backend" "$backend_url" "$work/backend.log" 20
-suite direct "$backend_url"
+for revision in "${revisions[@]}"; do
+  suite "direct/$revision" "$backend_url" "$revision"
+done
 
-vigil_port=$(free_port) || die "no free loopback port"
-vigil_url=http://127.0.0.1:$vigil_port/mcp
-cat >"$work/vigil.toml" <<EOF
-listen = "127.0.0.1:$vigil_port"
-naming = "none"
-[[backends]]
-name = "conformance"
-transport = "http"
-url = "$backend_url"
-EOF
-start "$work/vigil.log" "$vigil_bin" serve --config "$work/vigil.toml"
-ready "vigil" "$vigil_url" "$work/vigil.log" 60
-suite vigil "$vigil_url"
-
-echo "== direct ($backend_url)"
-cat "$work/direct/summary.txt"
-echo "== through vigil ($vigil_url)"
-cat "$work/vigil/summary.txt"
-
-direct_passed=$(count SUCCESS "$work/direct/checks.tsv")
-direct_failed=$(count FAILURE "$work/direct/checks.tsv")
-vigil_passed=$(count SUCCESS "$work/vigil/checks.tsv")
-vigil_failed=$(count FAILURE "$work/vigil/checks.tsv")
-
-differences=$(awk -F'\t' '
-  FNR == NR { direct[$1 "/" $2] = $3; next }
-  { vigil[$1 "/" $2] = $3 }
-  END {
-    for (check in direct) {
-      if (!(check in vigil)) printf "  %s: direct %s, through vigil neither SUCCESS nor FAILURE\n", check, direct[check]
-      else if (direct[check] != vigil[check])
-        printf "  %s: direct %s, through vigil %s\n", check, direct[check], vigil[check]
-    }
-    for (check in vigil) if (!(check in direct))
-      printf "  %s: direct neither SUCCESS nor FAILURE, through vigil %s\n", check, vigil[check]
-  }' "$work/direct/checks.tsv" "$work/vigil/checks.tsv" | sort)
-
-echo "== comparison"
-echo "direct: $direct_passed passed, $direct_failed failed"
-echo "through vigil: $vigil_passed passed, $vigil_failed failed"
-if [ -n "$differences" ]; then
-  echo "checks that differ:"
-  echo "$differences"
-fi
+runs=()
+start_vigil vigil-auto auto
+for revision in "${revisions[@]}"; do
+  suite "vigil-auto/$revision" "$vigil_url" "$revision"
+  runs+=("vigil-auto/$revision")
+done
+start_vigil vigil-modern 2026-07-28
+suite vigil-modern/2026-07-28 "$vigil_url" 2026-07-28
+runs+=(vigil-modern/2026-07-28)
 
 outcome=0
-if [ "$direct_failed" != 0 ]; then
-  echo "compare: FAIL: the direct run does not pass every check"
-  outcome=1
+report=()
+for revision in "${revisions[@]}"; do
+  compared "$work/direct/$revision/checks.tsv" >"$work/direct/$revision/compared.tsv"
+  echo "== direct, $revision requirements ($backend_url)"
+  cat "$work/direct/$revision/summary.txt"
+  passed=$(count SUCCESS "$work/direct/$revision/compared.tsv")
+  failed=$(count FAILURE "$work/direct/$revision/compared.tsv")
+  report+=("direct/$revision: $passed passed, $failed failed")
+  if [ "$failed" != 0 ]; then
+    report+=("  FAIL: the direct run does not pass every check")
+    outcome=1
+  fi
+done
+
+for run in "${runs[@]}"; do
+  revision=${run#*/}
+  direct=$work/direct/$revision/compared.tsv
+  through=$work/$run/compared.tsv
+  compared "$work/$run/checks.tsv" >"$through"
+  echo "== through vigil: $run"
+  cat "$work/$run/summary.txt"
+  direct_passed=$(count SUCCESS "$direct")
+  direct_failed=$(count FAILURE "$direct")
+  passed=$(count SUCCESS "$through")
+  failed=$(count FAILURE "$through")
+  asserted=no
+  for name in "${ASSERTED[@]}"; do
+    if [ "$name" = "$run" ]; then asserted=yes; fi
+  done
+  line="$run: $passed passed, $failed failed (directly $direct_passed passed, $direct_failed failed)"
+  if [ "$passed" -lt "$direct_passed" ] || [ "$failed" -gt "$direct_failed" ]; then
+    if [ "$asserted" = yes ]; then
+      line+="; FAIL: worse than directly"
+      outcome=1
+    else
+      line+="; worse than directly (reported, not asserted)"
+    fi
+  fi
+  report+=("$line")
+  changed=$(differences "$direct" "$through")
+  if [ -n "$changed" ]; then
+    report+=("  checks that differ:" "$changed")
+  fi
+done
+
+echo "== comparison"
+printf '%s\n' "${report[@]}"
+if [ "$outcome" = 0 ]; then
+  echo "compare: ok: directly every check passes, and through vigil no asserted run passes fewer or fails more"
+else
+  echo "compare: FAIL (see above)"
 fi
-if [ "$vigil_passed" != "$direct_passed" ] || [ "$vigil_failed" != 0 ]; then
-  echo "compare: FAIL: through vigil the suite passes $vigil_passed checks and fails $vigil_failed; directly it passes $direct_passed"
-  outcome=1
-fi
-[ "$outcome" = 0 ] && echo "compare: ok: through vigil the suite passes the same $direct_passed checks as directly"
 exit "$outcome"

@@ -1,12 +1,13 @@
 // Summarise one run of the MCP conformance suite (server mode).
 //
-// usage: node summarize.mjs RESULTS_DIR SCENARIO... > checks.tsv
+// usage: node summarize.mjs RESULTS_DIR SCENARIO[:unscored]... > checks.tsv
 //
 // RESULTS_DIR is the suite's `-o` directory, holding one
 // `server-<scenario>-<timestamp>/checks.json` per scenario that ran. The
-// scenarios are given on the command line (from `conformance list --server`)
-// so that one that crashed before writing its checks still counts, as one
-// failed check named `<scenario>/did-not-run`.
+// scenarios are given on the command line (from `conformance list --server
+// --requirements REV`; `:unscored` marks one the suite runs but does not
+// score) so that one that crashed before writing its checks still counts, as
+// one failed check named `<scenario>/did-not-run`.
 //
 // stdout: one line per decisive check, tab-separated `scenario  check  status`
 //         (status SUCCESS or FAILURE; a check id that repeats within a
@@ -19,9 +20,9 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-const [dir, ...scenarios] = process.argv.slice(2);
-if (!dir || scenarios.length === 0) {
-  console.error('usage: node summarize.mjs RESULTS_DIR SCENARIO...');
+const [dir, ...named] = process.argv.slice(2);
+if (!dir || named.length === 0) {
+  console.error('usage: node summarize.mjs RESULTS_DIR SCENARIO[:unscored]...');
   process.exit(2);
 }
 
@@ -53,7 +54,9 @@ const failures = [];
 let passed = 0;
 let failed = 0;
 
-for (const scenario of scenarios) {
+for (const name of named) {
+  const [scenario, mark] = name.split(':');
+  const note = mark === 'unscored' ? ' (not scored by the suite)' : '';
   const checks = checksOf(scenario) ?? [
     {
       id: 'did-not-run',
@@ -82,7 +85,8 @@ for (const scenario of scenarios) {
   failed += scenarioFailed;
   report.push(
     `${scenarioFailed === 0 ? 'ok  ' : 'FAIL'} ${scenario}: ${scenarioPassed} passed, ${scenarioFailed} failed` +
-      (warnings ? `, ${warnings} warnings` : '')
+      (warnings ? `, ${warnings} warnings` : '') +
+      note
   );
 }
 

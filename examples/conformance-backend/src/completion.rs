@@ -7,7 +7,7 @@ use rmcp::{
 };
 use serde_json::json;
 
-use crate::{fixtures::typed, prompts};
+use crate::{fixtures, prompts};
 
 /// The candidate values for one argument of one reference.
 fn candidates(reference: &Reference, argument: &str) -> &'static [&'static str] {
@@ -29,7 +29,7 @@ pub fn complete(request: &CompleteRequestParams) -> Result<CompleteResult, McpEr
         .copied()
         .filter(|value| value.starts_with(prefix))
         .collect();
-    typed(json!({
+    fixtures::complete(json!({
         "completion": { "values": values, "total": values.len(), "hasMore": false }
     }))
 }

@@ -26,6 +26,16 @@ pub fn typed<T: DeserializeOwned>(value: Value) -> Result<T, McpError> {
     })
 }
 
+/// Convert a wire-shaped *result* into an rmcp model type, marking it
+/// `resultType: "complete"`. 2026-07-28 requires the field on every result;
+/// rmcp removes it again for peers on older revisions, which have none.
+pub fn complete<T: DeserializeOwned>(mut value: Value) -> Result<T, McpError> {
+    if let Some(object) = value.as_object_mut() {
+        object.insert("resultType".to_owned(), Value::from("complete"));
+    }
+    typed(value)
+}
+
 /// Read an optional string argument out of a tool call or prompt's arguments.
 pub fn string_arg<'a>(
     arguments: Option<&'a serde_json::Map<String, Value>>,

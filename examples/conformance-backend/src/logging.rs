@@ -13,10 +13,11 @@ use std::sync::{
 use rmcp::{
     Peer, RoleServer,
     model::{LoggingLevel, LoggingMessageNotificationParam},
+    service::RequestContext,
 };
 use serde_json::Value;
 
-use crate::fixtures::LOGGER;
+use crate::{era::modern, fixtures::LOGGER};
 
 /// Severity rank of a level, lowest (`debug`) first, as RFC 5424 orders them.
 fn rank(level: LoggingLevel) -> u8 {
@@ -58,6 +59,22 @@ impl LogThreshold {
             tracing::debug!(%error, "could not send a log message");
         }
     }
+}
+
+/// The threshold that applies to one request: the session's (set by
+/// `logging/setLevel`) in the handshake era; in 2026-07-28 the level the
+/// request itself carries in `_meta`, and without one no log messages at all.
+pub fn for_request(
+    session: &LogThreshold,
+    context: &RequestContext<RoleServer>,
+) -> Option<LogThreshold> {
+    if !modern(context) {
+        return Some(session.clone());
+    }
+    let level = context.meta.log_level()?;
+    let threshold = LogThreshold::default();
+    threshold.set(level);
+    Some(threshold)
 }
 
 #[cfg(test)]

@@ -4,10 +4,13 @@
 //! Vigil's conformance test runs the suite against it directly and through
 //! the gateway, and compares the two (see `tests/conformance/`).
 
+mod changes;
 mod completion;
 mod elicitation;
+mod era;
 mod fixtures;
 mod logging;
+mod mrtr;
 mod prompts;
 mod reconnect;
 mod resources;
@@ -25,7 +28,13 @@ use rmcp::transport::streamable_http_server::{
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-use crate::{reconnect::ReconnectingSessionManager, server::ConformanceServer, session::Session};
+use crate::{
+    changes::Changes,
+    mrtr::Sealer,
+    reconnect::ReconnectingSessionManager,
+    server::ConformanceServer,
+    session::{Session, Shared},
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,9 +69,13 @@ async fn main() -> anyhow::Result<()> {
         LocalSessionManager::default(),
         config.sse_retry,
     ));
-    let reconnector = sessions.clone();
+    let shared = Shared {
+        reconnector: sessions.clone(),
+        changes: Changes::default(),
+        sealer: Sealer::new()?,
+    };
     let service = StreamableHttpService::new(
-        move || Ok(ConformanceServer::new(Session::new(reconnector.clone()))),
+        move || Ok(ConformanceServer::new(Session::new(shared.clone()))),
         sessions,
         config,
     );

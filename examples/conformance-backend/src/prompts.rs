@@ -7,12 +7,17 @@ use rmcp::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::fixtures::{PNG_BASE64, string_arg, typed};
+use crate::{
+    fixtures::{PNG_BASE64, complete, string_arg},
+    mrtr::fixtures as mrtr,
+};
 
 pub const WITH_ARGUMENTS: &str = "test_prompt_with_arguments";
 
-pub fn list() -> Result<ListPromptsResult, McpError> {
-    typed(json!({
+/// The prompts; the MRTR prompt's description carries the prompt list's
+/// revision, so a change (`test_trigger_prompt_change`) shows in the list.
+pub fn list(revision: u64) -> Result<ListPromptsResult, McpError> {
+    complete(json!({
         "prompts": [
             {
                 "name": "test_simple_prompt",
@@ -40,6 +45,13 @@ pub fn list() -> Result<ListPromptsResult, McpError> {
                 "name": "test_prompt_with_image",
                 "title": "Prompt With Image",
                 "description": "A prompt that includes image content"
+            },
+            {
+                "name": mrtr::PROMPT,
+                "title": "Prompt Needing Input",
+                "description": format!(
+                    "MRTR: asks the client's user for a context first (prompt list revision {revision})"
+                )
             }
         ]
     }))
@@ -89,6 +101,12 @@ pub fn get(
                 user_text("Please process the embedded resource above."),
             ]
         }
+        mrtr::PROMPT => {
+            let context = string_arg(arguments, "context").unwrap_or("(none)");
+            vec![user_text(format!(
+                "Write a short story set in this context: {context}"
+            ))]
+        }
         "test_prompt_with_image" => vec![
             json!({
                 "role": "user",
@@ -103,7 +121,7 @@ pub fn get(
             ));
         }
     };
-    typed(json!({ "messages": messages }))
+    complete(json!({ "messages": messages }))
 }
 
 #[cfg(test)]
@@ -113,12 +131,12 @@ mod tests {
     #[test]
     fn every_listed_prompt_renders() {
         let args = json!({ "arg1": "a", "arg2": "b", "resourceUri": "test://x" });
-        let listed = serde_json::to_value(list().ok()).unwrap_or_default();
+        let listed = serde_json::to_value(list(0).ok()).unwrap_or_default();
         let names: Vec<&str> = listed["prompts"]
             .as_array()
             .map(|prompts| prompts.iter().filter_map(|p| p["name"].as_str()).collect())
             .unwrap_or_default();
-        assert_eq!(names.len(), 4);
+        assert_eq!(names.len(), 5);
         for name in names {
             assert!(get(name, args.as_object()).is_ok(), "{name}");
         }

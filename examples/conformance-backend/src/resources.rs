@@ -6,7 +6,7 @@ use rmcp::{
 };
 use serde_json::json;
 
-use crate::fixtures::{PNG_BASE64, typed};
+use crate::fixtures::{PNG_BASE64, complete};
 
 pub const STATIC_TEXT: &str = "test://static-text";
 pub const STATIC_BINARY: &str = "test://static-binary";
@@ -16,7 +16,7 @@ const TEMPLATE_PREFIX: &str = "test://template/";
 const TEMPLATE_SUFFIX: &str = "/data";
 
 pub fn list() -> Result<ListResourcesResult, McpError> {
-    typed(json!({
+    complete(json!({
         "resources": [
             {
                 "uri": STATIC_TEXT,
@@ -44,7 +44,7 @@ pub fn list() -> Result<ListResourcesResult, McpError> {
 }
 
 pub fn list_templates() -> Result<ListResourceTemplatesResult, McpError> {
-    typed(json!({
+    complete(json!({
         "resourceTemplates": [
             {
                 "uriTemplate": TEMPLATE,
@@ -91,7 +91,7 @@ pub fn read(uri: &str) -> Result<ReadResourceResult, McpError> {
             None => return Err(not_found(uri)),
         },
     };
-    typed(json!({ "contents": [content] }))
+    complete(json!({ "contents": [content] }))
 }
 
 /// The error the 2025-11-25 protocol defines for an unknown resource URI.

@@ -16,12 +16,20 @@ use rmcp::{
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
         PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
         ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-        SubscribeRequestParams, UnsubscribeRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
-    service::RequestContext,
+    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
+use serde_json::{Map, Value};
 
-use crate::{completion, prompts, resources, session::Session, tools};
+use crate::{
+    changes::{Changes, List},
+    completion,
+    mrtr::{self, Outcome},
+    prompts, resources,
+    session::Session,
+    tools,
+};
 
 /// Delay before the one `notifications/resources/updated` that follows a
 /// subscription, so that it comes after the subscription's answer.
@@ -86,7 +94,9 @@ impl ServerHandler for ConformanceServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::tools()?))
+        Ok(ListToolsResult::with_all_items(tools::tools(
+            &self.session.shared.changes,
+        )?))
     }
 
     async fn call_tool(
@@ -94,9 +104,7 @@ impl ServerHandler for ConformanceServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        tools::call(&self.session, request, &context)
-            .await
-            .map(Into::into)
+        tools::call(&self.session, request, &context).await
     }
 
     async fn list_resources(
@@ -172,14 +180,51 @@ impl ServerHandler for ConformanceServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        prompts::list()
+        prompts::list(self.session.shared.changes.revision(List::Prompts))
     }
 
+    /// The MRTR prompt first gathers its context from the client (an
+    /// input-required result in 2026-07-28, a real elicitation before).
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        prompts::get(&request.name, request.arguments.as_ref()).map(Into::into)
+        let (responses, state) = (
+            request.input_responses.as_ref(),
+            request.request_state.as_deref(),
+        );
+        let sealer = &self.session.shared.sealer;
+        let outcome = mrtr::run(sealer, &request.name, responses, state, &context).await;
+        match outcome.transpose()? {
+            None => prompts::get(&request.name, request.arguments.as_ref()).map(Into::into),
+            Some(Outcome::Done(text)) => {
+                let arguments = Map::from_iter([("context".to_owned(), Value::String(text))]);
+                prompts::get(&request.name, Some(&arguments)).map(Into::into)
+            }
+            Some(Outcome::InputRequired(result)) => Ok(result.into()),
+            Some(Outcome::Failed(reason)) => Err(McpError::internal_error(reason, None)),
+        }
+    }
+
+    /// Every list change and resource update the capabilities advertise;
+    /// rmcp narrows this to what the client asked for. Called just before
+    /// rmcp acknowledges the stream, so the stream's change receiver is
+    /// taken here: nothing changed after the acknowledgment is missed.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.session.prepare_listener();
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        Changes::listen(subscription, self.session.take_listener()).await
+    }
+
+    /// A handshake-era session hears of list changes on its own stream.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.session.shared.changes.register_session(context.peer);
     }
 }

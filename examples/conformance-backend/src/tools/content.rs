@@ -4,7 +4,7 @@
 use rmcp::{ErrorData as McpError, model::CallToolResult};
 use serde_json::{Value, json};
 
-use crate::fixtures::{PNG_BASE64, WAV_BASE64, typed};
+use crate::fixtures::{PNG_BASE64, WAV_BASE64, complete};
 
 fn text(text: &str) -> Value {
     json!({ "type": "text", "text": text })
@@ -54,7 +54,7 @@ pub fn answer(name: &str) -> Option<Result<CallToolResult, McpError>> {
         }),
         _ => return None,
     };
-    Some(typed(result))
+    Some(complete(result))
 }
 
 #[cfg(test)]

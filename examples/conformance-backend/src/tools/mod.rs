@@ -3,17 +3,18 @@
 mod catalog;
 mod client_requests;
 mod content;
+mod diagnostic;
 mod notifying;
 
 use rmcp::{
     ErrorData as McpError, RoleServer,
-    model::{CallToolRequestParams, CallToolResult, ContentBlock},
+    model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock},
     service::RequestContext,
 };
 
 pub use catalog::tools;
 
-use crate::{fixtures::string_arg, reconnect, session::Session};
+use crate::{changes::List, fixtures::string_arg, logging, mrtr, reconnect, session::Session};
 use client_requests::Form;
 
 /// The session id the client sent with this request, if any.
@@ -25,10 +26,31 @@ fn session_id(context: &RequestContext<RoleServer>) -> Option<String> {
 
 /// Run one tool. Unknown tools are a protocol error (`invalid params`, as the
 /// 2025-11-25 specification says); everything a tool itself cannot do is a
-/// tool-level error.
+/// tool-level error. The MRTR fixtures may answer with an input-required
+/// result (2026-07-28 requests only).
 pub async fn call(
     session: &Session,
     request: CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Result<CallToolResponse, McpError> {
+    let name = request.name.as_ref();
+    let (responses, state) = (
+        request.input_responses.as_ref(),
+        request.request_state.as_deref(),
+    );
+    if let Some(outcome) = mrtr::run(&session.shared.sealer, name, responses, state, context).await
+    {
+        return outcome.map(mrtr::tool_result);
+    }
+    call_complete(session, &request, context)
+        .await
+        .map(Into::into)
+}
+
+/// The tools that always finish in one round.
+async fn call_complete(
+    session: &Session,
+    request: &CallToolRequestParams,
     context: &RequestContext<RoleServer>,
 ) -> Result<CallToolResult, McpError> {
     let name = request.name.as_ref();
@@ -37,8 +59,14 @@ pub async fn call(
     }
     let arguments = request.arguments.as_ref();
     let peer = &context.peer;
+    let log = logging::for_request(&session.log, context);
+    let changes = &session.shared.changes;
     match name {
-        "test_tool_with_logging" => Ok(notifying::with_logging(peer, &session.log).await),
+        "test_tool_with_logging" => Ok(notifying::with_logging(peer, log.as_ref()).await),
+        diagnostic::LOGGING => Ok(diagnostic::logging(log.as_ref(), context).await),
+        diagnostic::MISSING_CAPABILITY => diagnostic::missing_capability(context),
+        diagnostic::TRIGGER_TOOL_CHANGE => Ok(diagnostic::trigger(changes, List::Tools).await),
+        diagnostic::TRIGGER_PROMPT_CHANGE => Ok(diagnostic::trigger(changes, List::Prompts).await),
         "test_tool_with_progress" => {
             let token = request
                 .meta
@@ -66,6 +94,7 @@ pub async fn call(
             let closed = match session_id(context) {
                 Some(id) => {
                     session
+                        .shared
                         .reconnector
                         .close_and_await_resume(&id, &context.id)
                         .await

@@ -13,16 +13,24 @@ use crate::logging::LogThreshold;
 
 const STEP: Duration = Duration::from_millis(50);
 
-/// `test_tool_with_logging`: three `info` messages, 50 ms apart.
-pub async fn with_logging(peer: &Peer<RoleServer>, log: &LogThreshold) -> CallToolResult {
-    log.log(peer, LoggingLevel::Info, "Tool execution started")
-        .await;
-    tokio::time::sleep(STEP).await;
-    log.log(peer, LoggingLevel::Info, "Tool processing data")
-        .await;
-    tokio::time::sleep(STEP).await;
-    log.log(peer, LoggingLevel::Info, "Tool execution completed")
-        .await;
+/// `test_tool_with_logging`: three `info` messages, 50 ms apart (none when
+/// the request's threshold is `None`: a 2026-07-28 request without a level).
+pub async fn with_logging(peer: &Peer<RoleServer>, log: Option<&LogThreshold>) -> CallToolResult {
+    for (index, message) in [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if index > 0 {
+            tokio::time::sleep(STEP).await;
+        }
+        if let Some(log) = log {
+            log.log(peer, LoggingLevel::Info, message).await;
+        }
+    }
     CallToolResult::success(vec![ContentBlock::text(
         "Tool with logging executed successfully",
     )])
