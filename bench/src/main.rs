@@ -43,6 +43,7 @@
 mod access;
 mod busy_plugins;
 mod calls;
+mod eras;
 mod events;
 mod fanout;
 mod idle;
@@ -131,6 +132,11 @@ enum Command {
     /// time to `hello`, transition delivery latency, Vigil's CPU with 0 and
     /// N idle streams and during bursts.
     Events(events::EventArgs),
+    /// Both protocol eras: a plain tools/call and an MRTR round trip (the
+    /// backend asks the client for a name) by a 2025-11-25 and a
+    /// 2026-07-28 client, directly and through Vigil reaching the backend
+    /// in either era.
+    Eras(eras::ErasArgs),
 }
 
 // The options of the tools/call benchmark (no doc comment: clap would take
@@ -249,6 +255,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::BusyPlugins(args)) => run_async(None, busy_plugins::run(&args)),
         Some(Command::Events(args)) => main_events(args),
         Some(Command::Access(args)) => run_async(None, access::run(&args)),
+        Some(Command::Eras(args)) => run_async(None, eras::run(&args)),
     }
 }
 

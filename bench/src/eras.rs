@@ -1,0 +1,319 @@
+//! `vigil-bench eras`: what each protocol era costs through Vigil, in one
+//! run: a plain `tools/call` and a call that asks the client a question
+//! (MRTR), by a client of each era, directly and through Vigil in front of
+//! a backend reached in each era.
+//!
+//! One HTTP demo backend (it speaks both eras) and two Vigils in front of
+//! it: `vigil-hs` reaches it in the handshake era (`protocol = "auto"`),
+//! `vigil-26` in 2026-07-28 (`protocol = "2026-07-28"`). Clients are rmcp's:
+//! a handshake-era one (`initialize`, a session) and a 2026-07-28 one
+//! (`server/discover`, self-contained requests), each keeping its HTTP
+//! connection alive. Calls:
+//!
+//! - `echo`: one request each way;
+//! - `ask_user` (MRTR): the backend asks for a name. A handshake-era client
+//!   is sent `elicitation/create` during its call; a 2026-07-28 client gets
+//!   an input-required result and calls again with the answer. Through
+//!   Vigil the question crosses eras where client and backend differ
+//!   (Vigil parks the backend's call and seals a `requestState`, or asks
+//!   the client a real request and retries the backend itself).
+//!
+//! Each (client era, call) is measured directly and through both Vigils,
+//! one session calling in a loop, rounds in rotating order; it prints
+//! p50/p99 per call and the ratio and added p50 of each through-Vigil
+//! figure against the same client's direct one. It measures; it never
+//! fails on a threshold.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationCapability, Implementation, ProtocolVersion,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RequestContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ErrorData, RoleClient};
+
+use crate::procs::{self, Server};
+use crate::stats::Latency;
+
+#[derive(Debug, clap::Args)]
+pub struct ErasArgs {
+    /// Measured seconds per target and round.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Unrecorded seconds before each measurement.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Rounds; each runs the three paths of a case in a rotated order.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+    /// Directory holding `vigil` and `vigil-demo-backend`.
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
+}
+
+/// The era a bench client speaks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ClientEra {
+    Handshake,
+    Modern,
+}
+
+impl std::fmt::Display for ClientEra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Handshake => "2025-11-25 client",
+            Self::Modern => "2026-07-28 client",
+        })
+    }
+}
+
+/// What one call does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Call {
+    Echo,
+    Ask,
+}
+
+impl Call {
+    fn tool(self) -> &'static str {
+        match self {
+            Self::Echo => "echo",
+            Self::Ask => "ask_user",
+        }
+    }
+
+    fn arguments(self) -> serde_json::Map<String, serde_json::Value> {
+        let (key, value) = match self {
+            Self::Echo => ("text", "bench"),
+            Self::Ask => ("message", "your name?"),
+        };
+        let mut args = serde_json::Map::new();
+        args.insert(key.into(), value.into());
+        args
+    }
+
+    /// The text the call must answer.
+    fn expected(self) -> &'static str {
+        match self {
+            Self::Echo => "bench",
+            Self::Ask => "user accept: {\"name\":\"bench\"}",
+        }
+    }
+}
+
+/// Where a call goes: the backend itself, or one of the Vigils.
+struct Path {
+    name: &'static str,
+    url: String,
+    prefix: &'static str,
+}
+
+/// Answers every elicitation with the name `bench`.
+#[derive(Clone)]
+struct Answering;
+
+impl ClientHandler for Answering {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.elicitation = Some(ElicitationCapability::default());
+        let mut info = ClientConfig::new(
+            caps,
+            Implementation::new("vigil-bench-eras", env!("CARGO_PKG_VERSION")),
+        );
+        info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+        info
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(serde_json::json!({"name": "bench"})))
+    }
+}
+
+type Client = RunningService<RoleClient, Answering>;
+
+async fn connect(url: &str, era: ClientEra) -> anyhow::Result<Client> {
+    let http = reqwest::Client::builder()
+        .build()
+        .context("cannot build the HTTP client")?;
+    let transport = StreamableHttpClientTransport::with_client(
+        http,
+        StreamableHttpClientTransportConfig::with_uri(url),
+    );
+    let mode = match era {
+        ClientEra::Handshake => ClientLifecycleMode::Initialize,
+        ClientEra::Modern => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::LATEST],
+        },
+    };
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        Answering.serve_with_lifecycle(transport, mode),
+    )
+    .await
+    .map_err(|_| anyhow!("{url}: no answer to the {era}'s start within 10s"))?
+    .with_context(|| format!("{url}: the {era} could not start"))
+}
+
+/// One call, checked.
+async fn call(client: &Client, params: &CallToolRequestParams, what: Call) -> anyhow::Result<()> {
+    let result = client.call_tool(params.clone()).await?;
+    let text = result
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.as_str());
+    if result.is_error == Some(true) || text != Some(what.expected()) {
+        bail!("{} answered {text:?}", what.tool());
+    }
+    Ok(())
+}
+
+/// One session calling in a loop: latencies of the measured window.
+async fn measure(
+    path: &Path,
+    era: ClientEra,
+    what: Call,
+    args: &ErasArgs,
+) -> anyhow::Result<Vec<u64>> {
+    let client = connect(&path.url, era).await?;
+    let params = CallToolRequestParams::new(format!("{}{}", path.prefix, what.tool()))
+        .with_arguments(what.arguments());
+    let start = Instant::now() + Duration::from_secs_f64(args.warmup);
+    let end = start + Duration::from_secs_f64(args.duration);
+    let mut latencies = Vec::new();
+    loop {
+        let begin = Instant::now();
+        if begin >= end {
+            break;
+        }
+        call(&client, &params, what)
+            .await
+            .with_context(|| format!("{era} via {}", path.name))?;
+        if begin >= start {
+            latencies.push(begin.elapsed().as_nanos() as u64);
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
+    Ok(latencies)
+}
+
+pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.warmup >= 0.0) {
+        bail!("--duration must be > 0 and --warmup >= 0");
+    }
+    let bin_dir = crate::resolve_bin_dir(args.bin_dir.as_deref())?;
+    let machine = crate::machine::Machine::detect();
+    println!("vigil-bench {} eras", env!("CARGO_PKG_VERSION"));
+    println!("{machine}");
+    println!(
+        "plan: one session calling in a loop, warm-up {}s + {}s per target, {} round(s) per case in rotating order",
+        args.warmup, args.duration, args.rounds
+    );
+
+    let work = procs::WorkDir::create()?;
+    let (mut backend, backend_url) = procs::demo_backend(&bin_dir, &work).await?;
+    let mut vigils: Vec<Server> = Vec::new();
+    let mut paths = vec![Path {
+        name: "direct",
+        url: backend_url.clone(),
+        prefix: "",
+    }];
+    for (name, protocol) in [("vigil-hs", "auto"), ("vigil-26", "2026-07-28")] {
+        let port = procs::free_port()?;
+        let dir = work.path().join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let config = dir.join("vigil.toml");
+        std::fs::write(
+            &config,
+            procs::vigil_config(port, &backend_url, true, protocol, "", ""),
+        )?;
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        let mut vigil = Server::vigil(&bin_dir.join("vigil"), &config, None, dir.join("vigil.log"))?;
+        crate::load::wait_ready(&mut vigil, &url, "demo__echo", Duration::from_secs(30)).await?;
+        vigils.push(vigil);
+        paths.push(Path {
+            name,
+            url,
+            prefix: "demo__",
+        });
+    }
+    println!("paths: direct = the demo backend; vigil-hs = Vigil reaching it in the handshake era; vigil-26 = Vigil reaching it in 2026-07-28");
+    println!();
+
+    let mut rows = Vec::new();
+    for what in [Call::Echo, Call::Ask] {
+        for era in [ClientEra::Handshake, ClientEra::Modern] {
+            let mut merged: Vec<Vec<u64>> = vec![Vec::new(); paths.len()];
+            for round in 0..args.rounds as usize {
+                for k in 0..paths.len() {
+                    let i = (k + round) % paths.len();
+                    backend.check_alive()?;
+                    for v in &mut vigils {
+                        v.check_alive()?;
+                    }
+                    merged[i].extend(measure(&paths[i], era, what, args).await?);
+                }
+            }
+            let figures: Vec<Latency> = merged
+                .iter_mut()
+                .map(|l| {
+                    l.sort_unstable();
+                    Latency::of(l)
+                })
+                .collect();
+            let calls: Vec<usize> = merged.iter().map(Vec::len).collect();
+            rows.push((what, era, figures, calls));
+        }
+    }
+    print_table(&paths, &rows);
+
+    for v in vigils {
+        v.stop().await;
+    }
+    backend.stop().await;
+    Ok(())
+}
+
+fn print_table(paths: &[Path], rows: &[(Call, ClientEra, Vec<Latency>, Vec<usize>)]) {
+    println!(
+        "{:<9} {:<18} {:<9} {:>7} {:>9} {:>9} {:>10} {:>8}",
+        "call", "client", "path", "calls", "p50 µs", "p99 µs", "+p50 µs", "p50 x"
+    );
+    for (what, era, figures, calls) in rows {
+        let direct = figures[0].p50;
+        for (i, path) in paths.iter().enumerate() {
+            let f = figures[i];
+            let (added, ratio) = if i == 0 {
+                ("-".to_owned(), "-".to_owned())
+            } else {
+                (
+                    format!("{:+.0}", f.p50 - direct),
+                    format!("{:.2}", f.p50 / direct.max(f64::MIN_POSITIVE)),
+                )
+            };
+            println!(
+                "{:<9} {:<18} {:<9} {:>7} {:>9.0} {:>9.0} {:>10} {:>8}",
+                what.tool(),
+                era.to_string(),
+                path.name,
+                calls[i],
+                f.p50,
+                f.p99,
+                added,
+                ratio
+            );
+        }
+    }
+    println!();
+    println!("+p50 / p50 x: against the same client's call directly to the backend.");
+}
