@@ -226,12 +226,12 @@ where
 /// Tells each client whose backend request lost its stream early.
 /// Ends when the connection's HTTP client is dropped.
 async fn relay_stream_closes(
-    mut closed: tokio::sync::mpsc::UnboundedReceiver<RequestId>,
+    mut closed: tokio::sync::mpsc::UnboundedReceiver<super::stream_watch::Closed>,
     inflight: Arc<Inflight>,
 ) {
-    while let Some(id) = closed.recv().await {
+    while let Some((id, retry)) = closed.recv().await {
         if let Some(hook) = inflight.by_request(&id).and_then(|c| c.on_stream_closed) {
-            hook();
+            hook(retry);
         }
     }
 }

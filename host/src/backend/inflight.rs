@@ -22,8 +22,9 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{LoggingLevel, ProgressToken, RequestId};
 use rmcp::service::{Peer, RoleServer};
 
-/// Called when the backend closed the request's stream before answering.
-pub type StreamClosed = Arc<dyn Fn() + Send + Sync>;
+/// Called when the backend closed the request's stream before answering,
+/// with the `retry` the backend asked its client to wait before resuming.
+pub type StreamClosed = Arc<dyn Fn(Option<std::time::Duration>) + Send + Sync>;
 
 /// The client side of a forwarded request.
 #[derive(Clone)]

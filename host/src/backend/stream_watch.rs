@@ -29,12 +29,17 @@ use super::http_ping::SessionTarget;
 type Headers = HashMap<HeaderName, HeaderValue>;
 type SseStream = BoxStream<'static, Result<Sse, SseError>>;
 
+/// A request whose stream the backend closed before answering it, and the
+/// `retry` the backend set on that stream (how long its client waits before
+/// resuming; rmcp's client waits that long, as the spec requires).
+pub type Closed = (RequestId, Option<std::time::Duration>);
+
 /// reqwest, plus early-close reports on a channel and the session context
 /// the direct probe ping needs.
 #[derive(Clone)]
 pub struct WatchedHttp {
     inner: reqwest::Client,
-    closed: mpsc::UnboundedSender<RequestId>,
+    closed: mpsc::UnboundedSender<Closed>,
     target: Arc<SessionTarget>,
 }
 
@@ -46,7 +51,7 @@ impl WatchedHttp {
     ///
     /// `target` receives the session context of every POST.
     pub fn new(
-        closed: mpsc::UnboundedSender<RequestId>,
+        closed: mpsc::UnboundedSender<Closed>,
         keep_alive: bool,
         target: Arc<SessionTarget>,
     ) -> Result<Self, HttpFailure> {
@@ -109,7 +114,9 @@ struct Watched {
     inner: SseStream,
     id: RequestId,
     answered: bool,
-    closed: mpsc::UnboundedSender<RequestId>,
+    /// The last `retry` field seen on the stream, in milliseconds.
+    retry: Option<u64>,
+    closed: mpsc::UnboundedSender<Closed>,
 }
 
 impl Stream for Watched {
@@ -119,13 +126,17 @@ impl Stream for Watched {
         let polled = self.inner.poll_next_unpin(cx);
         match &polled {
             Poll::Ready(Some(Ok(event))) => {
+                if event.retry.is_some() {
+                    self.retry = event.retry;
+                }
                 if !self.answered && event.data.as_deref().is_some_and(|d| answers(d, &self.id)) {
                     self.answered = true;
                 }
             }
             Poll::Ready(None) if !self.answered => {
                 self.answered = true; // report once
-                let _ = self.closed.send(self.id.clone());
+                let retry = self.retry.map(std::time::Duration::from_millis);
+                let _ = self.closed.send((self.id.clone(), retry));
             }
             _ => {}
         }
@@ -196,6 +207,7 @@ impl StreamableHttpClient for WatchedHttp {
                     inner: stream,
                     id,
                     answered: false,
+                    retry: None,
                     closed: self.closed.clone(),
                 };
                 StreamableHttpPostResponse::Sse(watched.boxed(), session)

@@ -612,12 +612,13 @@ impl Polling {
             self.request.clone(),
             self.closing.clone(),
         );
-        Arc::new(move || {
+        Arc::new(move |retry| {
             let (streams, session, request) = (streams.clone(), session.clone(), request.clone());
-            let task =
-                tokio::spawn(
-                    async move { streams.close_and_await_resume(&session, &request).await },
-                );
+            let task = tokio::spawn(async move {
+                streams
+                    .close_and_await_resume(&session, &request, retry)
+                    .await
+            });
             if let Ok(mut slot) = closing.lock() {
                 slot.get_or_insert(task);
             }

@@ -33,8 +33,8 @@ use crate::redact::session_tag;
 /// (`super::raw`) serves requests rmcp never sees.
 pub const IDLE: Duration = Duration::from_secs(300);
 
-/// How long an answer waits for the client to resume a stream Vigil closed.
-/// Longer than the `retry` (3 s) clients are told to wait.
+/// How long an answer waits for the client to resume a stream Vigil closed,
+/// beyond the `retry` the client was told to wait.
 const RESUME_WAIT: Duration = Duration::from_secs(10);
 
 pub struct StreamSessions {
@@ -148,7 +148,18 @@ impl StreamSessions {
 
     /// Closes the client's stream of `request`, then waits (bounded) until
     /// the client resumes. Returns whether a stream was closed.
-    pub async fn close_and_await_resume(&self, session: &str, request: &RequestId) -> bool {
+    ///
+    /// The client is told to wait `backend_retry` before resuming — what
+    /// the backend told Vigil, whose own resumption waits that long (the
+    /// spec binds a client to the `retry` it was given) — so the client
+    /// comes back when the answer can be there, as it would talking to the
+    /// backend directly. Without one, the `retry` of Vigil's own streams.
+    pub async fn close_and_await_resume(
+        &self,
+        session: &str,
+        request: &RequestId,
+        backend_retry: Option<Duration>,
+    ) -> bool {
         let session = SessionId::from(session);
         let Some(stream) = lock(&self.streams)
             .get(&(session.clone(), request.clone()))
@@ -163,14 +174,13 @@ impl StreamSessions {
             .entry(session.clone())
             .or_insert_with(|| watch::channel(0).0)
             .subscribe();
-        let closed = match handle.close_sse_stream(stream, self.retry).await {
+        let retry = backend_retry.or(self.retry);
+        let wait = RESUME_WAIT + retry.unwrap_or_default();
+        let closed = match handle.close_sse_stream(stream, retry).await {
             Ok(()) => {
-                tracing::debug!(session = %session_tag(&session), request = %request, "closed the client's stream like the backend did; waiting for the client to resume");
-                if tokio::time::timeout(RESUME_WAIT, resumed.changed())
-                    .await
-                    .is_err()
-                {
-                    tracing::info!(session = %session_tag(&session), "client did not resume its stream within {RESUME_WAIT:?}");
+                tracing::debug!(session = %session_tag(&session), request = %request, ?retry, "closed the client's stream like the backend did; waiting for the client to resume");
+                if tokio::time::timeout(wait, resumed.changed()).await.is_err() {
+                    tracing::info!(session = %session_tag(&session), "client did not resume its stream within {wait:?}");
                 }
                 true
             }
