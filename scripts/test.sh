@@ -13,7 +13,8 @@
 #    probes built from source with their toolchains (plugins_env), so no test
 #    waits on an install
 # 4. the end-to-end tests in tests/e2e
-# 5. tests/conformance/compare.sh, when it exists
+# 5. tests/conformance/compare.sh, when it exists, and
+#    tests/conformance/client/compare.sh (client mode; needs the venv)
 #
 # Works from a fresh Debian machine with Rust and cargo; idempotent.
 # Environment:
@@ -216,8 +217,13 @@ if [ "${results[-1]}" = PASS ]; then
   else
     record conformance ABSENT
   fi
+  if [ -f tests/conformance/client/compare.sh ] && [ "$python_ok" = PASS ]; then
+    step conformance-client bash tests/conformance/client/compare.sh
+  else
+    record conformance-client SKIPPED
+  fi
 else
-  for name in demo-check container-engine cargo-test guest-tests browser-env python-env oauth-env clients-env plugins-env e2e conformance; do record "$name" SKIPPED; done
+  for name in demo-check container-engine cargo-test guest-tests browser-env python-env oauth-env clients-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
 fi
 
 banner "summary"
