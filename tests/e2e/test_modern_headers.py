@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 
 from harness import DemoHttp, Procs, Vigil, http_backend, start_python_backend
-from support import DEADLINE, ControlApi, text_of
+from support import DEADLINE, ControlApi, call_text, http_session, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -121,3 +121,38 @@ async def test_a_modern_backend_gets_the_headers_a_direct_client_sends(
     for method in ("tools/call", "resources/read"):
         assert of_call(through_sent, method) == of_call(direct_sent, method), method
     assert of_call(through_sent, "tools/call")["mcp-param-region"] == "eu-west"
+
+
+async def declared(url: str, tool: str, **callbacks: Any) -> Any:
+    """What the backend says the request's client declared, for a
+    2026-07-28 client with `callbacks`."""
+    async with Client(url, mode=REVISION, **callbacks) as client:
+        with anyio.fail_after(DEADLINE):
+            return json.loads(text_of(await client.call_tool(tool, {})))
+
+
+async def test_a_modern_backend_sees_each_clients_own_capabilities(
+    vigil: Any, procs: Procs, tmp_path: Path
+) -> None:
+    """2026-07-28 has no session to declare capabilities in: each request
+    carries its client's, and a backend asks only what they allow. Through
+    Vigil each request carries its own client's (not Vigil's), for a
+    2026-07-28 client as directly, and for a 2025-era client its session's."""
+    log = tmp_path / "modern.log"
+    backend = start_python_backend(procs, "modern", "modern_only_server.py", [str(log)])
+
+    async def accept(_ctx: Any, _params: Any) -> Any:
+        raise AssertionError("not asked")
+
+    plain = await declared(backend.url, "capabilities")
+    asking = await declared(backend.url, "capabilities", elicitation_callback=accept)
+    assert "elicitation" not in (plain or {}) and "elicitation" in asking, (plain, asking)
+
+    gw: Vigil = vigil([{**http_backend("mo", backend.url), "protocol": REVISION}], api={})
+    await ControlApi(gw.api_base).wait_state("mo", "running")
+    assert await declared(gw.url, "mo__capabilities") == plain
+    assert await declared(gw.url, "mo__capabilities", elicitation_callback=accept) == asking
+
+    async with http_session(gw.url) as s:
+        session_plain = json.loads(await call_text(s, "mo__capabilities"))
+    assert "elicitation" not in (session_plain or {}) and "sampling" not in (session_plain or {}), session_plain

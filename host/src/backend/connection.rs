@@ -19,7 +19,7 @@ use super::Bounds;
 use super::client::BackendClient;
 use super::error::BackendError;
 use super::http_ping::{self, Direct, SessionTarget};
-use super::inflight::{FrontCall, Inflight};
+use super::inflight::{CAPABILITIES_KEY, FrontCall, Inflight};
 use super::lifecycle::{self, Slot};
 use super::listen;
 use super::stream_watch::WatchedHttp;
@@ -380,13 +380,20 @@ impl Connection {
         let peer = self.service.peer();
         let mut options =
             PeerRequestOptions::with_timeout(self.request_timeout).reset_timeout_on_progress();
-        // 2026-07-28 has no `logging/setLevel`: the level the client wants
-        // travels with each request.
+        // 2026-07-28 carries per request what a session held before: the
+        // level of log messages the client wants (there is no
+        // `logging/setLevel`) and what the client can be asked (rmcp would
+        // put Vigil's own capabilities there).
         if self.era == lifecycle::Era::Modern
-            && let Some(log) = front.as_ref().and_then(|f| f.log)
+            && let Some(front) = front.as_ref()
         {
             let mut meta = RequestMetaObject::new();
-            meta.set_log_level(log.level);
+            if let Some(log) = front.log {
+                meta.set_log_level(log.level);
+            }
+            if let Some(caps) = front.declared_capabilities() {
+                meta.0.0.insert(CAPABILITIES_KEY.into(), caps);
+            }
             options.meta = Some(meta);
         }
         let sending = self.inflight.sending();

@@ -48,6 +48,24 @@ pub struct FrontCall {
     pub log: Option<CallLog>,
     /// Who made the call.
     pub caller: crate::auth::Principal,
+    /// The capabilities a 2026-07-28 client declared on this request (its
+    /// `_meta`), as sent; a handshake-era client's are its session's.
+    pub capabilities: Option<serde_json::Value>,
+}
+
+/// The `_meta` key of a 2026-07-28 request's client capabilities.
+pub const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+
+impl FrontCall {
+    /// What the client can be asked, as a 2026-07-28 backend must be told
+    /// on each request (a backend asks only what the client declared, and
+    /// refuses with `-32021` what needs a capability it lacks).
+    pub fn declared_capabilities(&self) -> Option<serde_json::Value> {
+        self.capabilities.clone().or_else(|| {
+            let info = self.peer.peer_info()?;
+            serde_json::to_value(&info.capabilities).ok()
+        })
+    }
 }
 
 /// Who gets a log message a backend sent (see [`Inflight::log_recipients`]).

@@ -24,7 +24,7 @@ use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
 use crate::auth::Principal;
 use crate::backend::ask::Asker;
-use crate::backend::inflight::CallLog;
+use crate::backend::inflight::{CAPABILITIES_KEY, CallLog};
 use crate::backend::pool::Pool;
 use crate::backend::{Backend, BackendError, Connection, Era, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Kind};
@@ -239,6 +239,7 @@ impl FrontSession {
             ask,
             log,
             caller: Principal::of(&ctx.extensions),
+            capabilities: ctx.meta.0.0.get(CAPABILITIES_KEY).cloned(),
         }
     }
 

@@ -20,7 +20,8 @@ which logs `tag` once at debug and once at info level (sent only to a request
 that asked for logs in its `_meta`, at the level it asked for); `touch()`,
 which announces an update of its resource `note://pad` to the listen streams
 that name it; `regional(region)`, whose argument a 2026-07-28 client mirrors
-in an `Mcp-Param-Region` header; `hold(tag)`, which logs `before TAG` at info level, waits until
+in an `Mcp-Param-Region` header; `capabilities()`, the client capabilities
+its request declared (JSON); `hold(tag)`, which logs `before TAG` at info level, waits until
 `release()` is called, then logs `after TAG` (so a test can have calls of
 two callers running at once).
 """
@@ -82,6 +83,12 @@ def build(log: Path) -> MCPServer:
         """Announces an update of `note://pad`."""
         await ctx.notify_resource_updated("note://pad")
         return "touched"
+
+    @server.tool()
+    def capabilities(ctx: Context) -> str:
+        """The client capabilities this request declared, as JSON."""
+        caps = ctx.client_capabilities
+        return json.dumps(caps.model_dump(by_alias=True, exclude_none=True) if caps else None, sort_keys=True)
 
     @server.tool()
     def regional(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
