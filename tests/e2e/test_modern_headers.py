@@ -6,8 +6,10 @@ too (`Mcp-Method`, `Mcp-Name`), and tool arguments a tool marks with
 backend directly:
 
 - Vigil refuses a request whose headers are missing or disagree with its
-  body the way a backend does (HTTP 400, `-32020`), and answers removed
-  methods and the GET stream the same way (404 `-32601`, 405);
+  body the way a backend does (HTTP 400, `-32020`), and answers the methods
+  2026-07-28 removed (`initialize`, `ping`, `logging/setLevel`,
+  `resources/subscribe`, `resources/unsubscribe`, with or without params)
+  and the GET stream the same way (404 `-32601`, 405);
 - what Vigil sends a 2026-07-28 backend carries the same headers a client
   talking to that backend directly sends, `Mcp-Param-*` included.
 """
@@ -60,6 +62,19 @@ async def outcomes(url: str, tool: str) -> dict[str, tuple[int, int | None]]:
         "no headers": (call, {}),
         "ping": (request("ping", {}), {"Mcp-Method": "ping"}),
     }
+    # Removed in 2026-07-28, with and without params that would fit them.
+    removed = {
+        "initialize": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        "logging/setLevel": {"level": "info"},
+        "resources/subscribe": {"uri": "demo://d/counter"},
+        "resources/unsubscribe": {"uri": "demo://d/counter"},
+    }
+    for method, params in removed.items():
+        headers = {"Mcp-Method": method}
+        if method.startswith("resources/"):
+            headers["Mcp-Name"] = params["uri"]
+        cases[method] = (request(method, params), headers)
+        cases[f"{method} without params"] = (request(method, {}), headers)
     out = {}
     async with httpx.AsyncClient(timeout=DEADLINE) as http:
         for case, (body, headers) in cases.items():
@@ -80,6 +95,14 @@ async def test_requests_whose_headers_disagree_with_their_body_are_refused_as_by
     for case in ("other method", "other name", "no Mcp-Name", "no headers"):
         assert direct[case] == (400, -32020), (case, direct[case])
     assert direct["ping"] == (404, -32601) and direct["GET"][0] == 405, direct
+    removed = [c for c in direct if c.startswith(("initialize", "logging/", "resources/"))]
+    for case in removed:
+        if case != "initialize":  # a session may still begin with it: as the backend (400)
+            assert through[case] == (404, -32601), (case, through[case])
+    # The demo backend (rmcp 3.11) still serves a 2026-07-28 logging/setLevel
+    # that has params; Vigil answers it as the revision says.
+    direct.pop("logging/setLevel")
+    through.pop("logging/setLevel")
     assert through == direct
 
 

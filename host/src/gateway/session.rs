@@ -565,6 +565,25 @@ fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version().is_some_and(|v| !v.has_initialize())
 }
 
+/// Methods protocol revision 2026-07-28 removed: a request of that
+/// revision naming one gets "method not found" (HTTP 404), whatever its
+/// params, as from a server of that revision.
+const REMOVED_IN_MODERN: [&str; 5] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+fn removed(method: &str) -> McpError {
+    McpError::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("Method not found: '{method}' is not part of protocol revision 2026-07-28"),
+        None,
+    )
+}
+
 /// A `forward_auth` backend reached without a client session: there is
 /// no connection of this client's to use, and never anyone else's.
 fn needs_session(backend: &str) -> McpError {
@@ -960,6 +979,9 @@ impl ServerHandler for FrontSession {
         p: SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        if is_modern(&ctx) {
+            return Err(removed("resources/subscribe"));
+        }
         let hold = self.watch(&p.uri, &ctx).await?;
         self.watches_lock().insert(p.uri.clone(), hold);
         self.gw.sessions().subscribe(self.id, &p.uri, true);
@@ -971,6 +993,9 @@ impl ServerHandler for FrontSession {
         p: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        if is_modern(&ctx) {
+            return Err(removed("resources/unsubscribe"));
+        }
         Self::uri_backend(&*self.catalog(&ctx).await, &p.uri)?;
         self.gw.sessions().subscribe(self.id, &p.uri, false);
         // Dropping the hold ends the backend subscription if nobody else
@@ -986,6 +1011,9 @@ impl ServerHandler for FrontSession {
         p: SetLevelRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        if is_modern(&ctx) {
+            return Err(removed("logging/setLevel"));
+        }
         self.gw.sessions().set_log_level(self.id, p.level);
         if let Some((_, front)) = self.front.get() {
             front.set_log_level();
@@ -1019,8 +1047,11 @@ impl ServerHandler for FrontSession {
     async fn on_custom_request(
         &self,
         r: CustomRequest,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
+        if is_modern(&ctx) && REMOVED_IN_MODERN.contains(&r.method.as_str()) {
+            return Err(removed(&r.method));
+        }
         // A method MCP defines lands here when its params do not parse.
         if let Some(e) = super::bad_params::invalid_params(&r.method, r.params.as_ref()) {
             return Err(e);
