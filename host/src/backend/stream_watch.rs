@@ -297,6 +297,8 @@ impl Stream for EndWatched {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -316,7 +318,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_unanswered_stream_end_is_reported_once() {
+    async fn an_unanswered_stream_end_is_reported_once_with_its_retry() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let priming = Sse {
             event: None,
@@ -329,11 +331,15 @@ mod tests {
             inner,
             id: RequestId::Number(1),
             answered: false,
+            retry: None,
             closed: tx,
         };
         while w.next().await.is_some() {}
         assert!(w.next().await.is_none());
-        assert_eq!(rx.try_recv().ok(), Some(RequestId::Number(1)));
+        assert_eq!(
+            rx.try_recv().ok(),
+            Some((RequestId::Number(1), Some(Duration::from_millis(10))))
+        );
         assert!(rx.try_recv().is_err(), "reported once");
     }
 
@@ -351,6 +357,7 @@ mod tests {
             inner,
             id: RequestId::Number(1),
             answered: false,
+            retry: None,
             closed: tx,
         };
         while w.next().await.is_some() {}

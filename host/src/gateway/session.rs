@@ -49,6 +49,8 @@ pub struct FrontSession {
     front: std::sync::OnceLock<(Arc<str>, Arc<super::fronts::Front>)>,
     /// The resources this session subscribed to, by URI.
     watches: std::sync::Mutex<HashMap<String, Hold>>,
+    /// A `subscriptions/listen` request's catalog when it was acknowledged.
+    listen_shown: std::sync::OnceLock<Arc<Catalog>>,
 }
 
 /// The client's own credentials on this request, if it came over HTTP:
@@ -127,6 +129,7 @@ impl FrontSession {
             registered: AtomicBool::new(false),
             front: std::sync::OnceLock::new(),
             watches: Default::default(),
+            listen_shown: std::sync::OnceLock::new(),
         }
     }
 
@@ -1070,6 +1073,9 @@ impl ServerHandler for FrontSession {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
+        // rmcp acknowledges the stream before `listen` registers it: what
+        // the catalog was at the acknowledgment is what the client knows.
+        let _ = self.listen_shown.set(self.gw.catalog());
         Some(requested.clone())
     }
 
@@ -1091,13 +1097,19 @@ impl ServerHandler for FrontSession {
                 }
             }
         }
-        self.gw.sessions().add(
+        let shown = self
+            .listen_shown
+            .get()
+            .cloned()
+            .unwrap_or_else(|| self.gw.catalog());
+        self.gw.sessions().add_shown(
             id,
             Channel::Listen(ctx.sink().clone()),
             pool,
             outbox,
             who,
             false,
+            shown,
         );
         ctx.cancelled().await;
         self.gw.sessions().remove(id);

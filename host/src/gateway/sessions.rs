@@ -128,11 +128,33 @@ impl Sessions {
         principal: Principal,
         lanes: bool,
     ) {
+        let shown = self.catalog.get();
+        self.add_shown(id, channel, pool, outbox, principal, lanes, shown);
+    }
+
+    /// [`Sessions::add`] for a client that was last shown the catalog
+    /// snapshot `shown` (say, when it was told its stream is open, before
+    /// this registration): a change since then reaches it at once, where
+    /// registering with the current snapshot would take it as seen.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_shown(
+        self: &Arc<Self>,
+        id: u64,
+        channel: Channel,
+        pool: Option<Arc<Pool>>,
+        outbox: Outbox,
+        principal: Principal,
+        lanes: bool,
+        shown: Arc<Catalog>,
+    ) {
         outbox.connect(channel.clone());
         let principal_id: Arc<str> = principal.id().into();
         let resync = Arc::new(Notify::new());
+        if !Arc::ptr_eq(&shown, &self.catalog.get()) {
+            resync.notify_one();
+        }
         let stop = self.background.child_token();
-        let shared = self.catalog.get();
+        let shared = shown;
         let base = match &pool {
             Some(p) => {
                 p.on_change(&resync);
@@ -523,6 +545,49 @@ mod tests {
             .await
             .expect("timed out waiting for the worker to end");
         *rx.borrow()
+    }
+
+    /// A listen stream is acknowledged before it is registered: a change
+    /// in between must reach it, not become its starting point.
+    ///
+    /// ```text
+    /// shown ["a"] ── catalog becomes ["a","b"] ── registered: list_changed
+    /// ```
+    #[tokio::test]
+    async fn a_change_between_being_shown_and_registering_is_heard() {
+        let current = Arc::new(Current::default());
+        current.replace(catalog(&["a"]));
+        let shown = current.get();
+        let sessions = registry(&current);
+        current.replace(catalog(&["a", "b"]));
+        let mut p = connect().await;
+        sessions.add_shown(
+            1,
+            Channel::Session(p.server.peer().clone()),
+            None,
+            Outbox::new(8),
+            Principal::local(),
+            false,
+            shown,
+        );
+        p.received(1).await;
+
+        // Registered with what it was shown now: nothing to tell.
+        let shown = current.get();
+        let q = connect().await;
+        sessions.add_shown(
+            2,
+            Channel::Session(q.server.peer().clone()),
+            None,
+            Outbox::new(8),
+            Principal::local(),
+            false,
+            shown,
+        );
+        let asked = sessions.resync_all();
+        assert_eq!(handled(&sessions, 2, asked).await.notified, 0);
+        assert_eq!(q.count(), 0);
+        drop((p.client, q.client));
     }
 
     #[tokio::test]
