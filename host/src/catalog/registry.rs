@@ -64,6 +64,9 @@ pub struct Applied {
     pub changes: Changes,
     /// A per-session backend was shown or hidden (see [`Member::per_session`]).
     pub per_session_moved: bool,
+    /// Some backend was shown or hidden: the change is about which
+    /// backends serve (health), not only about what they list.
+    pub shown_moved: bool,
     /// Naming conflicts the previous snapshot did not have: each is
     /// reported once, when it appears.
     pub new_conflicts: Vec<Conflict>,
@@ -179,10 +182,15 @@ impl Registry {
             .per_session
             .iter()
             .any(|b| next.shows(b) != previous.shows(b));
+        let shown_moved = roster
+            .order
+            .iter()
+            .any(|b| next.shows(b) != previous.shows(b));
         Applied {
             changes: next.diff(&previous),
             catalog: next,
             per_session_moved,
+            shown_moved,
             new_conflicts,
         }
     }

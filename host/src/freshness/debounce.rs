@@ -5,6 +5,15 @@
 //! trailing delivery, and every delivery carries a strictly increasing
 //! generation.
 //!
+//! Two kinds of change share the window. Which backends are shown (a
+//! backend lost, recovered, restarted — what flaps) is held to the window.
+//! What shown backends list ([`Debouncer::content_changed`]: a backend
+//! announced or was found to have other tools) is a change a client is
+//! waiting for: it is delivered at most [`CONTENT_GAP`] after the last
+//! delivery, even inside the window, so a backend that changes its tools
+//! every second is heard every second, and one that changes them in a
+//! loop no more often than that.
+//!
 //! The listener runs on the debouncer's own task, never on the caller's
 //! (probes and the catalog owner only flip a flag). [`Debouncer::stop`]
 //! cancels a pending trailing delivery and waits for one in flight.
@@ -22,6 +31,10 @@ use tokio_util::sync::CancellationToken;
 /// (capped by the window).
 pub const GATHER: Duration = Duration::from_millis(10);
 
+/// The shortest time between two deliveries when the later one carries a
+/// change of what shown backends list (see the module doc).
+pub const CONTENT_GAP: Duration = Duration::from_secs(1);
+
 /// One delivery to the listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivery {
@@ -34,8 +47,25 @@ pub type Listener = Box<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync
 
 pub struct Debouncer {
     changed: Arc<Notify>,
+    /// Set (and `changed` notified) by [`Debouncer::content_changed`].
+    content: Arc<Content>,
     stop: CancellationToken,
     task: JoinHandle<()>,
+}
+
+/// A pending change of what shown backends list.
+#[derive(Default)]
+struct Content {
+    pending: std::sync::atomic::AtomicBool,
+    /// Wakes a wait for the end of the window.
+    wake: Notify,
+}
+
+impl Content {
+    fn take(&self) -> bool {
+        self.pending
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
 }
 
 impl Debouncer {
@@ -43,17 +73,36 @@ impl Debouncer {
     /// (changes that arrive while a delivery runs are still coalesced).
     pub fn spawn(window: Duration, listener: Listener) -> Self {
         let changed = Arc::new(Notify::new());
+        let content = Arc::new(Content::default());
         let stop = CancellationToken::new();
-        let task = tokio::spawn(run(window, listener, changed.clone(), stop.clone()));
+        let task = tokio::spawn(run(
+            window,
+            listener,
+            changed.clone(),
+            content.clone(),
+            stop.clone(),
+        ));
         Self {
             changed,
+            content,
             stop,
             task,
         }
     }
 
-    /// Records a change. Cheap and non-blocking.
+    /// Records a change of which backends are shown. Cheap and
+    /// non-blocking.
     pub fn changed(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Records a change of what shown backends list: delivered within
+    /// [`CONTENT_GAP`] of the last delivery. Cheap and non-blocking.
+    pub fn content_changed(&self) {
+        self.content
+            .pending
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.content.wake.notify_one();
         self.changed.notify_one();
     }
 
@@ -64,10 +113,16 @@ impl Debouncer {
     }
 }
 
-async fn run(window: Duration, listener: Listener, changed: Arc<Notify>, stop: CancellationToken) {
+async fn run(
+    window: Duration,
+    listener: Listener,
+    changed: Arc<Notify>,
+    content: Arc<Content>,
+    stop: CancellationToken,
+) {
     let mut generation = 0u64;
-    // End of the current window; `None` when quiet.
-    let mut quiet_at: Option<Instant> = None;
+    // The last delivery, and the end of its window (quiet after it).
+    let mut last: Option<(Instant, Instant)> = None;
     loop {
         // Wait for a change (or stop).
         tokio::select! {
@@ -76,16 +131,28 @@ async fn run(window: Duration, listener: Listener, changed: Arc<Notify>, stop: C
             _ = changed.notified() => {}
         }
         let now = Instant::now();
-        match quiet_at {
-            // Inside a window: coalesce everything until it ends.
-            Some(end) if now < end => {
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep_until(end) => {}
+        match last {
+            // Inside a window: coalesce everything until it ends, or until
+            // the content gap ends once a content change is pending.
+            Some((at, end)) if now < end => {
+                let soon = (at + CONTENT_GAP).min(end);
+                let mut due = if content.take() { soon } else { end };
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep_until(due) => break,
+                        _ = content.wake.notified() => {
+                            if content.take() {
+                                due = due.min(soon);
+                            }
+                        }
+                    }
                 }
                 // Changes that came while we slept are covered by this one.
                 drain(&changed);
+                content.take();
+                drain(&content.wake);
             }
             // Quiet: deliver at once (leading edge), with what comes together.
             _ => {
@@ -98,12 +165,15 @@ async fn run(window: Duration, listener: Listener, changed: Arc<Notify>, stop: C
                     }
                     drain(&changed);
                 }
+                content.take();
+                drain(&content.wake);
             }
         }
         generation += 1;
         // Not cancelled by `stop`: a delivery in flight completes.
         listener(Delivery { generation }).await;
-        quiet_at = Some(Instant::now() + window);
+        let at = Instant::now();
+        last = Some((at, at + window));
     }
 }
 
@@ -213,6 +283,66 @@ mod tests {
             got[1],
             (2, GATHER + WINDOW),
             "trailing at the end of the window"
+        );
+        d.stop().await;
+    }
+
+    /// ```text
+    /// 0 ms   lead (content change) → gen 1 at 10 ms
+    /// 300 ms content change        → gen 2 at 1010 ms (CONTENT_GAP after gen 1)
+    /// 1100 ms health flip          → gen 3 at the window's end (30 s after gen 2)
+    /// ```
+    #[tokio::test(start_paused = true)]
+    async fn a_content_change_waits_only_the_content_gap() {
+        let window = Duration::from_secs(30);
+        let (d, seen, _) = recorder(window);
+        d.content_changed();
+        settle().await;
+        tokio::time::advance(GATHER).await;
+        settle().await;
+        tokio::time::advance(Duration::from_millis(290)).await;
+        d.content_changed();
+        settle().await;
+        tokio::time::advance(Duration::from_millis(709)).await;
+        settle().await;
+        assert_eq!(seen.lock().unwrap().len(), 1, "not before the gap ends");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+        assert_eq!(
+            seen.lock().unwrap().clone(),
+            vec![(1, GATHER), (2, GATHER + CONTENT_GAP)]
+        );
+        tokio::time::advance(Duration::from_millis(90)).await;
+        d.changed();
+        settle().await;
+        tokio::time::advance(window - Duration::from_millis(91)).await;
+        settle().await;
+        assert_eq!(seen.lock().unwrap().len(), 2, "a health flip waits out the window");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+        assert_eq!(
+            seen.lock().unwrap()[2],
+            (3, GATHER + CONTENT_GAP + window)
+        );
+        d.stop().await;
+    }
+
+    /// A content change arriving while a health flip waits for the window's
+    /// end brings the delivery forward.
+    #[tokio::test(start_paused = true)]
+    async fn a_content_change_brings_a_pending_delivery_forward() {
+        let (d, seen, _) = recorder(Duration::from_secs(30));
+        lead(&d).await;
+        d.changed();
+        settle().await;
+        tokio::time::advance(Duration::from_millis(500)).await;
+        d.content_changed();
+        settle().await;
+        tokio::time::advance(CONTENT_GAP - Duration::from_millis(500)).await;
+        settle().await;
+        assert_eq!(
+            seen.lock().unwrap().clone(),
+            vec![(1, GATHER), (2, GATHER + CONTENT_GAP)]
         );
         d.stop().await;
     }

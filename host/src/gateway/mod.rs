@@ -573,7 +573,11 @@ impl Gateway {
             let changes = applied.changes;
             tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, forwarded_moved = applied.per_session_moved, "catalog changed");
             crate::metrics::get().catalog_changes.inc();
-            debouncer.changed();
+            if applied.shown_moved {
+                debouncer.changed();
+            } else {
+                debouncer.content_changed();
+            }
         }
     }
 

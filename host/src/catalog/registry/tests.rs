@@ -280,3 +280,15 @@ fn a_per_session_backend_coming_or_going_tells_sessions() {
     let out = reg.apply(&r, [state("p", 2, false)]);
     assert!(out.per_session_moved, "hidden");
 }
+
+#[test]
+fn a_listing_of_a_shown_backend_is_content_and_its_coming_or_going_is_not() {
+    let mut reg = Registry::new(prefix());
+    let r = roster(&[("a", 1), ("b", 2)]);
+    let out = reg.apply(&r, [up("a", 1, &["echo"])]);
+    assert!(out.shown_moved, "a came");
+    let out = reg.apply(&r, [up("a", 1, &["echo", "add"])]);
+    assert!(out.changes.tools && !out.shown_moved, "same backends, other tools");
+    let out = reg.apply(&r, [state("a", 1, false)]);
+    assert!(out.shown_moved, "a went");
+}
