@@ -36,7 +36,11 @@ BACKENDS = ["alpha", "beta"]  # alpha: stdio, beta: http
 @pytest.fixture
 def gateway(vigil: Callable[..., Vigil], demo_http: Callable[..., DemoHttp], demo_bin: Path) -> Vigil:
     beta = demo_http("beta")
-    return vigil([stdio_backend("alpha", demo_bin, demo_stdio_args("alpha")), http_backend("beta", beta.url)])
+    # The demo backend speaks both eras: pinned to the handshake era, Vigil
+    # reaches it as a backend that speaks only that one (the door for
+    # 2026-07-28 clients is checked below).
+    handshake_only = {**http_backend("beta", beta.url), "protocol": "2025-11-25"}
+    return vigil([stdio_backend("alpha", demo_bin, demo_stdio_args("alpha")), handshake_only])
 
 
 async def wait_listed(client: Client, names: set[str]) -> None:
@@ -116,3 +120,30 @@ async def test_forged_and_replayed_states_are_refused(gateway: Vigil) -> None:
             with pytest.raises(MCPError) as replayed:
                 await s.call_tool("alpha__ask_user", {"message": "name?"}, input_responses=ACCEPT, request_state=state)
             assert "requestState was already used" in replayed.value.error.message
+
+
+async def test_a_backend_of_both_eras_asks_a_2026_client_in_its_own_words(
+    vigil: Callable[..., Vigil], demo_http: Callable[..., DemoHttp]
+) -> None:
+    """With `protocol = "auto"` Vigil reaches the demo backend (which speaks
+    both eras) in the handshake era, and a 2026-07-28 client's calls through
+    a second, 2026-07-28 connection: the input-required result is the
+    backend's own (its key, its state), as directly, not Vigil's."""
+    demo = demo_http("both")
+
+    async def first_round(url: str, tool: str) -> types.InputRequiredResult:
+        async with streamable_http_client(url) as (read, write):
+            async with ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT) as s:
+                with anyio.fail_after(DEADLINE):
+                    await s.discover()
+                    first = await s.call_tool(tool, {"message": "name?"}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult), first
+        return first
+
+    direct = await first_round(demo.url, "ask_user")
+    gw = vigil([http_backend("both", demo.url)])
+    async with Client(gw.url, mode="2026-07-28") as client:
+        await wait_listed(client, {"both__ask_user"})
+    through = await first_round(gw.url, "both__ask_user")
+    assert list(through.input_requests or {}) == list(direct.input_requests or {}) != ["vigil"], (direct, through)
+    assert not (through.request_state or "").startswith("vigil1."), through.request_state

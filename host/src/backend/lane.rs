@@ -133,6 +133,7 @@ impl Backend {
                 Some(ClientCapabilities::default()),
                 None,
                 downstream,
+                &self.config.protocol,
             )
             .await?;
         tracing::debug!(backend = %self.name, %principal, instance, "lane opened");

@@ -17,6 +17,7 @@ mod http_ping;
 pub mod inflight;
 mod lane;
 mod lifecycle;
+mod modern_door;
 mod listen;
 mod listing;
 pub mod outbox;
@@ -47,7 +48,7 @@ pub use tap::Relay;
 
 use crate::background::Background;
 use crate::catalog::BackendCatalog;
-use crate::config::{BackendConfig, Transport};
+use crate::config::{BackendConfig, Protocol, Transport};
 use crate::health::published::{Published, Publisher};
 use crate::health::stats::CallStats;
 use crate::health::{HealthState, Status, advertisable};
@@ -129,6 +130,9 @@ pub struct Backend {
     instances: std::sync::atomic::AtomicU64,
     /// The era `protocol = "auto"` last found it speaking.
     learned: lifecycle::Learned,
+    /// The 2026-07-28 connection for 2026-07-28 clients, where the backend
+    /// speaks both eras (`modern_door`).
+    door: modern_door::ModernDoor,
     /// Outcomes of real `tools/call` traffic (application signal).
     pub stats: CallStats,
     /// The same outcomes as Prometheus series.
@@ -164,6 +168,7 @@ impl Backend {
             listing: std::sync::atomic::AtomicBool::new(false),
             instances: std::sync::atomic::AtomicU64::new(0),
             learned: lifecycle::Learned::default(),
+            door: modern_door::ModernDoor::default(),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
         })
@@ -320,7 +325,7 @@ impl Backend {
             self.inflight.clone(),
             relay,
             self.bounds,
-            self.opening(true),
+            self.opening(true, &self.config.protocol),
             stderr,
         )
         .await
@@ -342,14 +347,15 @@ impl Backend {
             capabilities,
             authorization,
             self.downstream.clone(),
+            &self.config.protocol,
         )
         .await
     }
 
-    fn opening(&self, listen: bool) -> connection::Opening<'_> {
+    fn opening<'a>(&'a self, listen: bool, protocol: &'a Protocol) -> connection::Opening<'a> {
         connection::Opening {
             keep_alive: self.keep_alive(),
-            protocol: &self.config.protocol,
+            protocol,
             learned: &self.learned,
             listen,
         }
@@ -365,6 +371,7 @@ impl Backend {
         capabilities: Option<ClientCapabilities>,
         authorization: Option<&str>,
         downstream: Arc<dyn Downstream>,
+        protocol: &Protocol,
     ) -> Result<Connection, BackendError> {
         let Transport::Http { url, headers, .. } = &self.config.transport else {
             return Err(BackendError::Transport {
@@ -403,7 +410,7 @@ impl Backend {
             inflight,
             relay,
             self.bounds,
-            self.opening(listen),
+            self.opening(listen, protocol),
             None,
         )
         .await

@@ -51,9 +51,10 @@ pub enum Transport {
 pub enum Protocol {
     /// `"auto"` (default): the handshake, offering the newest revision that
     /// has one; if the backend refuses `initialize`, `server/discover`.
-    /// Handshake first because every relay of Vigil (server→client
-    /// requests, log levels, resource subscriptions, the raw path) works on
-    /// a handshake session; see docs/gateway.md "Protocol eras".
+    /// Handshake first because the raw path and lanes need a session; an
+    /// HTTP backend that speaks both eras also gets a 2026-07-28 connection
+    /// for 2026-07-28 clients (`backend::modern_door`). See docs/gateway.md
+    /// "Protocol revisions".
     #[default]
     Auto,
     /// A handshake revision (`"2025-11-25"`, `"2025-06-18"`, `"2025-03-26"`,

@@ -195,13 +195,19 @@ impl FrontSession {
 
 
     /// The connection a request from this session to `backend` travels on:
-    /// the session's own for HTTP backends, the shared one otherwise (and
-    /// before the handshake finished).
+    /// for a 2026-07-28 request, the backend's 2026-07-28 door where it
+    /// speaks both eras; the session's own for HTTP backends; the shared one
+    /// otherwise (and before the handshake finished).
     async fn connection(
         &self,
         backend: &Arc<Backend>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, McpError> {
+        if is_modern(ctx)
+            && let Some(door) = backend.modern_door().await
+        {
+            return Ok(door);
+        }
         let registered = self.registered.load(Ordering::Acquire);
         if (backend.per_session() && registered) || backend.forwards_auth() {
             let pool = self
