@@ -5,8 +5,9 @@ handshake era (`backends/modern_only_server.py`); it logs every method it is
 sent. Through Vigil, with the default `protocol = "auto"` and with
 `protocol = "2026-07-28"`, such a backend must be:
 
-- reached: `initialize` refused, then `server/discover` (auto), or
-  `server/discover` alone (pinned);
+- reached: over HTTP by `server/discover` alone (auto asks it first, and
+  pinned asks nothing else); over stdio (auto) `initialize` refused, then
+  `server/discover` on the same pipes;
 - probed without `ping`, many times, and never restarted for it;
 - listed and called by a 2025-era client and by a 2026-07-28 client;
 - heard: a tool it adds reaches clients as `tools/list_changed`, taken from
@@ -102,10 +103,8 @@ async def test_modern_http_backend_is_probed_listed_and_called(
     seen = methods(log)
     assert "ping" not in seen, f"a 2026-07-28 backend was sent ping: {seen}"
     assert "server/discover" in seen and "tools/list" in seen, seen
-    if protocol == "auto":
-        assert seen[0] == "initialize", f"auto tries the handshake first: {seen}"
-    else:
-        assert "initialize" not in seen, f"protocol = {protocol} never sends initialize: {seen}"
+    assert seen[0] == "server/discover", f"over HTTP, auto asks server/discover first: {seen}"
+    assert "initialize" not in seen, f"a backend that speaks only 2026-07-28 is never sent initialize: {seen}"
     detail = await api.instance("mo")
     assert detail["state"] == "running" and detail["restart_count"] == 0, detail
 
@@ -120,9 +119,9 @@ async def test_modern_http_backend_is_probed_listed_and_called(
             assert await call_text(s, "mo__echo", {"text": "from 2026"}) == "from 2026"
     seen = methods(log)
     assert "ping" not in seen
-    # The 2025-era client's session has a backend connection of its own:
-    # auto remembered the era, so it began with server/discover.
-    assert seen.count("initialize") == (1 if protocol == "auto" else 0), seen
+    # The 2025-era client's session has a backend connection of its own,
+    # begun in the era found before: server/discover again.
+    assert "initialize" not in seen, seen
     assert seen.count("server/discover") >= 5, "the shared connection's, the session's and the probes'"
 
 

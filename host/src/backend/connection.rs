@@ -83,6 +83,7 @@ pub async fn connect(
             let started = lifecycle::begin(
                 protocol,
                 learned,
+                false,
                 &client,
                 || slot.take(),
                 || !relay.has_transport_ended(),
@@ -128,6 +129,7 @@ pub async fn connect(
             let started = lifecycle::begin(
                 protocol,
                 learned,
+                true,
                 &client,
                 &mut transport,
                 || !target.refused(),
@@ -253,6 +255,17 @@ impl Connection {
             .peer_info()
             .map(|i| i.capabilities.clone())
             .unwrap_or_default()
+    }
+
+    /// Waits (at most `within`) until an HTTP session's standing GET stream
+    /// was opened or refused (see `SessionTarget::standing_stream_settled`);
+    /// at once for other connections.
+    pub async fn standing_stream_settled(&self, within: Duration) {
+        if self.era == lifecycle::Era::Handshake
+            && let Some(target) = &self.ping_target
+        {
+            target.standing_stream_settled(within).await;
+        }
     }
 
     /// The instructions the backend gave at the handshake (or discover).

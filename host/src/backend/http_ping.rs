@@ -50,6 +50,8 @@ pub struct SessionTarget {
     /// Whether the last POST found nothing accepting the connection (told
     /// from reqwest's typed error while rmcp's wrapping still lost it).
     refused: std::sync::atomic::AtomicBool,
+    /// How many times opening the standing GET stream ended, either way.
+    standing: tokio::sync::watch::Sender<u64>,
 }
 
 /// One recorded backend session: where it is and what its requests carry.
@@ -124,6 +126,22 @@ impl SessionTarget {
     /// Records that the standing GET stream failed or ended.
     pub fn stream_broken(&self) {
         self.broken.notify_one();
+    }
+
+    /// Records that an opening of the standing GET stream ended: the
+    /// backend took it (HTTP 200) or refused it.
+    pub fn stream_opening_ended(&self) {
+        self.standing.send_modify(|n| *n += 1);
+    }
+
+    /// Waits (at most `within`) until the first opening of the standing GET
+    /// stream ended. A backend may send a request for the client (an
+    /// elicitation, say) on that stream rather than on the call's own, and
+    /// drop it when no stream is open: a call sent before the stream is up
+    /// would lose it.
+    pub async fn standing_stream_settled(&self, within: std::time::Duration) {
+        let mut rx = self.standing.subscribe();
+        let _ = tokio::time::timeout(within, rx.wait_for(|n| *n > 0)).await;
     }
 
     /// Resolves after the next re-initialization of the session.

@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 
 use rmcp::ServiceExt;
-use rmcp::model::ProtocolVersion;
+use rmcp::model::{ProtocolVersion, RequestMetaObject};
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
     RxJsonRpcMessage, TxJsonRpcMessage,
@@ -57,8 +57,13 @@ impl Learned {
     const MODERN: u8 = 2;
     const HANDSHAKE: u8 = 1;
 
-    fn modern_first(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed) == Self::MODERN
+    /// The era last recorded, if any.
+    fn get(&self) -> Option<Era> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            Self::MODERN => Some(Era::Modern),
+            Self::HANDSHAKE => Some(Era::Handshake),
+            _ => None,
+        }
     }
 
     /// Records the era a connection began in.
@@ -98,14 +103,22 @@ fn refused(e: &ClientInitializeError) -> bool {
 }
 
 /// Begins the lifecycle `protocol` asks for over transports from `next`
-/// (asked once, and a second time when `auto` falls back), with a fresh
+/// (asked once, and again when `auto` tries the other era), with a fresh
 /// handler from `client` for each try. `reached` says, after a failed try,
 /// whether anything answered at all (HTTP: not a refused connection).
-/// `auto` tries the era `learned` last saw first, and records the one that
-/// began.
+///
+/// `auto` asks what `learned` says the backend spoke last. Knowing nothing
+/// yet, over HTTP (`probe`), it asks `server/discover` first, as a
+/// 2026-07-28 client does: a backend that also lists a handshake revision
+/// speaks both eras and is begun again with `initialize` (its 2026-07-28
+/// clients get `modern_door`); one that speaks only 2026-07-28 is kept as
+/// discovered; one that refuses gets `initialize`. Over stdio (one era on
+/// one pair of pipes) the handshake comes first. The era that began is
+/// recorded.
 pub async fn begin<T, N>(
     protocol: &Protocol,
     learned: &Learned,
+    probe: bool,
     client: &BackendClient,
     mut next: N,
     reached: impl Fn() -> bool,
@@ -120,27 +133,37 @@ where
         })
     };
     let mut transport = transport;
+    let latest = [ProtocolVersion::LATEST];
     match protocol {
         Protocol::Handshake(version) => {
             let mut handler = client.clone();
             handler.offer(version.clone());
             handler.serve(transport()?).await.map_err(failed)
         }
-        Protocol::Modern(version) => try_era(client, transport()?, Some(version))
+        Protocol::Modern(version) => try_era(client, transport()?, Some(&[version.clone()]))
             .await
             .map_err(failed),
         Protocol::Auto => {
-            let modern_first = learned.modern_first();
-            let latest = ProtocolVersion::LATEST;
-            let era = |modern: bool| modern.then_some(&latest);
-            let first = try_era(client, transport()?, era(modern_first)).await;
-            let service = match first {
+            let probing = probe && learned.get().is_none();
+            let first = match learned.get() {
+                Some(Era::Modern) => Some(&latest[..]),
+                None if probe => Some(&latest[..]),
+                _ => None,
+            };
+            let service = match try_era(client, transport()?, first).await {
+                Ok(service) if probing && speaks_handshake_too(&service).await => {
+                    // Speaks both eras: a session, for every relay of it.
+                    tracing::debug!("server/discover lists a handshake revision too; beginning with initialize");
+                    let _ = service.cancel().await;
+                    try_era(client, transport()?, None).await.map_err(failed)
+                }
                 Ok(service) => Ok(service),
                 Err(e) if refused(&e) && reached() => {
                     let why = super::error::plain(&e);
-                    let (tried, then) = names(modern_first);
+                    let (tried, then) = names(first.is_some());
                     tracing::debug!(reason = %why, "{tried} refused; trying {then}");
-                    try_era(client, transport()?, era(!modern_first))
+                    let second = if first.is_some() { None } else { Some(&latest[..]) };
+                    try_era(client, transport()?, second)
                         .await
                         .map_err(|second| Failed {
                             reason: format!(
@@ -151,25 +174,44 @@ where
                 }
                 Err(e) => Err(failed(e)),
             }?;
-            if let Some(info) = service.peer().peer_info() {
-                learned.record(Era::of(&info.protocol_version));
-            }
+            learned.record(era_of(&service));
             Ok(service)
         }
     }
 }
 
-/// One try: `server/discover` offering `modern`, or (`None`) the
-/// handshake.
+/// Whether a backend begun with `server/discover` lists a handshake
+/// revision Vigil speaks among its supported ones (rmcp keeps only the
+/// revision it chose, so the result is asked for again; rmcp answers from
+/// its response cache when it kept the first).
+async fn speaks_handshake_too(service: &RunningService<RoleClient, BackendClient>) -> bool {
+    match service.peer().discover(RequestMetaObject::new()).await {
+        Ok(found) => found
+            .supported_versions
+            .iter()
+            .any(|v| v.has_initialize() && ProtocolVersion::KNOWN_VERSIONS.contains(v)),
+        Err(_) => false,
+    }
+}
+
+fn era_of(service: &RunningService<RoleClient, BackendClient>) -> Era {
+    service
+        .peer()
+        .peer_info()
+        .map_or(Era::Handshake, |i| Era::of(&i.protocol_version))
+}
+
+/// One try: `server/discover` offering `modern` (in order of preference),
+/// or (`None`) the handshake.
 async fn try_era<T: Transport<RoleClient> + 'static>(
     client: &BackendClient,
     transport: T,
-    modern: Option<&ProtocolVersion>,
+    modern: Option<&[ProtocolVersion]>,
 ) -> Result<RunningService<RoleClient, BackendClient>, ClientInitializeError> {
     match modern {
-        Some(version) => {
+        Some(versions) => {
             let mode = ClientLifecycleMode::Discover {
-                preferred_versions: vec![version.clone()],
+                preferred_versions: versions.to_vec(),
             };
             client.clone().serve_with_lifecycle(transport, mode).await
         }

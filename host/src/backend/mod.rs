@@ -141,6 +141,10 @@ pub struct Backend {
     command_rx: Mutex<Option<mpsc::UnboundedReceiver<(Command, CommandReply)>>>,
 }
 
+/// How long a client session's new connection waits for its standing GET
+/// stream before its first request goes out.
+const STANDING_STREAM_WAIT: Duration = Duration::from_secs(2);
+
 impl Backend {
     pub fn new(
         config: BackendConfig,
@@ -341,15 +345,19 @@ impl Backend {
         capabilities: Option<ClientCapabilities>,
         authorization: Option<&str>,
     ) -> Result<Connection, BackendError> {
-        self.open_connection(
-            self.forwards_auth(),
-            Some(session),
-            capabilities,
-            authorization,
-            self.downstream.clone(),
-            &self.config.protocol,
-        )
-        .await
+        let conn = self
+            .open_connection(
+                self.forwards_auth(),
+                Some(session),
+                capabilities,
+                authorization,
+                self.downstream.clone(),
+                &self.config.protocol,
+            )
+            .await?;
+        // The client may be asked things, maybe on that stream.
+        conn.standing_stream_settled(STANDING_STREAM_WAIT).await;
+        Ok(conn)
     }
 
     fn opening<'a>(&'a self, listen: bool, protocol: &'a Protocol) -> connection::Opening<'a> {

@@ -261,6 +261,7 @@ impl StreamableHttpClient for WatchedHttp {
                 max_sse_event_size,
             )
             .await;
+        self.target.stream_opening_ended();
         match result {
             Ok(stream) => Ok(EndWatched {
                 inner: stream,
