@@ -136,6 +136,10 @@ impl Backend {
                 &self.config.protocol,
             )
             .await?;
+        // Before the first call: a backend may send what belongs to a call
+        // on the session's standing stream when it opens after the call.
+        conn.standing_stream_settled(super::STANDING_STREAM_WAIT)
+            .await;
         tracing::debug!(backend = %self.name, %principal, instance, "lane opened");
         // `u64::MAX` differs from any count: `recovered` says so once.
         let reported = if replaces_ended {

@@ -141,8 +141,8 @@ pub struct Backend {
     command_rx: Mutex<Option<mpsc::UnboundedReceiver<(Command, CommandReply)>>>,
 }
 
-/// How long a client session's new connection waits for its standing GET
-/// stream before its first request goes out.
+/// How long a client session's new connection (or a lane) waits for its
+/// standing GET stream before its first request goes out.
 const STANDING_STREAM_WAIT: Duration = Duration::from_secs(2);
 
 impl Backend {

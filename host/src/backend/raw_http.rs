@@ -230,9 +230,9 @@ impl Events {
             )));
         }
         self.resumes += 1;
-        if let Some(wait) = self.retry {
-            tokio::time::sleep(wait.min(MAX_RETRY_WAIT)).await;
-        }
+        let wait = self.retry.unwrap_or_default().min(MAX_RETRY_WAIT);
+        tracing::debug!(request = %self.id, last_event = %last, ?wait, "the backend closed the call's stream unanswered; resuming");
+        tokio::time::sleep(wait).await;
         let client = super::stream_watch::shared_client(self.keep_alive)?;
         let resp = self
             .target
@@ -245,6 +245,7 @@ impl Events {
         if !resp.status().is_success() {
             return Err(HttpFailure::Status(resp.status()));
         }
+        tracing::debug!(request = %self.id, "stream resumed");
         self.stream = sse_of(resp);
         Ok(())
     }
