@@ -137,9 +137,8 @@ count() { # count STATUS FILE
 NOT_IMPLEMENTED=(http-custom-header-server-validation)
 
 # The runs through Vigil whose counts are asserted (every other run is
-# reported only). The 2026-07-28 runs join when Vigil passes them: see
-# "2026-07-28 through Vigil" in README.md for what it fails today.
-ASSERTED=(vigil-auto/2025-11-25)
+# reported only).
+ASSERTED=(vigil-auto/2025-11-25 vigil-auto/2026-07-28 vigil-modern/2026-07-28)
 
 revisions=(2025-11-25 2026-07-28)
 
