@@ -25,8 +25,8 @@ from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from harness import DemoHttp, Vigil, demo_stdio_args, http_backend, stdio_backend
-from support import DEADLINE, DEMO_TOOLS, SDK_READ_TIMEOUT, poll, prefixed, text_of
+from harness import DemoHttp, Procs, Vigil, demo_stdio_args, http_backend, start_python_backend, stdio_backend
+from support import DEADLINE, DEMO_TOOLS, SDK_READ_TIMEOUT, ControlApi, http_session, poll, prefixed, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -147,3 +147,30 @@ async def test_a_backend_of_both_eras_asks_a_2026_client_in_its_own_words(
     through = await first_round(gw.url, "both__ask_user")
     assert list(through.input_requests or {}) == list(direct.input_requests or {}) != ["vigil"], (direct, through)
     assert not (through.request_state or "").startswith("vigil1."), through.request_state
+
+
+async def test_a_url_elicitation_error_reaches_a_2026_client_as_a_question(
+    vigil: Callable[..., Vigil], procs: Procs
+) -> None:
+    """2025-11-25 ends a call with `-32042` when the user must visit a URL
+    first; 2026-07-28 has no such error. A 2026-07-28 client gets the URL
+    elicitation as an input-required result, and its retry is the call made
+    again, which now succeeds."""
+    backend = start_python_backend(procs, "url", "url_elicitation_server.py")
+    async with http_session(backend.url) as direct:
+        with pytest.raises(MCPError) as refused:
+            await direct.call_tool("needs_login", {"user": "direct"})
+    assert refused.value.error.code == -32042, "the backend itself, to a 2025-11-25 client"
+    gw = vigil([{**http_backend("u", backend.url), "protocol": "2025-11-25"}], api={})
+    await ControlApi(gw.api_base).wait_state("u", "running")
+    asked: list[Any] = []
+
+    async def visit(_ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept")
+
+    async with Client(gw.url, mode="2026-07-28", elicitation_callback=visit) as client:
+        with anyio.fail_after(DEADLINE):
+            result = await client.call_tool("u__needs_login", {"user": "through"})
+    assert text_of(result) == "logged in"
+    assert [getattr(p, "url", None) for p in asked] == ["https://login.example/start"], asked

@@ -10,6 +10,13 @@
 //! and that state, gives the answer to the waiting backend request and
 //! waits for what the backend does next (another question, or the result).
 //!
+//! A 2025-11-25 backend may also end a call with `-32042` (URL elicitation
+//! required: the user is to visit URLs, then the call is made again), an
+//! error 2026-07-28 does not have. A 2026-07-28 client gets it as an
+//! input-required result holding the URL elicitations, and a sealed state
+//! that names no parked call: its retry is sent to the backend as the call
+//! made again.
+//!
 //! `requestState` passes through the client, so it is sealed: an HMAC
 //! (SHA-256, a key Vigil draws at start) over the parked call's number, its
 //! expiry, and who may resume it for what (principal, method, name). A
@@ -36,6 +43,14 @@ const PREFIX: &str = "vigil1.";
 
 /// The key of the one question of each round in `inputRequests`.
 pub const INPUT_KEY: &str = "vigil";
+
+/// The error a 2025-11-25 server ends a call with when the user must visit
+/// URLs first (the elicitations are in its `data`).
+pub const URL_ELICITATION_REQUIRED: i32 = -32042;
+
+/// The parked-call number of a state that names none: its retry is the
+/// call made again (`-32042`, see the module doc). Parked calls count from 1.
+const AGAIN: u64 = 0;
 
 /// Calls waiting for a client's answer at once; beyond it a new question
 /// is refused (the backend gets an error) rather than memory growing.
@@ -184,6 +199,21 @@ impl Mrtr {
                         None,
                     ));
                 }
+                Some(Event::Done {
+                    result: Err(crate::backend::BackendError::Mcp(e)),
+                    recovered,
+                }) => {
+                    let Some(requests) = url_elicitations(&e) else {
+                        let result = Err(crate::backend::BackendError::Mcp(e));
+                        return Next::Done { result, recovered };
+                    };
+                    let expires_ms = now_ms() + ttl.as_millis() as u64;
+                    let state = self.seal(AGAIN, expires_ms, binding);
+                    return Next::InputRequired(InputRequiredResult::new(
+                        Some(requests),
+                        Some(state),
+                    ));
+                }
                 Some(Event::Done { result, recovered }) => return Next::Done { result, recovered },
                 Some(Event::Ask { request, reply }) => {
                     let (kind, input) = match request {
@@ -245,13 +275,17 @@ impl Mrtr {
 
     /// Gives the client's answer (from its retry) to the parked call that
     /// `state` names; the call's events, to wait on with [`Mrtr::next`].
+    /// A state that names no parked call says to make the call again.
     pub fn resume(
         &self,
         state: &str,
         responses: Option<&InputResponses>,
         binding: &Binding,
-    ) -> Result<mpsc::Receiver<Event>, Refused> {
+    ) -> Result<Resumed, Refused> {
         let id = self.open(state, binding)?;
+        if id == AGAIN {
+            return Ok(Resumed::Again);
+        }
         let mut parked = self.lock();
         let p = parked.get(&id).ok_or(Refused::Replayed)?;
         let answer = responses
@@ -260,8 +294,33 @@ impl Mrtr {
         let answer = read_answer(p.kind, answer.clone()).map_err(Refused::BadAnswer)?;
         let p = parked.remove(&id).ok_or(Refused::Replayed)?;
         let _ = p.reply.send(Ok(answer));
-        Ok(p.events)
+        Ok(Resumed::Parked(p.events))
     }
+}
+
+/// What a retry's genuine state leads to.
+pub enum Resumed {
+    /// The parked call goes on: its events.
+    Parked(mpsc::Receiver<Event>),
+    /// Make the call again (after a `-32042`).
+    Again,
+}
+
+/// The URL elicitations of a `-32042` error, as the input requests of an
+/// input-required result (keys `vigil-url-0`, ...); `None` for any other
+/// error, or one whose `data` has none that parse.
+fn url_elicitations(e: &McpError) -> Option<InputRequests> {
+    if e.code.0 != URL_ELICITATION_REQUIRED {
+        return None;
+    }
+    let listed = e.data.as_ref()?.get("elicitations")?.as_array()?;
+    let mut requests = InputRequests::new();
+    for (i, v) in listed.iter().enumerate() {
+        let params: ElicitRequestParams = serde_json::from_value(v.clone()).ok()?;
+        let request = InputRequest::Elicitation(ElicitRequest::new(params));
+        requests.insert(format!("{INPUT_KEY}-url-{i}"), request);
+    }
+    (!requests.is_empty()).then_some(requests)
 }
 
 /// What [`Mrtr::next`] found.
@@ -316,8 +375,12 @@ pub fn mrtr_target(request: &ClientRequest) -> Option<MrtrTarget> {
 }
 
 /// `request` made into its retry: the client's answers and the state the
-/// backend issued, byte for byte.
-pub fn retry_with(request: &mut ClientRequest, answers: InputResponses, state: Option<String>) {
+/// backend issued, byte for byte (`None`, `None`: the call made afresh).
+pub fn retry_with(
+    request: &mut ClientRequest,
+    answers: Option<InputResponses>,
+    state: Option<String>,
+) {
     let (responses, request_state) = match request {
         ClientRequest::CallToolRequest(r) => {
             (&mut r.params.input_responses, &mut r.params.request_state)
@@ -330,7 +393,7 @@ pub fn retry_with(request: &mut ClientRequest, answers: InputResponses, state: O
         }
         _ => return,
     };
-    *responses = Some(answers);
+    *responses = answers;
     *request_state = state;
 }
 

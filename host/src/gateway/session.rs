@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::Gateway;
 use super::admission::{self, Admitted};
-use super::mrtr::{Binding, MrtrTarget, mrtr_target, retry_with};
+use super::mrtr::{Binding, MrtrTarget, Resumed, mrtr_target, retry_with};
 use super::route::{
     forwardable_meta, mark_complete, page, schema_changed, unavailable, unknown_prompt,
     unknown_tool, unknown_uri,
@@ -403,7 +403,7 @@ impl FrontSession {
                 };
                 answers.insert(key, answer);
             }
-            retry_with(&mut request, answers, input.request_state);
+            retry_with(&mut request, Some(answers), input.request_state);
         }
         (
             Err(BackendError::Mcp(McpError::internal_error(
@@ -425,7 +425,7 @@ impl FrontSession {
         &self,
         b: &Arc<Backend>,
         conn: Arc<Connection>,
-        request: ClientRequest,
+        mut request: ClientRequest,
         target: MrtrTarget,
         ctx: &RequestContext<RoleServer>,
     ) -> super::mrtr::Round {
@@ -435,9 +435,15 @@ impl FrontSession {
             method: target.method,
             name: target.name,
         };
-        let events = match &target.state {
-            Some(state) => mrtr.resume(state, target.responses.as_ref(), &binding)?,
-            None => {
+        let resumed = match &target.state {
+            Some(state) => Some(mrtr.resume(state, target.responses.as_ref(), &binding)?),
+            None => None,
+        };
+        let events = match resumed {
+            Some(Resumed::Parked(events)) => events,
+            // A first call, or one made again: its MRTR fields are Vigil's.
+            Some(Resumed::Again) | None => {
+                retry_with(&mut request, None, None);
                 let (asker, events) = Asker::channel();
                 let front = self.front_call(ctx, None, Some(asker.clone()));
                 // The call outlives this request (it may wait for the

@@ -137,3 +137,62 @@ async fn a_retry_without_a_usable_answer_leaves_the_call_waiting() {
     ));
     assert!(m.resume(&state, Some(&accept()), &b).is_ok());
 }
+
+/// A backend's `-32042` (2025-11-25 only) reaches a 2026-07-28 client as
+/// an input-required result with the URL elicitations; its state names no
+/// parked call: the retry is the call made again. Another error stays one.
+#[tokio::test]
+async fn a_url_elicitation_error_becomes_a_question_whose_retry_calls_again() {
+    let m = Mrtr::with_key([7; 32]);
+    let b = binding("alice");
+    let url = serde_json::json!({
+        "mode": "url",
+        "message": "sign in",
+        "url": "https://example.com/auth",
+        "elicitationId": "e-1"
+    });
+    let error = McpError::new(
+        ErrorCode(URL_ELICITATION_REQUIRED),
+        "sign in first",
+        Some(serde_json::json!({"elicitations": [url]})),
+    );
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(Event::Done {
+        result: Err(crate::backend::BackendError::Mcp(error)),
+        recovered: false,
+    })
+    .await
+    .ok()
+    .expect("queued");
+    let Next::InputRequired(r) = m.next(rx, &b, Duration::from_secs(60)).await else {
+        panic!("expected an input-required result");
+    };
+    let asked = r.input_requests.expect("the elicitations");
+    match asked.get("vigil-url-0") {
+        Some(InputRequest::Elicitation(e)) => assert!(matches!(
+            &e.params,
+            ElicitRequestParams::UrlElicitationParams { url, .. } if url == "https://example.com/auth"
+        )),
+        other => panic!("a URL elicitation, not {other:?}"),
+    }
+    let state = r.request_state.expect("a state");
+    assert!(matches!(m.resume(&state, None, &b), Ok(Resumed::Again)));
+    assert!(matches!(
+        m.resume(&state, None, &binding("mallory")),
+        Err(Refused::Forged)
+    ));
+
+    let (tx, rx) = mpsc::channel(1);
+    let other = McpError::invalid_params("no", None);
+    tx.send(Event::Done {
+        result: Err(crate::backend::BackendError::Mcp(other)),
+        recovered: false,
+    })
+    .await
+    .ok()
+    .expect("queued");
+    assert!(matches!(
+        m.next(rx, &b, Duration::from_secs(60)).await,
+        Next::Done { result: Err(_), .. }
+    ));
+}
