@@ -164,9 +164,14 @@ async def test_an_idle_session_connection_is_closed_and_reopened_on_use(
             return "closing an idle session connection" in ANSI.sub("", gw.proc.stderr())
 
         await poll(lambda: anyio.to_thread.run_sync(closed_idle), bool, "the idle connection closed")
-        # The next call opens a new connection (listing again) and works.
+        # The next call opens a new connection (listing again, after the
+        # call: requests never wait for a listing) and works.
         assert await call_text(alice, "per__alpha", {}) == "alpha for Bearer alice"
-        assert len(listings(state)) > opened, listings(state)
+        await poll(
+            lambda: anyio.to_thread.run_sync(lambda: listings(state)),
+            lambda seen: len(seen) > opened,
+            "a listing through the reopened connection",
+        )
         assert await tool_names(alice) == {"per__alpha"}
 
 

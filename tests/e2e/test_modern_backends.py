@@ -122,7 +122,6 @@ async def test_modern_http_backend_is_probed_listed_and_called(
     # The 2025-era client's session has a backend connection of its own,
     # begun in the era found before: server/discover again.
     assert "initialize" not in seen, seen
-    assert seen.count("server/discover") >= 5, "the shared connection's, the session's and the probes'"
 
 
 async def test_modern_backend_changes_reach_clients_through_listen(

@@ -48,8 +48,16 @@ async def test_http_backends_are_pinged_directly_on_their_session(
     sse = start_sdk_server(procs, "sse", json_response=False)
     plain = start_sdk_server(procs, "json", json_response=True)
     backends = {"rmcp": demo.url, "sdksse": sse, "sdkjson": plain}
+    # The Python SDK's servers list only 2026-07-28 in server/discover, so
+    # `auto` would reach them in that era (no session to ping on): pinned
+    # to the handshake era here. The demo backend lists both eras and gets
+    # a session with `auto`.
+    entries = [
+        http_backend(name, url) if name == "rmcp" else {**http_backend(name, url), "protocol": "2025-11-25"}
+        for name, url in backends.items()
+    ]
     gw = vigil(
-        [http_backend(name, url) for name, url in backends.items()],
+        entries,
         health={"interval": "200ms", "timeout": "200ms"},
         api={},
     )

@@ -98,7 +98,9 @@ async def test_a_closed_stream_tells_the_client_the_backends_retry(
     assert answer == "done"
     assert retries(direct) and retries(direct)[-1] == RETRY_MS, f"the backend's own stream: {direct}"
 
-    gw: Vigil = vigil([http_backend("p", backend.url)], api={})
+    # A 2025-11-25 backend (the Python SDK's server speaks 2026-07-28 too,
+    # which has no stream resumption: `auto` would choose that).
+    gw: Vigil = vigil([{**http_backend("p", backend.url), "protocol": "2025-11-25"}], api={})
     await ControlApi(gw.api_base).wait_state("p", "running")
     through, answer = await closed_call(gw.url, "p__later")
     assert answer == "done"

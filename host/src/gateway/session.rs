@@ -140,7 +140,7 @@ impl FrontSession {
     /// [`FrontSession::visible`].
     async fn catalog(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
         let shared = self.gw.catalog();
-        let Some(pool) = self.own_pool(&ctx.extensions) else {
+        let Some(pool) = self.own_pool(ctx) else {
             return shared;
         };
         observe(&pool, &ctx.extensions, &ctx.peer);
@@ -151,17 +151,21 @@ impl FrontSession {
     /// own connections: the session's once it is registered; for a
     /// sessionless (2026-07-28) request over HTTP, its caller's
     /// (`caller_pools`), when some backend forwards credentials; otherwise
-    /// none (shared connections only).
-    fn own_pool(&self, extensions: &rmcp::model::Extensions) -> Option<Arc<Pool>> {
+    /// none (shared connections only; a session's requests before it is
+    /// registered, `initialize` among them).
+    fn own_pool(&self, ctx: &RequestContext<RoleServer>) -> Option<Arc<Pool>> {
         if self.registered.load(Ordering::Acquire) {
             return Some(self.pool.clone());
         }
+        if !is_modern(ctx) {
+            return None;
+        }
         self.gw.backends().forwarded().next()?;
-        extensions.get::<http::request::Parts>()?;
-        Some(
-            self.gw
-                .caller_pool(&Principal::of(extensions), authorization(extensions)),
-        )
+        ctx.extensions.get::<http::request::Parts>()?;
+        Some(self.gw.caller_pool(
+            &Principal::of(&ctx.extensions),
+            authorization(&ctx.extensions),
+        ))
     }
 
     /// What the caller of `ctx` may see of this session's catalog
@@ -211,7 +215,7 @@ impl FrontSession {
         let registered = self.registered.load(Ordering::Acquire);
         if (backend.per_session() && registered) || backend.forwards_auth() {
             let pool = self
-                .own_pool(&ctx.extensions)
+                .own_pool(ctx)
                 .ok_or_else(|| needs_session(&backend.name))?;
             observe(&pool, &ctx.extensions, &ctx.peer);
             return pool
@@ -1095,7 +1099,7 @@ impl ServerHandler for FrontSession {
         // Each listen stream is its own registry entry for as long as it is open.
         let id = self.gw.new_listen_id();
         tracing::debug!(listen = id, accepted = ?ctx.accepted(), "subscriptions/listen stream opened");
-        let pool = self.own_pool(&ctx.request_context().extensions);
+        let pool = self.own_pool(ctx.request_context());
         let outbox = Outbox::new(self.gw.config.limits.relay_queue);
         let who = Principal::of(&ctx.request_context().extensions);
         // Each resource the stream names is watched at its backend while
