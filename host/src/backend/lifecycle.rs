@@ -4,9 +4,7 @@
 //! has none: the client asks `server/discover` and sends every request with
 //! its own `_meta` (revision, client capabilities), which rmcp adds once
 //! discovery chose the revision. Which one a backend gets is its `protocol`
-//! key ([`Protocol`]): a revision, or `auto` — the handshake first and
-//! `server/discover` when the backend refuses `initialize` (why in that
-//! order: `config::Protocol::Auto`).
+//! key ([`Protocol`]): a revision, or `auto` (see [`begin`]).
 //!
 //! A stdio backend is one process with one pair of pipes, so `auto`'s
 //! second try must reuse the transport rmcp dropped with the failed first;

@@ -49,12 +49,11 @@ pub enum Transport {
 /// has no handshake (`server/discover`, then self-contained requests).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Protocol {
-    /// `"auto"` (default): the handshake, offering the newest revision that
-    /// has one; if the backend refuses `initialize`, `server/discover`.
-    /// Handshake first because the raw path and lanes need a session; an
-    /// HTTP backend that speaks both eras also gets a 2026-07-28 connection
-    /// for 2026-07-28 clients (`backend::modern_door`). See docs/gateway.md
-    /// "Protocol revisions".
+    /// `"auto"` (default): over HTTP `server/discover` first, then the
+    /// handshake where the backend refuses it or lists a handshake revision
+    /// too (the raw path and lanes need a session; its 2026-07-28 clients
+    /// get `backend::modern_door`); over stdio the handshake first. See
+    /// `backend::lifecycle::begin` and docs/gateway.md "Protocol revisions".
     #[default]
     Auto,
     /// A handshake revision (`"2025-11-25"`, `"2025-06-18"`, `"2025-03-26"`,
