@@ -4,8 +4,11 @@
 //! a backend reached in each era.
 //!
 //! One HTTP demo backend (it speaks both eras) and two Vigils in front of
-//! it: `vigil-hs` reaches it in the handshake era (`protocol = "auto"`),
-//! `vigil-26` in 2026-07-28 (`protocol = "2026-07-28"`). Clients are rmcp's:
+//! it: `vigil-hs` reaches it in the handshake era (`protocol = "2025-11-25"`),
+//! `vigil-26` in 2026-07-28 (`protocol = "2026-07-28"`). (`auto` would
+//! give this dual backend's 2026-07-28 clients the modern door, i.e. the
+//! `vigil-26` path, and its 2025 clients the `vigil-hs` one, so it is not
+//! a third path.) Clients are rmcp's:
 //! a handshake-era one (`initialize`, a session) and a 2026-07-28 one
 //! (`server/discover`, self-contained requests), each keeping its HTTP
 //! connection alive. Calls:
@@ -111,16 +114,32 @@ struct Path {
     name: &'static str,
     url: String,
     prefix: &'static str,
+    /// Vigil's process, whose CPU time per call is reported (`None`: direct).
+    vigil_pid: Option<u32>,
 }
 
-/// Answers every elicitation with the name `bench`.
+/// What one measured window gave.
+struct Window {
+    latencies: Vec<u64>,
+    /// Vigil's user + system CPU seconds over the window, when known.
+    vigil_cpu: Option<f64>,
+}
+
+/// Answers every elicitation with the name `bench`. It declares the
+/// `elicitation` capability only for `ask_user`: a client that declares
+/// nothing is what a plain tool caller looks like, and its 2025-era calls
+/// may take Vigil's raw path.
 #[derive(Clone)]
-struct Answering;
+struct Answering {
+    elicitation: bool,
+}
 
 impl ClientHandler for Answering {
     fn get_info(&self) -> ClientConfig {
         let mut caps = ClientCapabilities::default();
-        caps.elicitation = Some(ElicitationCapability::default());
+        if self.elicitation {
+            caps.elicitation = Some(ElicitationCapability::default());
+        }
         let mut info = ClientConfig::new(
             caps,
             Implementation::new("vigil-bench-eras", env!("CARGO_PKG_VERSION")),
@@ -141,7 +160,7 @@ impl ClientHandler for Answering {
 
 type Client = RunningService<RoleClient, Answering>;
 
-async fn connect(url: &str, era: ClientEra) -> anyhow::Result<Client> {
+async fn connect(url: &str, era: ClientEra, what: Call) -> anyhow::Result<Client> {
     let http = reqwest::Client::builder()
         .build()
         .context("cannot build the HTTP client")?;
@@ -157,7 +176,10 @@ async fn connect(url: &str, era: ClientEra) -> anyhow::Result<Client> {
     };
     tokio::time::timeout(
         Duration::from_secs(10),
-        Answering.serve_with_lifecycle(transport, mode),
+        Answering {
+            elicitation: what == Call::Ask,
+        }
+        .serve_with_lifecycle(transport, mode),
     )
     .await
     .map_err(|_| anyhow!("{url}: no answer to the {era}'s start within 10s"))?
@@ -184,17 +206,25 @@ async fn measure(
     era: ClientEra,
     what: Call,
     args: &ErasArgs,
-) -> anyhow::Result<Vec<u64>> {
-    let client = connect(&path.url, era).await?;
+) -> anyhow::Result<Window> {
+    let cpu = || {
+        path.vigil_pid
+            .and_then(|pid| crate::machine::process_cpu_seconds(Some(pid)))
+    };
+    let client = connect(&path.url, era, what).await?;
     let params = CallToolRequestParams::new(format!("{}{}", path.prefix, what.tool()))
         .with_arguments(what.arguments());
     let start = Instant::now() + Duration::from_secs_f64(args.warmup);
     let end = start + Duration::from_secs_f64(args.duration);
     let mut latencies = Vec::new();
+    let mut cpu_at_start = None;
     loop {
         let begin = Instant::now();
         if begin >= end {
             break;
+        }
+        if begin >= start && cpu_at_start.is_none() {
+            cpu_at_start = Some(cpu());
         }
         call(&client, &params, what)
             .await
@@ -203,8 +233,15 @@ async fn measure(
             latencies.push(begin.elapsed().as_nanos() as u64);
         }
     }
+    let vigil_cpu = match (cpu_at_start.flatten(), cpu()) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
     let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
-    Ok(latencies)
+    Ok(Window {
+        latencies,
+        vigil_cpu,
+    })
 }
 
 pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
@@ -227,33 +264,41 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
         name: "direct",
         url: backend_url.clone(),
         prefix: "",
+        vigil_pid: None,
     }];
-    for (name, protocol) in [("vigil-hs", "auto"), ("vigil-26", "2026-07-28")] {
+    for (name, protocol) in [("vigil-hs", "2025-11-25"), ("vigil-26", "2026-07-28")] {
         let port = procs::free_port()?;
         let dir = work.path().join(name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         let config = dir.join("vigil.toml");
         std::fs::write(
             &config,
             procs::vigil_config(port, &backend_url, true, protocol, "", ""),
         )?;
         let url = format!("http://127.0.0.1:{port}/mcp");
-        let mut vigil = Server::vigil(&bin_dir.join("vigil"), &config, None, dir.join("vigil.log"))?;
+        let mut vigil =
+            Server::vigil(&bin_dir.join("vigil"), &config, None, dir.join("vigil.log"))?;
         crate::load::wait_ready(&mut vigil, &url, "demo__echo", Duration::from_secs(30)).await?;
-        vigils.push(vigil);
         paths.push(Path {
             name,
             url,
             prefix: "demo__",
+            vigil_pid: vigil.pid(),
         });
+        vigils.push(vigil);
     }
-    println!("paths: direct = the demo backend; vigil-hs = Vigil reaching it in the handshake era; vigil-26 = Vigil reaching it in 2026-07-28");
+    println!(
+        "paths: direct = the demo backend; vigil-hs = Vigil reaching it in the handshake era; vigil-26 = Vigil reaching it in 2026-07-28"
+    );
     println!();
 
     let mut rows = Vec::new();
     for what in [Call::Echo, Call::Ask] {
         for era in [ClientEra::Handshake, ClientEra::Modern] {
             let mut merged: Vec<Vec<u64>> = vec![Vec::new(); paths.len()];
+            let mut vigil_cpu: Vec<Option<f64>> =
+                paths.iter().map(|p| p.vigil_pid.map(|_| 0.0)).collect();
             for round in 0..args.rounds as usize {
                 for k in 0..paths.len() {
                     let i = (k + round) % paths.len();
@@ -261,7 +306,12 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
                     for v in &mut vigils {
                         v.check_alive()?;
                     }
-                    merged[i].extend(measure(&paths[i], era, what, args).await?);
+                    let window = measure(&paths[i], era, what, args).await?;
+                    merged[i].extend(window.latencies);
+                    vigil_cpu[i] = match (vigil_cpu[i], window.vigil_cpu) {
+                        (Some(sum), Some(w)) => Some(sum + w),
+                        _ => None,
+                    };
                 }
             }
             let figures: Vec<Latency> = merged
@@ -272,7 +322,13 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
                 })
                 .collect();
             let calls: Vec<usize> = merged.iter().map(Vec::len).collect();
-            rows.push((what, era, figures, calls));
+            rows.push(Row {
+                what,
+                era,
+                figures,
+                calls,
+                vigil_cpu,
+            });
         }
     }
     print_table(&paths, &rows);
@@ -284,15 +340,36 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_table(paths: &[Path], rows: &[(Call, ClientEra, Vec<Latency>, Vec<usize>)]) {
+/// One (call, client era): a figure per path.
+struct Row {
+    what: Call,
+    era: ClientEra,
+    figures: Vec<Latency>,
+    calls: Vec<usize>,
+    /// Vigil's CPU seconds over all rounds, per path (`None`: direct).
+    vigil_cpu: Vec<Option<f64>>,
+}
+
+fn print_table(paths: &[Path], rows: &[Row]) {
     println!(
-        "{:<9} {:<18} {:<9} {:>7} {:>9} {:>9} {:>10} {:>8}",
-        "call", "client", "path", "calls", "p50 µs", "p99 µs", "+p50 µs", "p50 x"
+        "{:<9} {:<18} {:<9} {:>7} {:>9} {:>9} {:>10} {:>8} {:>14}",
+        "call", "client", "path", "calls", "p50 µs", "p99 µs", "+p50 µs", "p50 x", "vigil CPU µs"
     );
-    for (what, era, figures, calls) in rows {
+    for row in rows {
+        let Row {
+            what,
+            era,
+            figures,
+            calls,
+            vigil_cpu,
+        } = row;
         let direct = figures[0].p50;
         for (i, path) in paths.iter().enumerate() {
             let f = figures[i];
+            let cpu = match vigil_cpu[i] {
+                Some(seconds) if calls[i] > 0 => format!("{:.0}", seconds * 1e6 / calls[i] as f64),
+                _ => "-".to_owned(),
+            };
             let (added, ratio) = if i == 0 {
                 ("-".to_owned(), "-".to_owned())
             } else {
@@ -302,7 +379,7 @@ fn print_table(paths: &[Path], rows: &[(Call, ClientEra, Vec<Latency>, Vec<usize
                 )
             };
             println!(
-                "{:<9} {:<18} {:<9} {:>7} {:>9.0} {:>9.0} {:>10} {:>8}",
+                "{:<9} {:<18} {:<9} {:>7} {:>9.0} {:>9.0} {:>10} {:>8} {:>14}",
                 what.tool(),
                 era.to_string(),
                 path.name,
@@ -310,10 +387,14 @@ fn print_table(paths: &[Path], rows: &[(Call, ClientEra, Vec<Latency>, Vec<usize
                 f.p50,
                 f.p99,
                 added,
-                ratio
+                ratio,
+                cpu
             );
         }
     }
     println!();
     println!("+p50 / p50 x: against the same client's call directly to the backend.");
+    println!(
+        "vigil CPU µs: Vigil's user + system CPU over the measured windows, per call (an ask_user call through Vigil is all its requests)."
+    );
 }

@@ -265,7 +265,7 @@ pub async fn run_target(target: &Target, plan: &Plan, pids: &Pids) -> anyhow::Re
         let token =
             (!target.tokens.is_empty()).then(|| target.tokens[i % target.tokens.len()].as_str());
         let client = connect_as(&target.url, plan.keep_alive, token).await?;
-        checked_call(&client, &params, &plan.payload)
+        checked_call(&client, params, &plan.payload)
             .await
             .context("first call")?;
         anyhow::Ok(client)

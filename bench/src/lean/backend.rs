@@ -229,10 +229,7 @@ fn post(state: &State, req: &RequestHead, body: &[u8], out: &mut Vec<u8>) {
         lock(state).insert(id.clone());
         new_session = Some(id);
     } else {
-        let known = match &req.session_id {
-            None => None,
-            Some(id) => Some(lock(state).contains(id)),
-        };
+        let known = req.session_id.as_ref().map(|id| lock(state).contains(id));
         if known != Some(true) {
             let (status, why) = if known.is_none() {
                 (400, "bad request: no Mcp-Session-Id")

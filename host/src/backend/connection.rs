@@ -126,14 +126,10 @@ pub async fn connect(
                     }
                 }
             };
-            let started = lifecycle::begin(
-                protocol,
-                learned,
-                true,
-                &client,
-                &mut transport,
-                || !target.refused(),
-            );
+            let started =
+                lifecycle::begin(protocol, learned, true, &client, &mut transport, || {
+                    !target.refused()
+                });
             let started = handshake(&backend, started, bounds.connect, None).await;
             if let Some(reason) = built.take() {
                 return Err(BackendError::Transport {
@@ -488,7 +484,9 @@ impl Connection {
             target: None,
             session: client.session(),
         };
-        Ok(Some(tokio::spawn(listener.run(filter, Some(sub))).abort_handle()))
+        Ok(Some(
+            tokio::spawn(listener.run(filter, Some(sub))).abort_handle(),
+        ))
     }
 
     /// Undoes [`Self::watch_resource`] in the handshake era (a 2026-07-28

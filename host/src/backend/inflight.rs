@@ -216,7 +216,11 @@ impl Inflight {
         let inner = self.lock();
         let calls = || inner.by_request.values().map(|(_, c)| c);
         let wanting: Vec<FrontCall> = calls()
-            .filter(|c| c.log.as_ref().is_some_and(|l| l.wants(level, modern_backend)))
+            .filter(|c| {
+                c.log
+                    .as_ref()
+                    .is_some_and(|l| l.wants(level, modern_backend))
+            })
             .cloned()
             .collect();
         let mut sources = calls()

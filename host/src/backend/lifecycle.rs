@@ -138,9 +138,11 @@ where
             handler.offer(version.clone());
             handler.serve(transport()?).await.map_err(failed)
         }
-        Protocol::Modern(version) => try_era(client, transport()?, Some(&[version.clone()]))
-            .await
-            .map_err(failed),
+        Protocol::Modern(version) => {
+            try_era(client, transport()?, Some(std::slice::from_ref(version)))
+                .await
+                .map_err(failed)
+        }
         Protocol::Auto => {
             let probing = probe && learned.get().is_none();
             let first = match learned.get() {
@@ -151,7 +153,9 @@ where
             let service = match try_era(client, transport()?, first).await {
                 Ok(service) if probing && speaks_handshake_too(&service).await => {
                     // Speaks both eras: a session, for every relay of it.
-                    tracing::debug!("server/discover lists a handshake revision too; beginning with initialize");
+                    tracing::debug!(
+                        "server/discover lists a handshake revision too; beginning with initialize"
+                    );
                     let _ = service.cancel().await;
                     try_era(client, transport()?, None).await.map_err(failed)
                 }
@@ -160,7 +164,11 @@ where
                     let why = super::error::plain(&e);
                     let (tried, then) = names(first.is_some());
                     tracing::debug!(reason = %why, "{tried} refused; trying {then}");
-                    let second = if first.is_some() { None } else { Some(&latest[..]) };
+                    let second = if first.is_some() {
+                        None
+                    } else {
+                        Some(&latest[..])
+                    };
                     try_era(client, transport()?, second)
                         .await
                         .map_err(|second| Failed {

@@ -74,14 +74,7 @@ impl Backend {
             _ => {}
         }
         match self
-            .open_connection(
-                false,
-                None,
-                None,
-                None,
-                self.downstream.clone(),
-                &MODERN,
-            )
+            .open_connection(false, None, None, None, self.downstream.clone(), &MODERN)
             .await
         {
             Ok(conn) => {

@@ -317,13 +317,14 @@ mod tests {
         settle().await;
         tokio::time::advance(window - Duration::from_millis(91)).await;
         settle().await;
-        assert_eq!(seen.lock().unwrap().len(), 2, "a health flip waits out the window");
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            2,
+            "a health flip waits out the window"
+        );
         tokio::time::advance(Duration::from_millis(1)).await;
         settle().await;
-        assert_eq!(
-            seen.lock().unwrap()[2],
-            (3, GATHER + CONTENT_GAP + window)
-        );
+        assert_eq!(seen.lock().unwrap()[2], (3, GATHER + CONTENT_GAP + window));
         d.stop().await;
     }
 

@@ -135,11 +135,17 @@ mod tests {
         };
         let alice = Principal::key("alice");
         let a1 = p.get(&alice, Some("Bearer one"), &mut id);
-        assert!(Arc::ptr_eq(&a1, &p.get(&alice, Some("Bearer one"), &mut id)));
+        assert!(Arc::ptr_eq(
+            &a1,
+            &p.get(&alice, Some("Bearer one"), &mut id)
+        ));
         let a2 = p.get(&alice, Some("Bearer two"), &mut id);
         assert!(!Arc::ptr_eq(&a1, &a2), "other credentials, other pool");
         let b1 = p.get(&Principal::key("bob"), Some("Bearer one"), &mut id);
-        assert!(!Arc::ptr_eq(&a1, &b1), "another caller with the same header");
+        assert!(
+            !Arc::ptr_eq(&a1, &b1),
+            "another caller with the same header"
+        );
         assert_eq!(p.pools().len(), 3);
     }
 

@@ -46,7 +46,9 @@ pub fn instructions<'a>(
         out.push_str("\n\n## ");
         out.push_str(name);
         if let Naming::Prefix { separator } = naming {
-            out.push_str(&format!(" (its tools and prompts are named `{name}{separator}…`)"));
+            out.push_str(&format!(
+                " (its tools and prompts are named `{name}{separator}…`)"
+            ));
         }
         out.push('\n');
         out.push_str(cut(text, MAX_PER_BACKEND));
@@ -100,14 +102,24 @@ mod tests {
 
     #[test]
     fn backends_instructions_follow_vigils_under_their_names() {
-        let text = instructions(&prefix(), [("files", "Read files.\n"), ("quiet", "  "), ("web", "Search.")]);
+        let text = instructions(
+            &prefix(),
+            [
+                ("files", "Read files.\n"),
+                ("quiet", "  "),
+                ("web", "Search."),
+            ],
+        );
         assert_eq!(
             text,
             format!(
                 "{OWN}\n\n## files (its tools and prompts are named `files__…`)\nRead files.\n\n## web (its tools and prompts are named `web__…`)\nSearch."
             )
         );
-        assert_eq!(instructions(&Naming::None, [("web", "Search.")]), format!("{OWN}\n\n## web\nSearch."));
+        assert_eq!(
+            instructions(&Naming::None, [("web", "Search.")]),
+            format!("{OWN}\n\n## web\nSearch.")
+        );
         assert_eq!(instructions(&prefix(), []), OWN);
     }
 

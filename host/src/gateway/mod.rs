@@ -26,8 +26,8 @@ mod http_errors;
 mod mrtr;
 mod raw;
 mod reload;
-mod resource_watch;
 pub mod reload_trigger;
+mod resource_watch;
 mod route;
 mod session;
 mod sessions;
@@ -298,10 +298,8 @@ impl Gateway {
                 .clone()
                 .map(|o| Arc::new(crate::auth::exchange::Exchanger::new(o))),
         });
-        let caller_pools = caller_pools::CallerPools::new(
-            pool_context.clone(),
-            config.limits.max_sessions,
-        );
+        let caller_pools =
+            caller_pools::CallerPools::new(pool_context.clone(), config.limits.max_sessions);
         let gw = Arc::new(Gateway {
             backends,
             pool_context,
@@ -696,7 +694,11 @@ impl Gateway {
 
     /// The pool a sessionless request of `principal` with `authorization`
     /// reaches `forward_auth` backends through (see `caller_pools`).
-    fn caller_pool(&self, principal: &crate::auth::Principal, authorization: Option<&str>) -> Arc<Pool> {
+    fn caller_pool(
+        &self,
+        principal: &crate::auth::Principal,
+        authorization: Option<&str>,
+    ) -> Arc<Pool> {
         self.caller_pools.get(principal, authorization, || {
             self.next_session.fetch_add(1, Ordering::Relaxed)
         })

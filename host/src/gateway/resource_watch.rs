@@ -112,7 +112,9 @@ impl ResourceWatch {
 
     fn release(&self, key: &Key) {
         let mut entries = self.lock();
-        let Some(e) = entries.get_mut(key) else { return };
+        let Some(e) = entries.get_mut(key) else {
+            return;
+        };
         e.holders = e.holders.saturating_sub(1);
         if e.holders > 0 {
             return;

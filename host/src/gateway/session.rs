@@ -14,11 +14,11 @@ use serde_json::json;
 use super::Gateway;
 use super::admission::{self, Admitted};
 use super::mrtr::{Binding, MrtrTarget, Resumed, mrtr_target, retry_with};
+use super::resource_watch::Hold;
 use super::route::{
     forwardable_meta, mark_complete, page, schema_changed, unavailable, unknown_prompt,
     unknown_tool, unknown_uri,
 };
-use super::resource_watch::Hold;
 use super::sessions::Channel;
 use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
@@ -87,11 +87,7 @@ impl FrontSession {
     }
 
     /// Watches resource `uri` at the backend serving it, for this caller.
-    async fn watch(
-        &self,
-        uri: &str,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<Hold, McpError> {
+    async fn watch(&self, uri: &str, ctx: &RequestContext<RoleServer>) -> Result<Hold, McpError> {
         if !self
             .gw
             .policies()
@@ -196,7 +192,6 @@ impl FrontSession {
             self.forget_stream(ctx);
         })
     }
-
 
     /// The connection a request from this session to `backend` travels on:
     /// for a 2026-07-28 request, the backend's 2026-07-28 door where it

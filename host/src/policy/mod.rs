@@ -104,13 +104,16 @@ impl Access {
     }
 }
 
+/// One cached view: (base snapshot, the entry, the base filtered by it).
+type View = (Arc<Catalog>, Arc<Rule>, Arc<Catalog>);
+
 /// The `[[policy]]` set in force, and the per-entry views built from it.
 pub struct Policies {
     rules: ArcSwap<Vec<Arc<Rule>>>,
     /// Filtered catalogs by (base snapshot, entry): sessions under the same
     /// entry share one view, so a catalog change filters once per entry,
     /// not once per session (and their diffs compare the same snapshots).
-    views: Mutex<Vec<(Arc<Catalog>, Arc<Rule>, Arc<Catalog>)>>,
+    views: Mutex<Vec<View>>,
     nothing: Arc<Catalog>,
 }
 
@@ -154,9 +157,7 @@ impl Policies {
         !self.rules.load().is_empty()
     }
 
-    fn lock_views(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Vec<(Arc<Catalog>, Arc<Rule>, Arc<Catalog>)>> {
+    fn lock_views(&self) -> std::sync::MutexGuard<'_, Vec<View>> {
         self.views.lock().unwrap_or_else(|e| e.into_inner())
     }
 

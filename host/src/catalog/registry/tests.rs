@@ -288,7 +288,10 @@ fn a_listing_of_a_shown_backend_is_content_and_its_coming_or_going_is_not() {
     let out = reg.apply(&r, [up("a", 1, &["echo"])]);
     assert!(out.shown_moved, "a came");
     let out = reg.apply(&r, [up("a", 1, &["echo", "add"])]);
-    assert!(out.changes.tools && !out.shown_moved, "same backends, other tools");
+    assert!(
+        out.changes.tools && !out.shown_moved,
+        "same backends, other tools"
+    );
     let out = reg.apply(&r, [state("a", 1, false)]);
     assert!(out.shown_moved, "a went");
 }
