@@ -320,22 +320,23 @@ impl Connection {
 
     /// The readiness round trip within `timeout`: `ping` where the
     /// backend's revision has it, `server/discover` on 2026-07-28 (which
-    /// removed `ping`). HTTP backends on a session get the `ping` straight
-    /// on it (see `http_ping`); whatever that cannot decide is repeated
-    /// through rmcp within the rest of the budget.
+    /// removed `ping`). HTTP backends get it straight on a pooled
+    /// connection (see `http_ping`: the `ping` on the live session, or the
+    /// connection's own `server/discover` again); whatever that cannot
+    /// decide is repeated through rmcp within the rest of the budget.
     pub async fn ping(&self, timeout: Duration) -> Result<(), BackendError> {
-        if self.era == lifecycle::Era::Modern {
-            let discover = DiscoverRequest::new(DiscoverRequestParams {});
-            return self
-                .probe_request(ClientRequest::DiscoverRequest(discover), timeout)
-                .await
-                .map(|_| tracing::debug!(backend = %self.backend, "server/discover answered"));
-        }
+        let modern = self.era == lifecycle::Era::Modern;
+        let what = if modern { "server/discover" } else { "ping" };
         let start = tokio::time::Instant::now();
         if let Some(target) = &self.ping_target {
-            match http_ping::ping(target, timeout).await {
+            let direct = if modern {
+                http_ping::discover(target, timeout).await
+            } else {
+                http_ping::ping(target, timeout).await
+            };
+            match direct {
                 Direct::Answered => {
-                    tracing::debug!(backend = %self.backend, path = "direct", "ping answered");
+                    tracing::debug!(backend = %self.backend, path = "direct", probe = what, "ping answered");
                     return Ok(());
                 }
                 Direct::TimedOut => {
@@ -345,14 +346,19 @@ impl Connection {
                     });
                 }
                 Direct::Undecided(why) => {
-                    tracing::debug!(backend = %self.backend, %why, "direct ping undecided; pinging through the MCP client");
+                    tracing::debug!(backend = %self.backend, %why, probe = what, "direct ping undecided; pinging through the MCP client");
                 }
             }
         }
         let rest = timeout.saturating_sub(start.elapsed());
-        self.probe_request(ClientRequest::PingRequest(PingRequest::default()), rest)
+        let request = if modern {
+            ClientRequest::DiscoverRequest(DiscoverRequest::new(DiscoverRequestParams {}))
+        } else {
+            ClientRequest::PingRequest(PingRequest::default())
+        };
+        self.probe_request(request, rest)
             .await
-            .map(|_| tracing::debug!(backend = %self.backend, path = "mcp", "ping answered"))
+            .map(|_| tracing::debug!(backend = %self.backend, path = "mcp", probe = what, "ping answered"))
             .map_err(|e| match e {
                 // Report the whole budget, not what was left of it.
                 BackendError::Timeout { backend, .. } => BackendError::Timeout { backend, timeout },

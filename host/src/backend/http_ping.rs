@@ -15,6 +15,10 @@
 //! the caller repeats the ping through rmcp, whose error handling (session
 //! re-initialization, status classification) stays the one source of truth.
 //! A timeout is decided here: repeating it would double the probe budget.
+//!
+//! A 2026-07-28 backend has no `ping` and no session: its probe is the
+//! `server/discover` the connection itself last sent (same URL, headers and
+//! `_meta` envelope), sent again with a probe id ([`discover`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,13 +26,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::RequestId;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, RequestId};
 
 use super::error::HttpFailure;
 
 type Headers = HashMap<HeaderName, HeaderValue>;
 
-/// Largest ping answer read; a ping result is `{}`.
+/// Largest probe answer read; a ping result is `{}`, a discover result a
+/// few KiB (a larger one is left to rmcp).
 const MAX_ANSWER: usize = 64 * 1024;
 
 /// How long an SSE answer's stream may take to end after the answer.
@@ -52,6 +57,40 @@ pub struct SessionTarget {
     refused: std::sync::atomic::AtomicBool,
     /// How many times opening the standing GET stream ended, either way.
     standing: tokio::sync::watch::Sender<u64>,
+    /// The last sessionless `server/discover` the connection sent (a
+    /// 2026-07-28 backend), for the probe to send again.
+    discover: Mutex<Option<Arc<Discover>>>,
+}
+
+/// A recorded `server/discover` request: where it went, its headers (the
+/// configured ones, `MCP-Protocol-Version` and `Mcp-Method`) and its
+/// params (the `_meta` envelope).
+pub(crate) struct Discover {
+    url: reqwest::Url,
+    auth: Option<String>,
+    headers: Headers,
+    /// `params` as JSON text, if the request had any.
+    params: Option<String>,
+}
+
+impl Discover {
+    /// The request again, under the probe's id.
+    fn request(&self, client: &reqwest::Client, id: &str) -> reqwest::RequestBuilder {
+        let body = match &self.params {
+            Some(params) => format!(
+                r#"{{"jsonrpc":"2.0","id":"{id}","method":"server/discover","params":{params}}}"#
+            ),
+            None => format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"server/discover"}}"#),
+        };
+        let mut req = client.post(self.url.clone());
+        for (k, v) in &self.headers {
+            req = req.header(k, v);
+        }
+        if let Some(auth) = &self.auth {
+            req = req.bearer_auth(auth);
+        }
+        req.body(body)
+    }
 }
 
 /// One recorded backend session: where it is and what its requests carry.
@@ -116,6 +155,45 @@ impl SessionTarget {
                 headers: headers.clone(),
             }));
         }
+    }
+
+    /// Records a sessionless POST if it is a `server/discover` request (a
+    /// 2026-07-28 connection's): the probe's template. Anything else costs
+    /// one match.
+    pub fn observe_discover(
+        &self,
+        uri: &str,
+        auth: Option<&String>,
+        headers: &Headers,
+        message: &ClientJsonRpcMessage,
+    ) {
+        let JsonRpcMessage::Request(request) = message else {
+            return;
+        };
+        if !matches!(request.request, ClientRequest::DiscoverRequest(_)) {
+            return;
+        }
+        let Ok(url) = reqwest::Url::parse(uri) else {
+            return;
+        };
+        let params = serde_json::to_value(message)
+            .ok()
+            .and_then(|mut v| v.get_mut("params").map(serde_json::Value::take))
+            .map(|p| p.to_string());
+        let recorded = Arc::new(Discover {
+            url,
+            auth: auth.cloned(),
+            headers: headers.clone(),
+            params,
+        });
+        if let Ok(mut cur) = self.discover.lock() {
+            *cur = Some(recorded);
+        }
+    }
+
+    /// The last recorded `server/discover`, if one was.
+    fn recorded_discover(&self) -> Option<Arc<Discover>> {
+        self.discover.lock().ok().and_then(|d| d.clone())
     }
 
     /// The session as last recorded, if one was.
@@ -188,28 +266,51 @@ pub async fn ping(target: &SessionTarget, timeout: Duration) -> Direct {
     let Some(t) = target.current() else {
         return Direct::Undecided(HttpFailure::Protocol("no session recorded yet".into()));
     };
+    direct(timeout, |client, id| {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"ping"}}"#);
+        t.request(client.post(t.url.clone())).body(body)
+    })
+    .await
+}
+
+/// Sends the recorded `server/discover` again within `timeout` (a
+/// 2026-07-28 backend's probe).
+pub async fn discover(target: &SessionTarget, timeout: Duration) -> Direct {
+    let Some(d) = target.recorded_discover() else {
+        return Direct::Undecided(HttpFailure::Protocol(
+            "no server/discover recorded yet".into(),
+        ));
+    };
+    direct(timeout, |client, id| d.request(client, id)).await
+}
+
+/// One probe request, built by `build` from the shared client and the
+/// probe's id, answered within `timeout`.
+async fn direct(
+    timeout: Duration,
+    build: impl FnOnce(&reqwest::Client, &str) -> reqwest::RequestBuilder,
+) -> Direct {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let client = match probe_client() {
         Ok(c) => c,
         Err(e) => return Direct::Undecided(e),
     };
-    match tokio::time::timeout(timeout, exchange(client, &t)).await {
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // A string id cannot collide with rmcp's numeric ids on the same session.
+    let id = format!("vigil-probe-{n}");
+    let request = build(&client, &id);
+    let id = RequestId::String(id.into());
+    match tokio::time::timeout(timeout, exchange(request, &id)).await {
         Ok(Ok(())) => Direct::Answered,
         Ok(Err(why)) => Direct::Undecided(why),
         Err(_) => Direct::TimedOut,
     }
 }
 
-async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), HttpFailure> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // A string id cannot collide with rmcp's numeric ids on the same session.
-    let id = RequestId::String(format!("vigil-probe-{n}").into());
-    let body = format!(r#"{{"jsonrpc":"2.0","id":"vigil-probe-{n}","method":"ping"}}"#);
-    let resp = t
-        .request(client.post(t.url.clone()))
+async fn exchange(request: reqwest::RequestBuilder, id: &RequestId) -> Result<(), HttpFailure> {
+    let resp = request
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json, text/event-stream")
-        .body(body)
         .send()
         .await
         .map_err(HttpFailure::of_send)?;
@@ -231,7 +332,7 @@ async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), HttpFailure
             return Err(HttpFailure::TooLarge { limit: MAX_ANSWER });
         }
         buf.extend_from_slice(&chunk);
-        if sse && sse_answers(&buf, &id) {
+        if sse && sse_answers(&buf, id) {
             // Servers close the stream right after the answer; reading its
             // end lets the connection go back to the pool (an unfinished
             // body would cost a new connection per probe). A stream that
@@ -241,11 +342,11 @@ async fn exchange(client: reqwest::Client, t: &Target) -> Result<(), HttpFailure
             return Ok(());
         }
     }
-    if !sse && is_result(&buf, &id) {
+    if !sse && is_result(&buf, id) {
         return Ok(());
     }
     Err(HttpFailure::Protocol(
-        "the response did not carry the ping's result".into(),
+        "the response did not carry the probe's result".into(),
     ))
 }
 
@@ -375,6 +476,54 @@ mod tests {
         );
         t.observe(&uri, Some(&b), None, &Headers::new());
         assert!(t.reinitialized().now_or_never().is_some());
+    }
+
+    #[test]
+    fn only_a_sessionless_discover_is_recorded_and_it_is_sent_again_as_it_was() {
+        use rmcp::model::{DiscoverRequest, DiscoverRequestParams, PingRequest};
+        let t = SessionTarget::default();
+        let uri = "http://127.0.0.1:1/mcp";
+        let mut headers = Headers::new();
+        headers.insert(
+            HeaderName::from_static("mcp-method"),
+            HeaderValue::from_static("server/discover"),
+        );
+        let ping = ClientJsonRpcMessage::request(
+            ClientRequest::PingRequest(PingRequest::default()),
+            RequestId::Number(1),
+        );
+        t.observe_discover(uri, None, &headers, &ping);
+        assert!(t.recorded_discover().is_none(), "a ping is no template");
+
+        let discover = ClientJsonRpcMessage::request(
+            ClientRequest::DiscoverRequest(DiscoverRequest::new(DiscoverRequestParams {})),
+            RequestId::Number(2),
+        );
+        let token = "secret".to_owned();
+        t.observe_discover(uri, Some(&token), &headers, &discover);
+        let d = t.recorded_discover().expect("recorded");
+        let sent = d
+            .request(&reqwest::Client::new(), "vigil-probe-7")
+            .build()
+            .unwrap();
+        assert_eq!(sent.url().as_str(), uri);
+        assert_eq!(sent.headers()["mcp-method"], "server/discover");
+        assert_eq!(sent.headers()["authorization"], "Bearer secret");
+        let body: serde_json::Value =
+            serde_json::from_slice(sent.body().unwrap().as_bytes().unwrap()).unwrap();
+        let original = serde_json::to_value(&discover).unwrap();
+        assert_eq!(body["id"], "vigil-probe-7");
+        assert_eq!(body["method"], "server/discover");
+        assert_eq!(body.get("params"), original.get("params"), "params as sent");
+    }
+
+    #[tokio::test]
+    async fn without_a_recorded_discover_the_probe_is_left_to_rmcp() {
+        let t = SessionTarget::default();
+        assert!(matches!(
+            discover(&t, Duration::from_secs(1)).await,
+            Direct::Undecided(_)
+        ));
     }
 
     #[tokio::test]

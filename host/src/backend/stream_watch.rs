@@ -62,6 +62,22 @@ impl WatchedHttp {
         })
     }
 
+    /// Gives the session target the context of a POST: a session's, or a
+    /// sessionless `server/discover` (the 2026-07-28 probe's template).
+    fn observe(
+        &self,
+        uri: &Arc<str>,
+        session_id: Option<&Arc<str>>,
+        auth: Option<&String>,
+        headers: &Headers,
+        message: &ClientJsonRpcMessage,
+    ) {
+        match session_id {
+            Some(_) => self.target.observe(uri, session_id, auth, headers),
+            None => self.target.observe_discover(uri, auth, headers, message),
+        }
+    }
+
     /// Tells the session target whether this POST was refused at the TCP
     /// level, while reqwest's typed error is still at hand (rmcp's
     /// handshake error keeps only its text).
@@ -155,11 +171,12 @@ impl StreamableHttpClient for WatchedHttp {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.target.observe(
+        self.observe(
             &uri,
             session_id.as_ref(),
             auth_header.as_ref(),
             &custom_headers,
+            &message,
         );
         let sent = self
             .inner
@@ -178,11 +195,12 @@ impl StreamableHttpClient for WatchedHttp {
         custom_headers: Headers,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.target.observe(
+        self.observe(
             &uri,
             session_id.as_ref(),
             auth_header.as_ref(),
             &custom_headers,
+            &message,
         );
         let id = match &message {
             JsonRpcMessage::Request(r) => Some(r.id.clone()),
