@@ -40,6 +40,13 @@ pub struct Hold {
     key: Key,
 }
 
+impl Hold {
+    /// The watched resource.
+    pub fn uri(&self) -> &str {
+        &self.key.1
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         self.watch.release(&self.key);

@@ -1122,6 +1122,15 @@ impl ServerHandler for FrontSession {
             false,
             shown,
         );
+        // rmcp acknowledged the stream before the backend watches stood and
+        // the stream was registered: an update in between reached no one.
+        // Each watched resource is reported updated once now (a client
+        // re-reads it), so no change after the acknowledgment goes unseen.
+        for uri in holds.iter().map(Hold::uri) {
+            self.gw
+                .sessions()
+                .resource_updated(Some(id), uri.to_owned());
+        }
         ctx.cancelled().await;
         self.gw.sessions().remove(id);
         Ok(())
