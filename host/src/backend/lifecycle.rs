@@ -144,12 +144,9 @@ where
                 .map_err(failed)
         }
         Protocol::Auto => {
-            let probing = probe && learned.get().is_none();
-            let first = match learned.get() {
-                Some(Era::Modern) => Some(&latest[..]),
-                None if probe => Some(&latest[..]),
-                _ => None,
-            };
+            let known = learned.get();
+            let probing = probe && known.is_none();
+            let first = (known == Some(Era::Modern) || probing).then_some(&latest[..]);
             let service = match try_era(client, transport()?, first).await {
                 Ok(service) if probing && speaks_handshake_too(&service).await => {
                     // Speaks both eras: a session, for every relay of it.

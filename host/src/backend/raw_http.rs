@@ -232,7 +232,9 @@ impl Events {
         self.resumes += 1;
         let wait = self.retry.unwrap_or_default().min(MAX_RETRY_WAIT);
         tracing::debug!(request = %self.id, last_event = %last, ?wait, "the backend closed the call's stream unanswered; resuming");
-        tokio::time::sleep(wait).await;
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
         let client = super::stream_watch::shared_client(self.keep_alive)?;
         let resp = self
             .target
