@@ -7,7 +7,9 @@ What must hold: `[::1]:PORT` and `[::1]:*` reach a server on `::1`; a bare
 `::1` is accepted at load (it used to parse as host `:` port 1 and allow
 nothing) and means ports 80 and 443 only, so it reaches `[::1]:80` and not
 another port; an ambiguous `::1:PORT` and an unclosed `[::1` are refused at
-load with the key and the fix. All while the steady MCP workload runs.
+load with the key and the fix. All while the steady MCP workload runs and is
+served (`steady.assert_served`: no failed call or API read, RSS bounded; its
+latency is printed, not asserted).
 
 Needs IPv6 loopback (`ip -6 addr show lo`); the `[::1]:80` case needs the
 right to listen on port 80 and is left out (said in the output) without it.
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness import Gateways, demo_stdio_args, stdio_backend
-from steady import API_BOUND, WINDOW_CALLS, baseline, p99_bound, steady_load
+from steady import WINDOW_CALLS, assert_served, steady_load
 from support import ControlApi, Receiver, eprint, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
@@ -67,7 +69,6 @@ async def test_ipv6_allow_list_entries(vigil: Gateways, demo_bin: Path, built_pl
             lambda p: p.get("good-probe", {}).get("calls", 0) > 0 and "v6-unclosed" in p,
             "the directory loaded",
         )
-        base = await baseline(gw, api)
 
         async with steady_load(gw, api) as load:
             # A restart gives every notifier fresh transitions to deliver.
@@ -84,10 +85,10 @@ async def test_ipv6_allow_list_entries(vigil: Gateways, demo_bin: Path, built_pl
             )
             if web is not None:
                 await poll(lambda: plugins_by_name(api), lambda _: bool(web.on("/v6-web")), "v6-web delivered")
-            # Enough steady calls to measure (a duration, not a wait for an event).
+            # A window of steady calls beside the notifiers (counted in calls, not seconds).
             await load.more_calls(WINDOW_CALLS)
         report = load.report()
-        eprint(f"baseline: {base}\nwith the IPv6 notifiers: {report}")
+        eprint(f"with the IPv6 notifiers: {report}")
 
         plugins = await plugins_by_name(api)
         log = ANSI.sub("", gw.proc.stderr())
@@ -114,9 +115,7 @@ async def test_ipv6_allow_list_entries(vigil: Gateways, demo_bin: Path, built_pl
         good = plugins["good-probe"]
         assert good["state"] == "active" and good["failures"] == 0, good
 
-        assert report.failures == [], report.failures[:5]
-        assert report.p99 <= p99_bound(base), f"p99 {report.p99:.3f}s over {p99_bound(base):.3f}s"
-        assert report.worst_api <= API_BOUND, report
+        assert_served(report, calls=WINDOW_CALLS)
         assert report.peak_rss <= report.start_rss + RSS_GROWTH, report
     finally:
         rx.close()

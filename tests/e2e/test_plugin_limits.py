@@ -1,12 +1,14 @@
 """A hostile plugin's traffic is capped while MCP keeps serving: each cap held, and is named.
 
-Each test drops one hostile probe (`tests/plugins/`) into a running Vigil, after
-measuring the steady MCP workload of `steady.py` without it, and asserts while
-the workload runs beside the hostile plugin:
+Each test drops one hostile probe (`tests/plugins/`) into a running Vigil
+and asserts while the steady MCP workload of `steady.py` runs beside it:
 
-- zero failed client calls, client p99 within `p99_bound(baseline)`, the
-  slowest control-API answer within `API_BOUND`, Vigil's peak RSS within
-  `RSS_GROWTH` of its start;
+- the workload is served (`assert_served`): zero failed client calls and
+  control-API reads, each answered within the steady timeout, at least
+  `WINDOW_CALLS` calls made while the hostile plugin runs; Vigil's peak RSS
+  within `RSS_GROWTH` of its start. How fast they were answered is printed,
+  never asserted (a busy machine moves it; `vigil-bench busy-plugins`
+  measures latency beside plugins);
 - `good-probe` on the same backend keeps being called, without failures, and
   stays active;
 - the limit's manifest key is named in `/api/v1/plugins` (`last_limit`) and in
@@ -31,7 +33,7 @@ import anyio
 import pytest
 
 from harness import Gateways, demo_stdio_args, stdio_backend
-from steady import API_BOUND, Report, baseline, p99_bound, steady_load
+from steady import WINDOW_CALLS, Report, assert_served, steady_load
 from support import ControlApi, http_session, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
@@ -191,14 +193,11 @@ def probe(plugin: str, every: str, **args: Any) -> dict[str, Any]:
 
 
 async def assert_steady(
-    report: Report, base: Report, api: ControlApi, good_before: int, hostile: str, key: str, gw: Any
+    report: Report, api: ControlApi, good_before: int, hostile: str, key: str, gw: Any
 ) -> dict[str, Any]:
     """What every test asserts on the steady load, good-probe and the named limit; the hostile plugin's entry."""
-    print(f"baseline: {base}\nunder {hostile}: {report}")
-    assert report.failures == [], report.failures[:5]
-    assert report.api_failures == [], report.api_failures[:5]
-    assert report.p99 <= p99_bound(base), f"p99 {report.p99:.3f} s > {p99_bound(base):.3f} s ({report})"
-    assert report.worst_api <= API_BOUND, f"API worst {report.worst_api:.3f} s ({report})"
+    print(f"under {hostile}: {report}")
+    assert_served(report, calls=WINDOW_CALLS)
     growth = report.peak_rss - report.start_rss
     assert growth <= RSS_GROWTH, f"RSS grew {growth >> 20} MiB ({report})"
     plugins = await plugins_by_name(api)
@@ -226,7 +225,6 @@ async def test_a_body_trickled_a_byte_a_second_ends_at_http_timeout(
         url = f"http://127.0.0.1:{server.port}/slow"
         backend["probes"] = [probe("good-probe", "200ms"), probe("slow-body", "200ms", url=url)]
         gw, api = await start_plugins(vigil, d, [backend])
-        base = await baseline(gw, api)
         good_before = (await plugins_by_name(api))["good-probe"]["calls"]
 
         async with steady_load(gw, api) as load:
@@ -236,11 +234,16 @@ async def test_a_body_trickled_a_byte_a_second_ends_at_http_timeout(
                 lambda p: p.get("slow-body", {}).get("calls", 0) >= 3,
                 "three slow-body calls",
             )
+            await load.more_calls(WINDOW_CALLS)
         took = done["slow-body"]["last_duration_ms"]
         print(f"slow-body: last call {took} ms, {done['slow-body']}")
-        # 2 s and a little: the timeout counts from the request's start.
-        assert 1800 <= took <= 4000, f"the call took {took} ms; http_timeout is 2s, the deadline 10s"
-        slow = await assert_steady(load.report(), base, api, good_before, "slow-body", "limits.http_timeout", gw)
+        # Not before the 2 s timeout (it counts from the request's start),
+        # and ended by it, not by the 10 s deadline: what cut the call is
+        # asserted by name below (the limit hit, and no failure: a call cut
+        # at its deadline fails); how long past 2 s it ran depends on the
+        # machine's load and is not.
+        assert 1800 <= took < 10_000, f"the call took {took} ms; http_timeout is 2s, the deadline 10s"
+        slow = await assert_steady(load.report(), api, good_before, "slow-body", "limits.http_timeout", gw)
         # Ending at the timeout is the limit, not the plugin's failure.
         assert slow["failures"] == 0 and slow["state"] == "active", slow
         assert "was still arriving after 2s" in slow["last_limit"], slow
@@ -270,7 +273,6 @@ async def test_a_flood_of_requests_is_capped_per_call_and_per_plugin(
             backends.append(b)
         backends[0]["probes"].append(probe("good-probe", "200ms"))
         gw, api = await start_plugins(vigil, d, backends)
-        base = await baseline(gw, api)
         good_before = (await plugins_by_name(api))["good-probe"]["calls"]
 
         async with steady_load(gw, api) as load:
@@ -280,6 +282,7 @@ async def test_a_flood_of_requests_is_capped_per_call_and_per_plugin(
                 lambda p: p.get("http-flood", {}).get("calls", 0) >= 6,
                 "six http-flood calls",
             )
+            await load.more_calls(WINDOW_CALLS)
             most_total, most = server.most_total, dict(server.most)
         print(f"server: most open {most_total} at once, per backend {most}, accepted {server.accepted}")
         assert most_total <= 6, f"{most_total} connections at once; the plugin's cap is 6"
@@ -292,7 +295,7 @@ async def test_a_flood_of_requests_is_capped_per_call_and_per_plugin(
             ),
             "both caps hit (two probes overlapping)",
         )
-        flood = await assert_steady(load.report(), base, api, good_before, "http-flood", "limits.http_concurrency", gw)
+        flood = await assert_steady(load.report(), api, good_before, "http-flood", "limits.http_concurrency", gw)
         assert flood["failures"] == 0 and flood["state"] == "active", flood
         # Every request past the cap was refused at once with the wasi:http code.
         outcomes = re.findall(
@@ -315,7 +318,6 @@ async def test_a_log_flood_is_cut_to_the_rate_and_the_drops_are_counted(
     backend = stdio_backend("demo", demo_bin, demo_stdio_args("demo"))
     backend["probes"] = [probe("good-probe", "200ms"), probe("log-flood", "200ms")]
     gw, api = await start_plugins(vigil, d, [backend])
-    base = await baseline(gw, api)
     good_before = (await plugins_by_name(api))["good-probe"]["calls"]
 
     async with steady_load(gw, api) as load:
@@ -325,7 +327,8 @@ async def test_a_log_flood_is_cut_to_the_rate_and_the_drops_are_counted(
             lambda p: p.get("log-flood", {}).get("calls", 0) >= 3,
             "three log-flood calls",
         )
-    flood = await assert_steady(load.report(), base, api, good_before, "log-flood", "limits.log_rate", gw)
+        await load.more_calls(WINDOW_CALLS)
+    flood = await assert_steady(load.report(), api, good_before, "log-flood", "limits.log_rate", gw)
     # Every line counted was written before this read, so before `ended_at`.
     log = log_of(gw)
     ended_at = time.monotonic()
@@ -351,7 +354,6 @@ async def test_a_probe_flooding_its_target_sends_at_most_target_requests_per_che
     backend = stdio_backend("demo", demo_bin, demo_stdio_args("demo"))
     backend["probes"] = [probe("good-probe", "200ms"), probe("target-flood", "200ms")]
     gw, api = await start_plugins(vigil, d, [backend])
-    base = await baseline(gw, api)
     good_before = (await plugins_by_name(api))["good-probe"]["calls"]
 
     async def counter() -> int:
@@ -367,12 +369,13 @@ async def test_a_probe_flooding_its_target_sends_at_most_target_requests_per_che
             lambda p: p.get("target-flood", {}).get("calls", 0) >= 4,
             "four target-flood calls",
         )
+        await load.more_calls(WINDOW_CALLS)
     bumps = await counter()
     # The call in progress when the count was read may have bumped too.
     after = (await plugins_by_name(api))["target-flood"]["calls"]
     print(f"target-flood: backend counter {bumps} after {after} calls")
     assert 0 < bumps <= 10 * (after + 1), f"the backend got {bumps} tools/call in {after} checks; the cap is 10 each"
-    flood = await assert_steady(load.report(), base, api, good_before, "target-flood", "limits.target_requests", gw)
+    flood = await assert_steady(load.report(), api, good_before, "target-flood", "limits.target_requests", gw)
     log = log_of(gw)
     outcomes = re.findall(r"target-flood (\d+) succeeded, (\d+) failed \(first failure: ([^\n]*)\)", log)
     assert outcomes, "target-flood reported nothing"

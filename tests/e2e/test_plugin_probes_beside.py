@@ -3,19 +3,21 @@
 The hostile guest is `tests/plugins/hanging-probe`: its `check` blocks in the
 host on a `wasi:clocks` timer for its whole deadline (10 s here), using no
 CPU. Three stdio demo backends: `hang` has the hanging probe, `control` is
-the same backend without plugins (the yardstick), `demo` serves the steady
-MCP workload and runs `good-probe` (the innocent plugin).
+the same backend without plugins (killed with it: the kill works alike on
+both), `demo` serves the steady MCP workload and runs `good-probe` (the
+innocent plugin).
 
-What must hold while the probe hangs: `hang` killed with SIGKILL goes
-offline within `EXIT_SLACK` of `control` killed at the same moment (before
-the fix the supervisor was waiting for the probe: the rest of its deadline,
-up to 10 s); an operator restart of `hang` through the API answers within
-`COMMAND_BOUND` (it waited for the probe too); the probe's call still ends
-at its deadline, named in `/api/v1/plugins` and the log; and the steady
-workload keeps its bounds, good-probe keeps probing and is not disabled.
-
-The probe runs every 4 s, so the baseline (3 s from start-up) is measured
-before its first check.
+What must hold while the probe hangs, each shown by the order of events in
+Vigil's own log, never by how long something took: `hang` killed with
+SIGKILL goes offline before the check in flight ends (before the fix the
+supervisor was waiting for the probe: the rest of its deadline, up to
+10 s); an operator restart of `hang` through the API is answered before
+the check in flight ends (it waited for the probe too); that check still
+ends at its deadline, named in `/api/v1/plugins` and the log; and the
+steady workload is served (no failed call or API read, RSS bounded; its
+latency is printed, not asserted), good-probe keeps probing and is not
+disabled. The only clock is the probe's 10 s deadline, which a busy machine
+does not come near.
 """
 
 from __future__ import annotations
@@ -29,19 +31,43 @@ from pathlib import Path
 import pytest
 
 from harness import Gateways, demo_pids, demo_stdio_args, stdio_backend
-from steady import API_BOUND, baseline, p99_bound, steady_load
+from steady import assert_served, steady_load
 from support import ControlApi, eprint, plugin_dir, plugins_by_name, poll
 
 pytestmark = pytest.mark.anyio
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-#: How much later than `control` the killed `hang` may go offline, in seconds.
-EXIT_SLACK = 1.5
-#: Longest an operator restart may take to answer while the probe hangs.
-COMMAND_BOUND = 1.5
 #: Vigil's RSS may grow this much over its start while the probe hangs.
 RSS_GROWTH = 64 << 20
 STARTED = "hanging-probe: check started"
+#: The WARN of a hanging check cut at its deadline: the end of a check.
+ENDED = re.compile(r"plugin call failed.*plugin=hanging-probe.*deadline of 10s")
+
+
+def log_lines(gw: Gateways) -> list[str]:
+    return ANSI.sub("", gw.proc.stderr()).splitlines(keepends=True)
+
+
+def mark(gw: Gateways) -> int:
+    """Where Vigil's log is now: the number of complete lines in it."""
+    return sum(1 for line in log_lines(gw) if line.endswith("\n"))
+
+
+def since(gw: Gateways, at: int) -> list[str]:
+    """The log lines written after `mark` gave `at`."""
+    return log_lines(gw)[at:]
+
+
+async def lines_since(gw: Gateways, at: int) -> list[str]:
+    return since(gw, at)
+
+
+def is_end(line: str) -> bool:
+    return bool(ENDED.search(line))
+
+
+def went_offline(line: str, backend: str) -> bool:
+    return "health transition" in line and f"backend={backend} " in line and "to=offline" in line
 
 
 def started_checks(gw: Gateways) -> int:
@@ -88,13 +114,15 @@ async def test_a_hanging_probe_holds_up_neither_exits_nor_commands(
         restart={"base": "100ms", "max": "300ms", "jitter": 0.0},
     )
     api = ControlApi(gw.api_base)
-    base = await baseline(gw, api)
+    for name in ["hang", "control", "demo"]:
+        await api.wait_state(name, "running")
 
     async with steady_load(gw, api) as load:
         seen = await check_in_flight(gw, 0)
         # Kill both at once while hang's probe hangs (it has ~10 s to go).
         pids = {n: demo_pids(gw.proc.pid, n, demo_bin) for n in ["hang", "control"]}
         assert all(pids.values()), pids
+        before_kill = mark(gw)
         killed_ms = int(time.time() * 1000)
         for ps in pids.values():
             for pid in ps:
@@ -102,13 +130,28 @@ async def test_a_hanging_probe_holds_up_neither_exits_nor_commands(
         hang_off = await offline_after(api, "hang", killed_ms)
         control_off = await offline_after(api, "control", killed_ms)
         exit_delays = ((hang_off - killed_ms) / 1000, (control_off - killed_ms) / 1000)
+        # In Vigil's log: hang went offline before the check in flight ended
+        # (one check at a time: the first end after the kill is its end; a
+        # check of an instance that went down is dropped, so there may be none).
+        after_kill = await poll(
+            lambda: lines_since(gw, before_kill),
+            lambda lines: any(went_offline(line, "hang") for line in lines),
+            "hang's transition to offline in the log",
+        )
+        offline_at = next(i for i, line in enumerate(after_kill) if went_offline(line, "hang"))
+        end_at = next((i for i, line in enumerate(after_kill) if is_end(line)), len(after_kill))
+        assert offline_at < end_at, f"hang went offline only after its hanging check ended: {after_kill[: end_at + 1]}"
 
         # Back up; its next check hangs again: an operator restart meanwhile.
         await api.wait_for("hang", lambda i: i["state"] == "running" and i["restart_count"] >= 1, "hang running again")
         seen = await check_in_flight(gw, seen)
+        before_command = mark(gw)
         t0 = time.perf_counter()
         await api.act_ok("hang", "restart")
         command_took = time.perf_counter() - t0
+        # Answered while the check still hangs: its end is not in the log yet.
+        ended = [line for line in since(gw, before_command) if is_end(line)]
+        assert ended == [], f"the operator restart was answered only after the hanging check ended: {ended}"
 
         # The next check hangs to its deadline: the call ends there, named.
         hung = await poll(
@@ -118,13 +161,11 @@ async def test_a_hanging_probe_holds_up_neither_exits_nor_commands(
         )
     report = load.report()
     eprint(
-        f"baseline: {base}\nwhile the probe hangs: {report}\n"
-        f"offline after SIGKILL: hang {exit_delays[0]:.2f} s, control {exit_delays[1]:.2f} s; "
+        f"while the probe hangs: {report}\nfor information: offline after SIGKILL (Vigil's transition times): "
+        f"hang {exit_delays[0]:.2f} s, control {exit_delays[1]:.2f} s; "
         f"operator restart answered in {command_took:.2f} s"
     )
 
-    assert exit_delays[0] <= exit_delays[1] + EXIT_SLACK, exit_delays
-    assert command_took <= COMMAND_BOUND, command_took
     probe = hung["hanging-probe"]
     assert probe["state"] == "active", probe
     log = ANSI.sub("", gw.proc.stderr())
@@ -134,7 +175,5 @@ async def test_a_hanging_probe_holds_up_neither_exits_nor_commands(
     served = await api.instance("demo")
     assert served["state"] == "running" and served["restart_count"] == 0, served
 
-    assert report.failures == [], report.failures[:5]
-    assert report.p99 <= p99_bound(base), f"p99 {report.p99:.3f}s over {p99_bound(base):.3f}s"
-    assert report.worst_api <= API_BOUND, report
+    assert_served(report)
     assert report.peak_rss <= report.start_rss + RSS_GROWTH, report

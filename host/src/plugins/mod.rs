@@ -8,7 +8,8 @@
 //!   imports) before anything of it runs.
 //! - `manifest.rs`: `NAME.toml`; `allow.rs`: its `[http] allowed_hosts`.
 //! - `files.rs`: reading the directory's files (regular files only, never
-//!   blocking, up to a cap).
+//!   blocking, up to a cap); `refused.rs`: why a file was refused, logged
+//!   once per change of the file.
 //! - `sandbox.rs`: one call's store (limits, deadline, WASI without files or
 //!   sockets, HTTP to allowed hosts only); `host_impl.rs`: Vigil's side of
 //!   the plugin's imports.
@@ -37,6 +38,7 @@ mod limiter;
 mod log_rate;
 pub mod manifest;
 pub mod notify;
+mod refused;
 mod runner;
 mod sandbox;
 pub mod scaffold;
@@ -54,6 +56,7 @@ use wasmtime::component::Linker;
 use engine::PluginEngine;
 use inspect::Inspection;
 use manifest::Manifest;
+use refused::{Fingerprint, Refusal, Refused, Said};
 pub use sandbox::{LimitHit, Target};
 
 /// Which world a plugin implements.
@@ -181,11 +184,15 @@ impl Default for Stats {
     }
 }
 
-/// A file that did not validate (and no older version of it runs).
+/// A file that did not validate (an older version of it may run).
 struct Rejected {
     file: PathBuf,
     reason: String,
+    /// When it was first refused in this state (see `said`).
     at: SystemTime,
+    /// What was logged about it: the same refusal of the same files is
+    /// not logged again (`refused.rs`).
+    said: Said,
 }
 
 pub struct Plugins {
@@ -307,25 +314,39 @@ impl Plugins {
             .store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// Records one file's load outcome.
-    fn settle(&self, name: String, file: PathBuf, outcome: Result<Option<Loaded>, String>) {
+    /// Records one file's load outcome. A refusal is logged once per
+    /// change of the file (or of the kind of refusal), not at every scan:
+    /// see `refused.rs`.
+    fn settle(&self, name: String, file: PathBuf, outcome: Result<Option<Loaded>, Refused>) {
         match outcome {
-            Ok(None) => {} // unchanged
+            Ok(None) => {
+                // Unchanged, or back to the version that runs.
+                write(&self.rejected).remove(&name);
+            }
             Ok(Some(p)) => {
                 tracing::info!(plugin = %name, kind = %p.inspection.kind, version = %p.inspection.version, cached = p.from_cache, "plugin loaded");
                 write(&self.rejected).remove(&name);
                 write(&self.loaded).insert(name, Arc::new(p));
             }
-            Err(reason) => {
+            Err(refused) => {
+                let said = refused.said();
+                let reason = refused.why.to_string();
+                let before = read(&self.rejected)
+                    .get(&name)
+                    .filter(|r| r.said == said)
+                    .map(|r| r.at);
                 let running = read(&self.loaded).get(&name).cloned();
-                match running {
-                    Some(old) => {
-                        tracing::error!(plugin = %name, file = %file.display(), %reason, "new version of the plugin refused; the previous version keeps running");
-                        lock(&old.stats).last_error =
-                            Some(format!("new version refused: {reason}"));
-                    }
-                    None => {
-                        tracing::error!(plugin = %name, file = %file.display(), %reason, "plugin refused")
+                if let Some(old) = &running {
+                    lock(&old.stats).last_error = Some(format!("new version refused: {reason}"));
+                }
+                if before.is_none() {
+                    match running {
+                        Some(_) => {
+                            tracing::error!(plugin = %name, file = %file.display(), %reason, "new version of the plugin refused; the previous version keeps running");
+                        }
+                        None => {
+                            tracing::error!(plugin = %name, file = %file.display(), %reason, "plugin refused")
+                        }
                     }
                 }
                 write(&self.rejected).insert(
@@ -333,7 +354,8 @@ impl Plugins {
                     Rejected {
                         file,
                         reason,
-                        at: SystemTime::now(),
+                        at: before.unwrap_or_else(SystemTime::now),
+                        said,
                     },
                 );
             }
@@ -347,21 +369,36 @@ impl Plugins {
         self: &Arc<Self>,
         name: &str,
         file: &Path,
-    ) -> Result<Option<Loaded>, String> {
+    ) -> Result<Option<Loaded>, Refused> {
         let (f, max) = (file.to_owned(), self.max_file_bytes);
-        let (bytes, manifest) = tokio::time::timeout(
+        let (files, read_outcome) = tokio::time::timeout(
             READ_TIMEOUT,
-            tokio::task::spawn_blocking(move || read_plugin(&f, max)),
+            tokio::task::spawn_blocking(move || {
+                let files = Fingerprint::of(&f, &f.with_extension("toml"));
+                (files, read_plugin(&f, max))
+            }),
         )
         .await
         .map_err(|_| {
-            format!(
-                "reading {} took longer than {} (a hung file system?)",
-                file.display(),
-                humantime::format_duration(READ_TIMEOUT)
+            Refused::new(
+                Refusal::ReadTimeout {
+                    file: file.to_owned(),
+                    timeout: READ_TIMEOUT,
+                },
+                None,
             )
         })?
-        .map_err(|e| format!("reading failed: {e}"))??;
+        .map_err(|e| {
+            Refused::new(
+                Refusal::Crashed {
+                    what: "reading failed",
+                    error: e.to_string(),
+                },
+                None,
+            )
+        })?;
+        let (bytes, manifest) =
+            read_outcome.map_err(|why| Refused::new(why, Some(files.clone())))?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
         if let Some(cur) = read(&self.loaded).get(name)
             && cur.sha256 == sha256
@@ -369,11 +406,18 @@ impl Plugins {
         {
             return Ok(None);
         }
+        let files = files.with_content(&sha256);
         let (this, n, f) = (self.clone(), name.to_owned(), file.to_owned());
         tokio::task::spawn_blocking(move || this.validate(&n, &f, bytes, sha256, manifest))
             .await
-            .unwrap_or_else(|e| Err(format!("loading panicked: {e}")))
+            .unwrap_or_else(|e| {
+                Err(Refusal::Crashed {
+                    what: "loading panicked",
+                    error: e.to_string(),
+                })
+            })
             .map(Some)
+            .map_err(|why| Refused::new(why, Some(files)))
     }
 
     fn validate(
@@ -383,12 +427,12 @@ impl Plugins {
         bytes: Vec<u8>,
         sha256: String,
         manifest: Manifest,
-    ) -> Result<Loaded, String> {
+    ) -> Result<Loaded, Refusal> {
         let Validated {
             inspection,
             pre,
             from_cache,
-        } = validate(&self.engine, &self.linker, &bytes, &manifest)?;
+        } = validate(&self.engine, &self.linker, &bytes, &manifest).map_err(Refusal::Invalid)?;
         Ok(Loaded {
             name: name.to_owned(),
             file: file.to_owned(),
@@ -570,19 +614,26 @@ fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// How to raise the cap a plugin file was over.
+const MAX_FILE_HINT: &str = "; raise [plugins] max_file_bytes (for `vigil plugin check`: --max-file-bytes) if the plugin really is this large";
+
 /// A plugin file's bytes (see `files.rs`), or why not.
 fn read_wasm(file: &Path, max: u64) -> Result<Vec<u8>, String> {
-    files::read(
-        file,
-        max,
-        "; raise [plugins] max_file_bytes (for `vigil plugin check`: --max-file-bytes) if the plugin really is this large",
-    )
-    .map_err(|e| format!("cannot read {}: {e}", file.display()))
+    files::read(file, max, MAX_FILE_HINT).map_err(|error| {
+        Refusal::Unreadable {
+            file: file.to_owned(),
+            error,
+        }
+        .to_string()
+    })
 }
 
 /// A plugin's file and its manifest (`NAME.toml` beside it), read.
-fn read_plugin(file: &Path, max: u64) -> Result<(Vec<u8>, Manifest), String> {
-    let bytes = read_wasm(file, max)?;
-    let manifest = Manifest::load(&file.with_extension("toml")).map_err(|e| e.to_string())?;
+fn read_plugin(file: &Path, max: u64) -> Result<(Vec<u8>, Manifest), Refusal> {
+    let bytes = files::read(file, max, MAX_FILE_HINT).map_err(|error| Refusal::Unreadable {
+        file: file.to_owned(),
+        error,
+    })?;
+    let manifest = Manifest::load(&file.with_extension("toml"))?;
     Ok((bytes, manifest))
 }

@@ -1,11 +1,18 @@
 //! Watches the plugin directory: any change (a file added, replaced,
 //! removed, its manifest edited) rescans it after a short settle, so a
 //! file being copied in is read once, whole.
+//!
+//! Only changes count: opening or reading a file is not one. The scan
+//! itself opens the directory and every file in it, so before, each scan
+//! woke the watcher for the next one: the directory was rescanned (every
+//! plugin read and hashed again, every refused file logged again) about
+//! every [`SETTLE`], for good.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::Plugins;
@@ -18,7 +25,7 @@ pub async fn run(plugins: Arc<Plugins>, shutdown: CancellationToken) {
     plugins.scan().await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+        if event.is_ok_and(|e| is_change(&e.kind)) {
             let _ = tx.send(());
         }
     });
@@ -47,5 +54,46 @@ pub async fn run(plugins: Arc<Plugins>, shutdown: CancellationToken) {
             }
         }
         plugins.scan().await;
+    }
+}
+
+/// Whether an event of `kind` may have changed what the directory holds:
+/// everything but an access, except a file closed after writing (the end
+/// of a copy).
+fn is_change(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, ModifyKind, RemoveKind, RenameMode};
+
+    #[test]
+    fn reading_is_not_a_change() {
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Open(AccessMode::Read)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Any),
+        ] {
+            assert!(!is_change(&kind), "{kind:?}");
+        }
+        for kind in [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Any,
+            EventKind::Other,
+        ] {
+            assert!(is_change(&kind), "{kind:?}");
+        }
     }
 }
