@@ -4,7 +4,9 @@
 #   bash scripts/test.sh
 #
 # 1. `cargo build --workspace` (binaries for the end-to-end tests), and
-#    `scripts/demo.sh --check`: the demo finds that build complete
+#    `scripts/demo.sh --check`: the demo finds that build complete; then
+#    `cargo fmt --all --check` and `cargo clippy --workspace --all-targets
+#    -- -D warnings` (the guest workspaces too)
 # 2. `cargo test --workspace`, then the unit tests of the guest SDK and the
 #    first-party plugins (workspaces of their own)
 # 3. setup: the Python venv (~/.cache/vigil/venv: pytest + the official MCP
@@ -124,6 +126,13 @@ clients_env() {
   node_env && bash tests/e2e/clients/setup.sh
 }
 
+# The reference MCP servers of the differential suite
+# (tests/e2e/test_differential.py) and the Inspector CLI, pinned in
+# tests/e2e/reference, into a cache (npm from node_env).
+reference_env() {
+  node_env && bash tests/e2e/reference/setup.sh
+}
+
 # The WebAssembly side of the e2e tests, from source, before any test runs:
 # the wasm32-wasip2 target, the first-party and test plugins, the Python and
 # C example probes with their toolchains (componentize-py, Debian's clang and
@@ -174,6 +183,23 @@ browser_env() {
   fi
 }
 
+# Formatting of every workspace of the repository (the host's and the
+# WebAssembly guests').
+fmt_check() {
+  cargo fmt --all --check &&
+    cargo fmt --all --check --manifest-path sdk/Cargo.toml &&
+    cargo fmt --all --check --manifest-path plugins/Cargo.toml
+}
+
+# Lints as errors, on every target of the host's workspace (tests, benches,
+# examples) and on the guests' host-side code, in the guests' target dir.
+clippy_check() {
+  local dir="${VIGIL_PLUGINS_TARGET_DIR:-$HOME/.cache/vigil-plugins-target}"
+  cargo clippy --workspace --all-targets --locked -- -D warnings &&
+    CARGO_TARGET_DIR="$dir" cargo clippy --manifest-path sdk/Cargo.toml --all-targets --locked -- -D warnings &&
+    CARGO_TARGET_DIR="$dir" cargo clippy --manifest-path plugins/Cargo.toml --all-targets --locked -- -D warnings
+}
+
 # The guest SDK and the first-party plugins are workspaces of their own
 # (WebAssembly guests); their pure logic is unit-tested on the host, in the
 # guests' own target directory.
@@ -197,6 +223,8 @@ step build cargo build --workspace
 if [ "${results[-1]}" = PASS ]; then
   # The demo builds with the same settings: it must find nothing to rebuild.
   step demo-check bash scripts/demo.sh --check
+  step fmt fmt_check
+  step clippy clippy_check
   step container-engine container_env
   step cargo-test cargo test --workspace
   step guest-tests guest_tests
@@ -205,6 +233,7 @@ if [ "${results[-1]}" = PASS ]; then
   python_ok=${results[-1]}
   step oauth-env oauth_env
   step clients-env clients_env
+  step reference-env reference_env
   step plugins-env plugins_env
   if [ "$python_ok" = PASS ] && [ "${results[-1]}" = PASS ]; then
     step e2e e2e
@@ -223,7 +252,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance-client SKIPPED
   fi
 else
-  for name in demo-check container-engine cargo-test guest-tests browser-env python-env oauth-env clients-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
+  for name in demo-check fmt clippy container-engine cargo-test guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

@@ -191,8 +191,11 @@ mod tests {
 
     const WINDOW: Duration = Duration::from_secs(1);
 
-    /// A debouncer whose deliveries (generation, time since start) are recorded.
-    fn recorder(window: Duration) -> (Debouncer, Arc<Mutex<Vec<(u64, Duration)>>>, Instant) {
+    /// Deliveries as recorded: (generation, time since start).
+    type Seen = Arc<Mutex<Vec<(u64, Duration)>>>;
+
+    /// A debouncer whose deliveries are recorded.
+    fn recorder(window: Duration) -> (Debouncer, Seen, Instant) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let start = Instant::now();
         let log = seen.clone();

@@ -323,7 +323,9 @@ fn url_elicitations(e: &McpError) -> Option<InputRequests> {
     (!requests.is_empty()).then_some(requests)
 }
 
-/// What [`Mrtr::next`] found.
+/// What [`Mrtr::next`] found. One per round of a call, moved once: its
+/// size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Next {
     Done {
         result: Result<ServerResult, crate::backend::BackendError>,

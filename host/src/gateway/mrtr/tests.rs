@@ -44,8 +44,7 @@ async fn parked(
         reply,
     })
     .await
-    .ok()
-    .expect("queued");
+    .unwrap_or_else(|_| panic!("queued"));
     match m.next(rx, b, ttl).await {
         Next::InputRequired(r) => {
             let asked = r.input_requests.expect("a question");
@@ -162,8 +161,7 @@ async fn a_url_elicitation_error_becomes_a_question_whose_retry_calls_again() {
         recovered: false,
     })
     .await
-    .ok()
-    .expect("queued");
+    .unwrap_or_else(|_| panic!("queued"));
     let Next::InputRequired(r) = m.next(rx, &b, Duration::from_secs(60)).await else {
         panic!("expected an input-required result");
     };
@@ -189,8 +187,7 @@ async fn a_url_elicitation_error_becomes_a_question_whose_retry_calls_again() {
         recovered: false,
     })
     .await
-    .ok()
-    .expect("queued");
+    .unwrap_or_else(|_| panic!("queued"));
     assert!(matches!(
         m.next(rx, &b, Duration::from_secs(60)).await,
         Next::Done { result: Err(_), .. }

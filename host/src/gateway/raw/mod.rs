@@ -553,6 +553,7 @@ impl RawPath {
     }
 
     /// Sends the request and reads the backend's answer.
+    #[allow(clippy::too_many_arguments)] // each is one part of the exchange
     async fn exchange(
         &self,
         b: &Backend,

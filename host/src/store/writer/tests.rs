@@ -86,7 +86,7 @@ impl Store for Gated {
 
 /// The `n`th transition of a flapping backend (distinct reasons).
 fn transition(n: usize) -> Transition {
-    let (from, to) = if n % 2 == 0 {
+    let (from, to) = if n.is_multiple_of(2) {
         (HealthState::Starting, HealthState::Restarting)
     } else {
         (HealthState::Restarting, HealthState::Starting)
