@@ -14,7 +14,8 @@
 use std::time::SystemTime;
 
 use rmcp::ErrorData as McpError;
-use rmcp::model::{Extensions, JsonObject, ServerResult};
+use rmcp::model::{Extensions, JsonObject};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{CallAudit, CallRecord, Method, Outcome};
@@ -102,7 +103,7 @@ impl PendingCall {
     /// The call was routed to `backend` and ended with `result` (after the
     /// gateway's own handling: an answer it could not use is an error).
     /// The outcome is [`outcome_of`] the result.
-    pub fn finish(self, backend: &str, result: &Result<ServerResult, McpError>) {
+    pub fn finish(self, backend: &str, result: &Result<Value, McpError>) {
         if let Some(s) = self.0 {
             let outcome = outcome_of(s.method, result);
             s.record(backend, outcome);
@@ -164,22 +165,19 @@ impl Started {
     }
 }
 
-/// The outcome of a routed call of `method` that ended with `result`:
-/// `unavailable` for the gateway's "backend unavailable" error (the backend
-/// stopped serving, or the connection was lost mid-call), `error` for any
-/// other error, for a `tools/call` result with `isError: true` and for a
-/// result of the wrong type, `ok` otherwise (an `input_required` or task
-/// result included: the backend accepted the call).
-pub fn outcome_of(method: Method, result: &Result<ServerResult, McpError>) -> Outcome {
-    use ServerResult as R;
-    match (method, result) {
-        (_, Err(e)) if crate::gateway::unavailable_backend(e).is_some() => Outcome::Unavailable,
-        (_, Err(_)) => Outcome::Error,
-        (Method::ToolsCall, Ok(R::CallToolResult(r))) if r.is_error == Some(true) => Outcome::Error,
-        (Method::ToolsCall, Ok(R::CallToolResult(_) | R::CreateTaskResult(_)))
-        | (Method::ResourcesRead, Ok(R::ReadResourceResult(_)))
-        | (Method::PromptsGet, Ok(R::GetPromptResult(_)))
-        | (_, Ok(R::InputRequiredResult(_))) => Outcome::Ok,
-        (_, Ok(_)) => Outcome::Error,
+/// The outcome of a routed call of `method` that ended with `result` (the
+/// answer as the backend wrote it): `unavailable` for the gateway's
+/// "backend unavailable" error (the backend stopped serving, or the
+/// connection was lost mid-call), `error` for any other error, for a
+/// `tools/call` result with `isError: true` and for a result that is not
+/// an object, `ok` otherwise (an `input_required` or task result included:
+/// the backend accepted the call).
+pub fn outcome_of(method: Method, result: &Result<Value, McpError>) -> Outcome {
+    match result {
+        Err(e) if crate::gateway::unavailable_backend(e).is_some() => Outcome::Unavailable,
+        Err(_) => Outcome::Error,
+        Ok(v) if !v.is_object() => Outcome::Error,
+        Ok(v) if method == Method::ToolsCall && crate::gateway::tool_failed(v) => Outcome::Error,
+        Ok(_) => Outcome::Ok,
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rmcp::model::{CallToolResult, ContentBlock, Extensions, GetPromptResult, ServerResult};
+use rmcp::model::Extensions;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -236,10 +236,8 @@ fn http_request(principal: Option<Principal>, session: Option<&str>) -> Extensio
     ext
 }
 
-fn ok_tool() -> Result<ServerResult, rmcp::ErrorData> {
-    Ok(ServerResult::CallToolResult(CallToolResult::success(vec![
-        ContentBlock::text("fine"),
-    ])))
+fn ok_tool() -> Result<serde_json::Value, rmcp::ErrorData> {
+    Ok(json!({"content": [{"type": "text", "text": "fine"}], "isError": false}))
 }
 
 #[tokio::test]
@@ -270,10 +268,7 @@ async fn the_hook_records_who_what_and_masks_arguments() {
     call.finish("demo", &ok_tool());
     // stdio: no HTTP request, so the local user and no session.
     let call = audit.begin(Method::PromptsGet, "demo__greet", None, &Extensions::new());
-    call.finish(
-        "demo",
-        &Ok(ServerResult::GetPromptResult(GetPromptResult::new(vec![]))),
-    );
+    call.finish("demo", &Ok(json!({"messages": []})));
     shut_down(&tracker, &shutdown).await;
 
     let rows = all(&*store);
@@ -401,10 +396,8 @@ async fn unrouted_names_are_recorded_only_when_their_backend_is_down() {
 #[test]
 fn outcomes_are_read_off_the_result() {
     use rmcp::ErrorData as E;
-    let tool_error = Ok(ServerResult::CallToolResult(CallToolResult::error(vec![
-        ContentBlock::text("no"),
-    ])));
-    let prompt = Ok(ServerResult::GetPromptResult(GetPromptResult::new(vec![])));
+    let tool_error = Ok(json!({"content": [{"type": "text", "text": "no"}], "isError": true}));
+    let prompt = Ok(json!({"messages": []}));
     let lost = Err(crate::gateway::unavailable_error(
         "files",
         HealthState::Offline,
@@ -419,8 +412,8 @@ fn outcomes_are_read_off_the_result() {
         (Method::PromptsGet, prompt.clone(), Outcome::Ok),
         (Method::PromptsGet, lost, Outcome::Unavailable),
         (Method::ResourcesRead, backend_error, Outcome::Error),
-        // A result of another method's type: the gateway cannot use it.
-        (Method::ToolsCall, prompt, Outcome::Error),
+        // Not a result at all: the gateway cannot use it.
+        (Method::ToolsCall, Ok(json!([1])), Outcome::Error),
     ];
     for (method, result, want) in cases {
         assert_eq!(outcome_of(method, &result), want, "{method}: {result:?}");

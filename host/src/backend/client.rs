@@ -16,6 +16,7 @@ use rmcp::service::{
 use rmcp::{ClientHandler, ErrorData as McpError};
 
 use super::inflight::{FrontCall, Inflight};
+use super::wire::Wire;
 
 /// Kinds of list a backend can announce as changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,8 @@ pub struct BackendClient {
     /// The client session a per-session connection belongs to.
     session: Option<u64>,
     info: ClientConfig,
+    /// What the connection's backend wrote (set when it connects).
+    wire: Option<Arc<Wire>>,
 }
 
 /// How long a server→client request waits for its originating call to be
@@ -85,7 +88,14 @@ impl BackendClient {
             downstream,
             session,
             info,
+            wire: None,
         }
+    }
+
+    /// Reads the params of the backend's requests from `wire` (see
+    /// [`Self::forward`]).
+    pub fn attach(&mut self, wire: Arc<Wire>) {
+        self.wire = Some(wire);
     }
 
     /// Where the connection's unsolicited traffic goes.
@@ -140,6 +150,13 @@ impl BackendClient {
             return asker.ask(request).await;
         }
         tracing::debug!(backend = %self.backend, front_request = %call.request_id, origin = ?ctx.extensions.get::<InboundStreamOrigin>(), "relaying a server request to the client");
+        // The params as the backend wrote them (rmcp's typed ones narrow
+        // numbers and drop what it does not know).
+        let kept = self.wire.as_ref().and_then(|w| w.take_ask(&ctx.id));
+        if let (Some(params), Some(method)) = (kept, relayed_method(&request)) {
+            let params = (!params.is_null()).then_some(params);
+            request = ServerRequest::CustomRequest(CustomRequest::new(method, params));
+        }
         // Deliver on the originating request's stream (SEP-2260), so clients
         // that only listen there see it.
         request
@@ -161,6 +178,16 @@ impl BackendClient {
             }
         }
     }
+}
+
+/// The method of a server→client request whose params the wire keeps.
+fn relayed_method(request: &ServerRequest) -> Option<&'static str> {
+    Some(match request {
+        ServerRequest::CreateMessageRequest(_) => "sampling/createMessage",
+        ServerRequest::ElicitRequest(_) => "elicitation/create",
+        ServerRequest::ListRootsRequest(_) => "roots/list",
+        _ => return None,
+    })
 }
 
 fn default_capabilities() -> ClientCapabilities {

@@ -24,6 +24,7 @@ use super::lifecycle::{self, Slot};
 use super::listen;
 use super::stream_watch::WatchedHttp;
 use super::tap::{Relay, Tapped};
+use super::wire::{Answer, KeepJson, Wire, WireRead};
 use crate::catalog::BackendCatalog;
 use crate::config::Protocol;
 use crate::runtime::Endpoint;
@@ -41,6 +42,8 @@ pub struct Connection {
     /// HTTP backends: the live session, for the direct probe ping.
     ping_target: Option<Arc<SessionTarget>>,
     era: lifecycle::Era,
+    /// What the backend wrote of relayed answers and asks.
+    wire: Arc<Wire>,
 }
 
 /// What a connection speaks, from its backend's configuration.
@@ -58,6 +61,7 @@ pub struct Opening<'a> {
 
 /// Opens an MCP connection over `endpoint` and completes the handshake
 /// within the connect timeout. `stderr` (stdio backends) enriches errors.
+#[allow(clippy::too_many_arguments)] // what a connection is made of; one caller each
 pub async fn connect(
     backend: &Arc<str>,
     endpoint: Endpoint,
@@ -76,9 +80,17 @@ pub async fn connect(
     } = how;
     let backend = backend.clone();
     let mut ping_target = None;
+    let wire = Wire::new(bounds.max_result);
+    let mut client = client;
+    client.attach(wire.clone());
     let service = match endpoint {
         Endpoint::Stdio { stdin, stdout } => {
-            let transport = Tapped::new(AsyncRwTransport::new_client(stdout, stdin), relay.clone());
+            let stdout = WireRead::new(stdout, wire.clone());
+            let transport = Tapped::new(
+                AsyncRwTransport::new_client(stdout, stdin),
+                relay.clone(),
+                wire.clone(),
+            );
             let slot = Slot::new(transport);
             let started = lifecycle::begin(
                 protocol,
@@ -114,11 +126,13 @@ pub async fn connect(
             let mut transport = || {
                 // Each try gets its own transport (rmcp's HTTP worker ends
                 // with a failed lifecycle); they record into one target.
-                let http = WatchedHttp::new(closed_tx.clone(), keep_alive, target.clone());
+                let http =
+                    WatchedHttp::new(closed_tx.clone(), keep_alive, target.clone(), wire.clone());
                 match http {
                     Ok(http) => Some(Tapped::new(
                         StreamableHttpClientTransport::with_client(http, cfg.clone()),
                         relay.clone(),
+                        wire.clone(),
                     )),
                     Err(e) => {
                         built = Some(e.to_string());
@@ -189,6 +203,7 @@ pub async fn connect(
         stderr,
         ping_target,
         era,
+        wire,
     })
 }
 
@@ -392,6 +407,52 @@ impl Connection {
         front: Option<FrontCall>,
         ct: &CancellationToken,
     ) -> Result<ServerResult, BackendError> {
+        self.exchange(request, front, ct, false)
+            .await
+            .map(|(typed, _)| typed)
+    }
+
+    /// [`Self::request`] for a request whose result Vigil relays: the
+    /// result as the backend wrote it (members, member order, numbers; see
+    /// `wire`). A result larger than `limits.max_result_bytes` is
+    /// [`BackendError::TooLarge`].
+    pub async fn relay(
+        &self,
+        request: ClientRequest,
+        front: Option<FrontCall>,
+        ct: &CancellationToken,
+    ) -> Result<serde_json::Value, BackendError> {
+        let method = request.method().to_owned();
+        let (typed, answer) = self.exchange(request, front, ct, true).await?;
+        match answer {
+            Some(Answer::Got(v)) => Ok(v),
+            Some(Answer::TooLarge(bytes)) => Err(BackendError::TooLarge {
+                backend: self.backend.clone(),
+                method,
+                bytes,
+                limit: self.wire.max_result(),
+            }),
+            // Not seen by the wire (an HTTP backend's JSON body, which
+            // rmcp's client reads itself): as rmcp decoded it.
+            Some(Answer::Waiting) | None => {
+                serde_json::to_value(typed).map_err(|e| BackendError::Transport {
+                    backend: self.backend.clone(),
+                    reason: format!("the backend's answer to {method} could not be relayed: {e}"),
+                    stderr: vec![],
+                })
+            }
+        }
+    }
+
+    /// Sends `request` and waits for its answer; `keep`: the wire keeps
+    /// the result as JSON (returned beside rmcp's placeholder).
+    async fn exchange(
+        &self,
+        mut request: ClientRequest,
+        front: Option<FrontCall>,
+        ct: &CancellationToken,
+        keep: bool,
+    ) -> Result<(ServerResult, Option<Answer>), BackendError> {
         let peer = self.service.peer();
         let mut options =
             PeerRequestOptions::with_timeout(self.request_timeout).reset_timeout_on_progress();
@@ -411,12 +472,16 @@ impl Connection {
             }
             options.meta = Some(meta);
         }
+        if keep {
+            request.extensions_mut().insert(KeepJson);
+        }
         let sending = self.inflight.sending();
         let handle = peer
             .send_request_with_option(request, options)
             .await
             .map_err(|e| self.service_error(e))?;
         let id = handle.id.clone();
+        let _kept = keep.then(|| self.wire.guard(id.clone()));
         let outbox = front.as_ref().map(|f| f.outbox.clone());
         let _registration = front.map(|f| {
             self.inflight
@@ -432,7 +497,9 @@ impl Connection {
                 if let Some(outbox) = outbox {
                     outbox.flush().await;
                 }
-                r.map_err(|e| self.service_error(e))
+                let typed = r.map_err(|e| self.service_error(e))?;
+                let answer = keep.then(|| self.wire.take_answer(&id)).flatten();
+                Ok((typed, answer))
             }
             _ = ct.cancelled() => {
                 let note = CancelledNotification::new(CancelledNotificationParam::new(
@@ -443,6 +510,12 @@ impl Connection {
                 Err(BackendError::Cancelled { backend: self.backend.clone() })
             }
         }
+    }
+
+    /// The params of the backend's own request `id` (sampling, elicitation,
+    /// roots) as it wrote them, if the wire kept them.
+    pub fn asked(&self, id: &RequestId) -> Option<serde_json::Value> {
+        self.wire.take_ask(id)
     }
 
     /// Asks the backend for `notifications/resources/updated` about `uri`:
@@ -518,13 +591,13 @@ impl Connection {
     /// Lists everything the backend declared at the handshake, each page
     /// within the request timeout and the whole within `[limits]`.
     pub async fn list_catalog(&self) -> Result<BackendCatalog, BackendError> {
+        let none = CancellationToken::new();
         super::listing::list_catalog(
             &self.backend,
-            self.service.peer(),
             &self.capabilities(),
             self.request_timeout,
             self.list_limits,
-            &|e| self.service_error(e),
+            |request| self.relay(request, None, &none),
         )
         .await
     }

@@ -50,6 +50,17 @@ pub enum BackendError {
     Credentials { backend: Arc<str>, reason: String },
     #[error("backend '{backend}': request cancelled by the client")]
     Cancelled { backend: Arc<str> },
+    /// The backend's answer is larger than Vigil relays
+    /// (`limits.max_result_bytes`); it was not read into memory.
+    #[error(
+        "backend '{backend}' answered {method} with {bytes} bytes, more than limits.max_result_bytes ({limit}) allows: ask for less (a smaller range or page), or raise the limit"
+    )]
+    TooLarge {
+        backend: Arc<str>,
+        method: String,
+        bytes: usize,
+        limit: usize,
+    },
     /// The backend answered with a JSON-RPC error; passed through as is.
     #[error("{}", .0.message)]
     Mcp(McpError),

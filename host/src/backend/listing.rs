@@ -7,53 +7,65 @@
 //! with a reason naming the method and the limit, instead of holding its
 //! caller forever or growing Vigil's memory without bound. The caller keeps
 //! the catalog it had.
+//!
+//! Each page's result comes as the backend wrote it (see `wire`): the
+//! entries are kept as JSON ([`Entry`]), so clients see every member the
+//! backend lists, in its order.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    Cursor, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, Prompt, Resource, ResourceTemplate, ServerCapabilities, Tool,
+    ClientRequest, ListPromptsRequest, ListResourceTemplatesRequest, ListResourcesRequest,
+    ListToolsRequest, PaginatedRequestParams, ServerCapabilities,
 };
-use rmcp::service::{Peer, RoleClient, ServiceError};
 use serde::Serialize;
+use serde_json::Value;
 
 use super::error::BackendError;
-use crate::catalog::BackendCatalog;
+use crate::catalog::{BackendCatalog, Entry, EntryKind};
 
 pub use crate::config::ListLimits;
 
-/// One page of a paginated list result.
-trait Page {
-    type Item: Serialize;
-    fn into_page(self) -> (Vec<Self::Item>, Option<Cursor>);
+/// The list method of entries of `kind`.
+fn method(kind: EntryKind) -> &'static str {
+    match kind {
+        EntryKind::Tool => "tools/list",
+        EntryKind::Prompt => "prompts/list",
+        EntryKind::Resource => "resources/list",
+        EntryKind::Template => "resources/templates/list",
+    }
 }
 
-macro_rules! page {
-    ($t:ty, $field:ident, $item:ty) => {
-        impl Page for $t {
-            type Item = $item;
-            fn into_page(self) -> (Vec<Self::Item>, Option<Cursor>) {
-                (self.$field, self.next_cursor)
-            }
+/// The request for the page of `kind` after `cursor`.
+fn page_request(kind: EntryKind, cursor: Option<String>) -> ClientRequest {
+    let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+    match kind {
+        EntryKind::Tool => ClientRequest::ListToolsRequest(ListToolsRequest {
+            params,
+            ..Default::default()
+        }),
+        EntryKind::Prompt => ClientRequest::ListPromptsRequest(ListPromptsRequest {
+            params,
+            ..Default::default()
+        }),
+        EntryKind::Resource => ClientRequest::ListResourcesRequest(ListResourcesRequest {
+            params,
+            ..Default::default()
+        }),
+        EntryKind::Template => {
+            ClientRequest::ListResourceTemplatesRequest(ListResourceTemplatesRequest {
+                params,
+                ..Default::default()
+            })
         }
-    };
+    }
 }
-page!(ListToolsResult, tools, Tool);
-page!(ListResourcesResult, resources, Resource);
-page!(
-    ListResourceTemplatesResult,
-    resource_templates,
-    ResourceTemplate
-);
-page!(ListPromptsResult, prompts, Prompt);
 
 /// What one listing has taken so far, checked against the limits.
 struct Budget<'a> {
     backend: &'a Arc<str>,
-    /// A failed page request as the connection reports it.
-    lost: &'a (dyn Fn(ServiceError) -> BackendError + Sync),
     limits: ListLimits,
     timeout: Duration,
     items: usize,
@@ -100,25 +112,57 @@ impl Budget<'_> {
         Ok(())
     }
 
-    /// Every page of one list method, each within the timeout.
-    async fn all_pages<P, F, Fut>(
+    /// One page's items and its `nextCursor`, from the result as the
+    /// backend wrote it.
+    fn read_page(
+        &self,
+        kind: EntryKind,
+        page: Value,
+    ) -> Result<(Vec<Value>, Option<String>), BackendError> {
+        let method = method(kind);
+        let Value::Object(mut page) = page else {
+            return Err(self.refused(method, "the answer is not a JSON object".into()));
+        };
+        let items = match page.remove(kind.list_member()) {
+            Some(Value::Array(items)) => items,
+            Some(_) => {
+                return Err(
+                    self.refused(method, format!("`{}` is not an array", kind.list_member()))
+                );
+            }
+            None => {
+                return Err(self.refused(
+                    method,
+                    format!("the answer has no `{}`", kind.list_member()),
+                ));
+            }
+        };
+        let next = match page.remove("nextCursor") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(c),
+            Some(_) => return Err(self.refused(method, "`nextCursor` is not a string".into())),
+        };
+        Ok((items, next))
+    }
+
+    /// Every page of one list method, each within the timeout, its items
+    /// as the backend wrote them.
+    async fn all_pages<F, Fut>(
         &mut self,
-        method: &'static str,
-        list_page: F,
-    ) -> Result<Vec<P::Item>, BackendError>
+        kind: EntryKind,
+        fetch: &F,
+    ) -> Result<Vec<Entry>, BackendError>
     where
-        P: Page,
-        F: Fn(Option<PaginatedRequestParams>) -> Fut,
-        Fut: Future<Output = Result<P, ServiceError>>,
+        F: Fn(ClientRequest) -> Fut,
+        Fut: Future<Output = Result<Value, BackendError>>,
     {
+        let method = method(kind);
         let mut all = Vec::new();
-        let mut cursor: Option<Cursor> = None;
+        let mut cursor: Option<String> = None;
         for page in 1..=self.limits.pages {
-            let params = cursor
-                .take()
-                .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-            let answer = match tokio::time::timeout(self.timeout, list_page(params)).await {
-                Ok(answer) => answer,
+            let request = page_request(kind, cursor.take());
+            let answer = match tokio::time::timeout(self.timeout, fetch(request)).await {
+                Ok(answer) => answer?,
                 Err(_) => {
                     return Err(self.refused(
                         method,
@@ -129,9 +173,14 @@ impl Budget<'_> {
                     ));
                 }
             };
-            let (items, next) = answer.map_err(self.lost)?.into_page();
+            let (items, next) = self.read_page(kind, answer)?;
             self.take(method, &items)?;
-            all.extend(items);
+            for item in items {
+                let at = all.len();
+                let entry = Entry::from_json(kind, item)
+                    .map_err(|e| self.refused(method, format!("item {at} {e}")))?;
+                all.push(entry);
+            }
             match next {
                 Some(next) => cursor = Some(next),
                 None => return Ok(all),
@@ -165,19 +214,21 @@ fn serialized_len<T: Serialize>(item: &T) -> usize {
 }
 
 /// Lists every kind the backend declared in `caps`, within `timeout` per
-/// page and `limits` for the whole listing; `lost` turns a failed request
-/// into the connection's error.
-pub async fn list_catalog(
+/// page and `limits` for the whole listing; `fetch` sends one page's
+/// request and returns its result as the backend wrote it.
+pub async fn list_catalog<F, Fut>(
     backend: &Arc<str>,
-    peer: &Peer<RoleClient>,
     caps: &ServerCapabilities,
     timeout: Duration,
     limits: ListLimits,
-    lost: &(dyn Fn(ServiceError) -> BackendError + Sync),
-) -> Result<BackendCatalog, BackendError> {
+    fetch: F,
+) -> Result<BackendCatalog, BackendError>
+where
+    F: Fn(ClientRequest) -> Fut,
+    Fut: Future<Output = Result<Value, BackendError>>,
+{
     let mut budget = Budget {
         backend,
-        lost,
         limits,
         timeout,
         items: 0,
@@ -185,24 +236,14 @@ pub async fn list_catalog(
     };
     let mut c = BackendCatalog::default();
     if caps.tools.is_some() {
-        c.tools = budget
-            .all_pages("tools/list", |p| peer.list_tools(p))
-            .await?;
+        c.tools = budget.all_pages(EntryKind::Tool, &fetch).await?;
     }
     if caps.resources.is_some() {
-        c.resources = budget
-            .all_pages("resources/list", |p| peer.list_resources(p))
-            .await?;
-        c.templates = budget
-            .all_pages("resources/templates/list", |p| {
-                peer.list_resource_templates(p)
-            })
-            .await?;
+        c.resources = budget.all_pages(EntryKind::Resource, &fetch).await?;
+        c.templates = budget.all_pages(EntryKind::Template, &fetch).await?;
     }
     if caps.prompts.is_some() {
-        c.prompts = budget
-            .all_pages("prompts/list", |p| peer.list_prompts(p))
-            .await?;
+        c.prompts = budget.all_pages(EntryKind::Prompt, &fetch).await?;
     }
     Ok(c)
 }
@@ -211,14 +252,9 @@ pub async fn list_catalog(
 mod tests {
     use super::*;
 
-    fn lost(e: ServiceError) -> BackendError {
-        BackendError::Mcp(rmcp::ErrorData::internal_error(e.to_string(), None))
-    }
-
     fn budget(backend: &Arc<str>, limits: ListLimits) -> Budget<'_> {
         Budget {
             backend,
-            lost: &lost,
             limits,
             timeout: Duration::from_secs(1),
             items: 0,
@@ -226,15 +262,23 @@ mod tests {
         }
     }
 
-    fn tool_page(n: usize, next: Option<&str>) -> ListToolsResult {
-        let tools = (0..n)
-            .map(|i| {
-                rmcp::model::Tool::new(format!("t{i}"), "a tool", Arc::new(serde_json::Map::new()))
-            })
+    fn tool_page(n: usize, next: Option<&str>) -> Value {
+        let tools: Vec<Value> = (0..n)
+            .map(|i| serde_json::json!({"name": format!("t{i}"), "description": "a tool", "inputSchema": {}}))
             .collect();
-        let mut page = ListToolsResult::with_all_items(tools);
-        page.next_cursor = next.map(str::to_owned);
+        let mut page = serde_json::json!({ "tools": tools });
+        if let Some(next) = next {
+            page["nextCursor"] = next.into();
+        }
         page
+    }
+
+    /// The cursor of a page request.
+    fn cursor(r: &ClientRequest) -> Option<String> {
+        match r {
+            ClientRequest::ListToolsRequest(r) => r.params.as_ref()?.cursor.clone(),
+            _ => None,
+        }
     }
 
     #[tokio::test]
@@ -242,19 +286,65 @@ mod tests {
         let b: Arc<str> = "b".into();
         let mut budget = budget(&b, ListLimits::default());
         let items = budget
-            .all_pages(
-                "tools/list",
-                |p: Option<PaginatedRequestParams>| async move {
-                    let at = p
-                        .and_then(|p| p.cursor)
-                        .map_or(0, |c| c.parse::<usize>().unwrap());
-                    let next = (at < 3).then(|| (at + 1).to_string());
-                    Ok::<_, ServiceError>(tool_page(2, next.as_deref()))
-                },
-            )
+            .all_pages(EntryKind::Tool, &|r: ClientRequest| async move {
+                let at = cursor(&r).map_or(0, |c| c.parse::<usize>().unwrap());
+                let next = (at < 3).then(|| (at + 1).to_string());
+                Ok(tool_page(2, next.as_deref()))
+            })
             .await
             .unwrap();
         assert_eq!(items.len(), 8);
+        assert_eq!(items[7].key(), "t1");
+    }
+
+    #[tokio::test]
+    async fn items_keep_their_members_in_the_backends_order() {
+        let b: Arc<str> = "b".into();
+        let page: Value = serde_json::from_str(
+            r#"{"tools":[{"name":"x","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"},"annotations":{"title":"X"}}]}"#,
+        )
+        .unwrap();
+        let items = budget(&b, ListLimits::default())
+            .all_pages(EntryKind::Tool, &|_| {
+                let page = page.clone();
+                async move { Ok(page) }
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            serde_json::to_string(&items[0].to_value()).unwrap(),
+            r#"{"name":"x","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"},"annotations":{"title":"X"}}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_pages_are_refused_naming_what_is_wrong() {
+        let b: Arc<str> = "b".into();
+        for (page, reason) in [
+            (serde_json::json!([]), "the answer is not a JSON object"),
+            (serde_json::json!({}), "the answer has no `tools`"),
+            (serde_json::json!({"tools": {}}), "`tools` is not an array"),
+            (
+                serde_json::json!({"tools": [], "nextCursor": 3}),
+                "`nextCursor` is not a string",
+            ),
+            (
+                serde_json::json!({"tools": [{"name": "a"}, {"title": "b"}]}),
+                "item 1 has no string `name`",
+            ),
+        ] {
+            let err = budget(&b, ListLimits::default())
+                .all_pages(EntryKind::Tool, &|_| {
+                    let page = page.clone();
+                    async move { Ok(page) }
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("backend 'b': tools/list: {reason}")
+            );
+        }
     }
 
     #[tokio::test]
@@ -266,9 +356,9 @@ mod tests {
         };
         let calls = std::sync::atomic::AtomicU32::new(0);
         let err = budget(&b, limits)
-            .all_pages("tools/list", |_| {
+            .all_pages(EntryKind::Tool, &|_| {
                 calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                async { Ok::<_, ServiceError>(tool_page(1, Some("again"))) }
+                async { Ok(tool_page(1, Some("again"))) }
             })
             .await
             .unwrap_err();
@@ -287,9 +377,7 @@ mod tests {
             ..ListLimits::default()
         };
         let err = budget(&b, limits)
-            .all_pages("tools/list", |_| async {
-                Ok::<_, ServiceError>(tool_page(3, Some("x")))
-            })
+            .all_pages(EntryKind::Tool, &|_| async { Ok(tool_page(3, Some("x"))) })
             .await
             .unwrap_err();
         assert!(
@@ -302,9 +390,7 @@ mod tests {
             ..ListLimits::default()
         };
         let err = budget(&b, limits)
-            .all_pages("tools/list", |_| async {
-                Ok::<_, ServiceError>(tool_page(3, Some("x")))
-            })
+            .all_pages(EntryKind::Tool, &|_| async { Ok(tool_page(3, Some("x"))) })
             .await
             .unwrap_err();
         assert!(
@@ -318,8 +404,8 @@ mod tests {
     async fn a_page_that_never_comes_times_out_naming_the_method() {
         let b: Arc<str> = "b".into();
         let err = budget(&b, ListLimits::default())
-            .all_pages("prompts/list", |_| {
-                std::future::pending::<Result<ListPromptsResult, ServiceError>>()
+            .all_pages(EntryKind::Prompt, &|_| {
+                std::future::pending::<Result<Value, BackendError>>()
             })
             .await
             .unwrap_err();

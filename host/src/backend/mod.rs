@@ -27,6 +27,7 @@ mod reach;
 mod set;
 mod stream_watch;
 mod tap;
+pub mod wire;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -75,6 +76,8 @@ pub struct Bounds {
     pub request: Duration,
     /// Each listing of the backend's capabilities (`[limits]`).
     pub list: ListLimits,
+    /// The largest result relayed (`limits.max_result_bytes`).
+    pub max_result: usize,
 }
 
 /// An operator's request to a backend's supervisor.

@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 
 use super::error::{HttpFailure, is_refused};
 use super::http_ping::SessionTarget;
+use super::wire::Wire;
 
 type Headers = HashMap<HeaderName, HeaderValue>;
 type SseStream = BoxStream<'static, Result<Sse, SseError>>;
@@ -41,6 +42,8 @@ pub struct WatchedHttp {
     inner: reqwest::Client,
     closed: mpsc::UnboundedSender<Closed>,
     target: Arc<SessionTarget>,
+    /// Sees every event's data before rmcp decodes it.
+    wire: Arc<Wire>,
 }
 
 impl WatchedHttp {
@@ -54,12 +57,29 @@ impl WatchedHttp {
         closed: mpsc::UnboundedSender<Closed>,
         keep_alive: bool,
         target: Arc<SessionTarget>,
+        wire: Arc<Wire>,
     ) -> Result<Self, HttpFailure> {
         Ok(Self {
             inner: shared_client(keep_alive)?,
             closed,
             target,
+            wire,
         })
+    }
+
+    /// `stream` with each event's data shown to the wire first.
+    fn kept(&self, stream: SseStream) -> SseStream {
+        let wire = self.wire.clone();
+        stream
+            .map(move |event| {
+                event.map(|mut e| {
+                    if let Some(replaced) = e.data.as_deref().and_then(|d| wire.incoming(d)) {
+                        e.data = Some(replaced);
+                    }
+                    e
+                })
+            })
+            .boxed()
     }
 
     /// Gives the session target the context of a POST: a session's, or a
@@ -171,19 +191,15 @@ impl StreamableHttpClient for WatchedHttp {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.observe(
-            &uri,
-            session_id.as_ref(),
-            auth_header.as_ref(),
-            &custom_headers,
-            &message,
-        );
-        let sent = self
-            .inner
-            .post_message(uri, message, session_id, auth_header, custom_headers)
-            .await;
-        self.record(&sent);
-        sent
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
     }
 
     async fn post_message_with_response_limits(
@@ -222,7 +238,7 @@ impl StreamableHttpClient for WatchedHttp {
         Ok(match (id, response) {
             (Some(id), StreamableHttpPostResponse::Sse(stream, session)) => {
                 let watched = Watched {
-                    inner: stream,
+                    inner: self.kept(stream),
                     id,
                     answered: false,
                     retry: None,
@@ -254,9 +270,11 @@ impl StreamableHttpClient for WatchedHttp {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<SseStream, StreamableHttpError<Self::Error>> {
-        self.inner
+        let stream = self
+            .inner
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
+            .await?;
+        Ok(self.kept(stream))
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -282,7 +300,7 @@ impl StreamableHttpClient for WatchedHttp {
         self.target.stream_opening_ended();
         match result {
             Ok(stream) => Ok(EndWatched {
-                inner: stream,
+                inner: self.kept(stream),
                 target: self.target.clone(),
             }
             .boxed()),

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rmcp::model::{
-    JsonRpcMessage, LoggingMessageNotificationParam, ProgressNotificationParam, ServerNotification,
+    GetExtensions, JsonRpcMessage, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ServerNotification,
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::Downstream;
 use super::inflight::{Inflight, LogRecipients};
+use super::wire::{KeepJson, Wire};
 use crate::background::Background;
 
 /// Notifications waiting for the relay worker. The worker only moves them
@@ -162,15 +164,18 @@ async fn run(
 }
 
 /// A transport that queues progress and log notifications on a [`Relay`]
-/// as they arrive, then hands every message on to rmcp unchanged.
+/// as they arrive, then hands every message on to rmcp unchanged; and tells
+/// the connection's [`Wire`] which answers to keep as JSON before the
+/// request that asks for one leaves.
 pub struct Tapped<T> {
     inner: T,
     relay: Relay,
+    wire: Arc<Wire>,
 }
 
 impl<T> Tapped<T> {
-    pub fn new(inner: T, relay: Relay) -> Self {
-        Self { inner, relay }
+    pub fn new(inner: T, relay: Relay, wire: Arc<Wire>) -> Self {
+        Self { inner, relay, wire }
     }
 }
 
@@ -181,6 +186,11 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(r) = &item
+            && r.request.extensions().get::<KeepJson>().is_some()
+        {
+            self.wire.expect(r.id.clone());
+        }
         self.inner.send(item)
     }
 

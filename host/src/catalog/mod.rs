@@ -11,6 +11,7 @@
 //! snapshots. This module does no I/O.
 
 mod current;
+mod entry;
 mod naming;
 pub mod registry;
 #[cfg(test)]
@@ -20,22 +21,21 @@ mod uri;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
-
 pub use current::Current;
+pub use entry::{Entry, EntryError, EntryKind};
 pub use naming::conflicts;
 use naming::expose;
 pub use registry::Registry;
 
 use crate::config::Naming;
 
-/// What one backend advertises, as it gave it.
+/// What one backend advertises, as it wrote it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BackendCatalog {
-    pub tools: Vec<Tool>,
-    pub resources: Vec<Resource>,
-    pub templates: Vec<ResourceTemplate>,
-    pub prompts: Vec<Prompt>,
+    pub tools: Vec<Entry>,
+    pub resources: Vec<Entry>,
+    pub templates: Vec<Entry>,
+    pub prompts: Vec<Entry>,
 }
 
 /// Where a client-visible name leads.
@@ -83,10 +83,11 @@ pub enum Kind {
 /// An immutable merged view of the advertisable backends.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    pub tools: Vec<Tool>,
-    pub resources: Vec<Resource>,
-    pub templates: Vec<ResourceTemplate>,
-    pub prompts: Vec<Prompt>,
+    /// Tools and prompts under their client-visible names.
+    pub tools: Vec<Entry>,
+    pub resources: Vec<Entry>,
+    pub templates: Vec<Entry>,
+    pub prompts: Vec<Entry>,
     tool_routes: HashMap<String, Route>,
     prompt_routes: HashMap<String, Route>,
     uris: uri::UriRoutes,
@@ -109,7 +110,7 @@ impl Catalog {
         let mut c = Catalog::default();
         for (backend, entry) in backends {
             for tool in &entry.tools {
-                let exposed = expose(naming, backend, &tool.name);
+                let exposed = expose(naming, backend, tool.key());
                 if let Some(kept) = c.tool_routes.get(&exposed) {
                     c.conflicts.push(Conflict {
                         kind: "tool",
@@ -119,19 +120,17 @@ impl Catalog {
                     });
                     continue;
                 }
-                let mut t = tool.clone();
-                t.name = exposed.clone().into();
-                c.tools.push(t);
+                c.tools.push(tool.named(EntryKind::Tool, &exposed));
                 c.tool_routes.insert(
                     exposed,
                     Route {
                         backend: backend.clone(),
-                        name: tool.name.to_string(),
+                        name: tool.key().to_owned(),
                     },
                 );
             }
             for prompt in &entry.prompts {
-                let exposed = expose(naming, backend, &prompt.name);
+                let exposed = expose(naming, backend, prompt.key());
                 if let Some(kept) = c.prompt_routes.get(&exposed) {
                     c.conflicts.push(Conflict {
                         kind: "prompt",
@@ -141,24 +140,22 @@ impl Catalog {
                     });
                     continue;
                 }
-                let mut p = prompt.clone();
-                p.name = exposed.clone();
-                c.prompts.push(p);
+                c.prompts.push(prompt.named(EntryKind::Prompt, &exposed));
                 c.prompt_routes.insert(
                     exposed,
                     Route {
                         backend: backend.clone(),
-                        name: prompt.name.clone(),
+                        name: prompt.key().to_owned(),
                     },
                 );
             }
             for r in &entry.resources {
-                if c.uris.add_resource(&r.uri, backend) {
+                if c.uris.add_resource(r.key(), backend) {
                     c.resources.push(r.clone());
                 }
             }
             for t in &entry.templates {
-                c.uris.add_template(&t.uri_template, backend);
+                c.uris.add_template(t.key(), backend);
                 c.templates.push(t.clone());
             }
         }
@@ -201,25 +198,25 @@ impl Catalog {
             tools: self
                 .tools
                 .iter()
-                .filter(|t| keep(Kind::Tool, &t.name))
+                .filter(|t| keep(Kind::Tool, t.key()))
                 .cloned()
                 .collect(),
             resources: self
                 .resources
                 .iter()
-                .filter(|r| keep(Kind::Resource, &r.uri))
+                .filter(|r| keep(Kind::Resource, r.key()))
                 .cloned()
                 .collect(),
             templates: self
                 .templates
                 .iter()
-                .filter(|t| keep(Kind::Resource, &t.uri_template))
+                .filter(|t| keep(Kind::Resource, t.key()))
                 .cloned()
                 .collect(),
             prompts: self
                 .prompts
                 .iter()
-                .filter(|p| keep(Kind::Prompt, &p.name))
+                .filter(|p| keep(Kind::Prompt, p.key()))
                 .cloned()
                 .collect(),
             tool_routes: self
@@ -254,11 +251,7 @@ impl Catalog {
         backends: impl IntoIterator<Item = (&'a Arc<str>, &'a BackendCatalog)>,
     ) -> Catalog {
         for (backend, entry) in backends {
-            let names = entry
-                .tools
-                .iter()
-                .map(|t| t.name.as_ref())
-                .chain(entry.prompts.iter().map(|p| p.name.as_str()));
+            let names = entry.tools.iter().chain(&entry.prompts).map(Entry::key);
             for name in names {
                 let exposed = expose(naming, backend, name);
                 if !self.tool_routes.contains_key(&exposed)
@@ -296,11 +289,7 @@ impl Catalog {
     /// template comes from (what a caller whose view this is uses).
     pub fn contributing(&self) -> std::collections::BTreeSet<&str> {
         let routes = self.tool_routes.values().chain(self.prompt_routes.values());
-        let uris = self
-            .resources
-            .iter()
-            .map(|r| r.uri.as_str())
-            .chain(self.templates.iter().map(|t| t.uri_template.as_str()));
+        let uris = self.resources.iter().chain(&self.templates).map(Entry::key);
         routes
             .map(|r| &*r.backend)
             .chain(uris.filter_map(|u| self.uris.route(u).map(|b| &**b)))

@@ -1,6 +1,5 @@
 use std::sync::Arc;
 
-use rmcp::model::{Prompt, ResourceTemplate};
 use serde_json::json;
 
 use super::testutil::{entry, prefix};
@@ -11,7 +10,7 @@ fn prefix_naming_routes_back_to_the_original_name() {
     let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
     let (ea, eb) = (entry(&["echo"]), entry(&["echo", "add"]));
     let c = Catalog::build(&prefix(), [(&a, &ea), (&b, &eb)]);
-    let names: Vec<_> = c.tools.iter().map(|t| t.name.to_string()).collect();
+    let names: Vec<_> = c.tools.iter().map(|t| t.key().to_owned()).collect();
     assert_eq!(names, ["a__echo", "b__echo", "b__add"]);
     assert_eq!(
         c.route_tool("b__add"),
@@ -47,7 +46,11 @@ fn diff_sees_schema_changes_not_only_names() {
     let a: Arc<str> = "a".into();
     let old = Catalog::build(&prefix(), [(&a, &entry(&["echo"]))]);
     let mut changed = entry(&["echo"]);
-    changed.tools[0].description = Some("new".into());
+    changed.tools[0] = Entry::from_json(
+        EntryKind::Tool,
+        json!({"name": "echo", "description": "new", "inputSchema": {"type": "object"}}),
+    )
+    .unwrap();
     let new = Catalog::build(&prefix(), [(&a, &changed)]);
     assert_eq!(
         new.diff(&old),
@@ -68,22 +71,22 @@ fn diff_sees_schema_changes_not_only_names() {
 fn uris_route_exactly_then_by_longest_template_prefix() {
     let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
     let mut ea = BackendCatalog::default();
-    ea.resources
-        .push(serde_json::from_value(json!({"uri": "demo://a/readme", "name": "readme"})).unwrap());
-    ea.templates.push(
-        serde_json::from_value::<ResourceTemplate>(
-            json!({"uriTemplate": "demo://{x}", "name": "any"}),
-        )
-        .unwrap(),
-    );
+    let entry = |kind, v| Entry::from_json(kind, v).unwrap();
+    ea.resources.push(entry(
+        EntryKind::Resource,
+        json!({"uri": "demo://a/readme", "name": "readme"}),
+    ));
+    ea.templates.push(entry(
+        EntryKind::Template,
+        json!({"uriTemplate": "demo://{x}", "name": "any"}),
+    ));
     let mut eb = BackendCatalog::default();
-    eb.templates.push(
-        serde_json::from_value::<ResourceTemplate>(
-            json!({"uriTemplate": "demo://b/item/{id}", "name": "item"}),
-        )
-        .unwrap(),
-    );
-    eb.prompts.push(Prompt::new("greet", None::<String>, None));
+    eb.templates.push(entry(
+        EntryKind::Template,
+        json!({"uriTemplate": "demo://b/item/{id}", "name": "item"}),
+    ));
+    eb.prompts
+        .push(entry(EntryKind::Prompt, json!({"name": "greet"})));
     let c = Catalog::build(&prefix(), [(&a, &ea), (&b, &eb)]);
     assert_eq!(c.route_uri("demo://a/readme"), Some(&a));
     assert_eq!(c.route_uri("demo://b/item/7"), Some(&b));
@@ -117,7 +120,7 @@ fn a_sessions_own_entries_replace_the_shared_ones_in_place() {
     .with_hidden(&prefix(), [(&"down".into(), &entry(&["gone"]))]);
     let mine = Arc::new(entry(&["alpha"]));
     let view = shared.with_own(&prefix(), |n| (n == "per").then(|| mine.clone()));
-    let names: Vec<_> = view.tools.iter().map(|t| t.name.to_string()).collect();
+    let names: Vec<_> = view.tools.iter().map(|t| t.key().to_owned()).collect();
     assert_eq!(names, ["a__x", "per__alpha", "c__y"], "file order is kept");
     assert_eq!(
         view.route_tool("per__alpha").map(|r| &*r.backend),

@@ -1,14 +1,17 @@
 //! Builders for the catalog's unit tests.
 
-use rmcp::model::Tool;
 use serde_json::json;
 
-use super::BackendCatalog;
+use super::{BackendCatalog, Entry, EntryKind};
 use crate::config::Naming;
 
 /// A tool named `name` with an empty object schema.
-pub fn tool(name: &str) -> Tool {
-    serde_json::from_value(json!({"name": name, "inputSchema": {"type": "object"}})).unwrap()
+pub fn tool(name: &str) -> Entry {
+    Entry::from_json(
+        EntryKind::Tool,
+        json!({"name": name, "inputSchema": {"type": "object"}}),
+    )
+    .unwrap()
 }
 
 /// A backend catalog exporting the tools `tools` and nothing else.

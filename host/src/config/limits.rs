@@ -19,6 +19,7 @@ pub struct RawLimits {
     pub list_items: Option<u64>,
     pub list_bytes: Option<u64>,
     pub relay_queue: Option<u32>,
+    pub max_result_bytes: Option<u64>,
     pub max_sessions: Option<u32>,
     pub connections: Option<u32>,
     pub api_connections: Option<u32>,
@@ -70,6 +71,12 @@ pub struct LimitsConfig {
     /// queued for one session that does not take them; beyond it the
     /// oldest are dropped and counted. Default 1,000.
     pub relay_queue: usize,
+    /// `max_result_bytes`: the largest result of one relayed request (a
+    /// call, a read, a prompt, one page of a listing) as the backend wrote
+    /// it; a larger one is answered with an error naming this limit
+    /// instead of being held in memory and relayed. Default 16 MiB (what a
+    /// stdio line or an SSE event may carry at all), at least 1 KiB.
+    pub max_result_bytes: usize,
     /// `max_sessions`: client sessions at once (HTTP sessions and open
     /// `subscriptions/listen` streams). Default 2,048.
     pub max_sessions: usize,
@@ -112,6 +119,12 @@ impl Problems {
         };
         let relay_queue =
             at_least("relay_queue", raw.relay_queue.map(u64::from), 1, 1_000) as usize;
+        let max_result_bytes = at_least(
+            "max_result_bytes",
+            raw.max_result_bytes,
+            1024,
+            16 * 1024 * 1024,
+        ) as usize;
         let max_sessions =
             at_least("max_sessions", raw.max_sessions.map(u64::from), 1, 2_048) as usize;
         let connections =
@@ -134,6 +147,7 @@ impl Problems {
         LimitsConfig {
             list,
             relay_queue,
+            max_result_bytes,
             max_sessions,
             mcp: listener(connections),
             api: listener(api_connections),

@@ -65,6 +65,10 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let mcp = Router::new()
         .nest_service("/mcp", service)
         .route_layer(axum::middleware::from_fn_with_state(
+            gw.clone(),
+            super::answers::layer,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
             super::raw::RawPath::new(gw.clone()),
             super::raw::forward,
         ))

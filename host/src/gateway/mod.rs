@@ -16,6 +16,7 @@
 //! file.
 
 mod admission;
+mod answers;
 mod bad_params;
 mod caller_pools;
 mod control;
@@ -25,6 +26,7 @@ pub mod http;
 mod http_errors;
 mod mrtr;
 mod raw;
+mod relayed;
 mod reload;
 pub mod reload_trigger;
 mod resource_watch;
@@ -62,6 +64,7 @@ use crate::runtime::process::{ProcessRuntime, StderrTail};
 use crate::runtime::remote::RemoteRuntime;
 use crate::store::{InstanceRecord, Store, StoreWriter};
 use crate::supervisor::{Outlets, Supervisor};
+pub(crate) use relayed::tool_failed;
 pub use reload::{ReloadError, ReloadSummary};
 pub(crate) use route::unavailable_backend;
 #[cfg(test)]
@@ -145,6 +148,9 @@ pub struct Gateway {
     audit: crate::audit::CallAudit,
     /// Where backends run their connections' workers.
     background: Background,
+    /// Relayed answers waiting for their placeholders to leave
+    /// (`relayed.rs`).
+    answers: relayed::Answers,
     /// Backend calls waiting for a 2026-07-28 client's answer (MRTR);
     /// `None` if the OS gave no random key.
     mrtr: Option<mrtr::Mrtr>,
@@ -330,6 +336,7 @@ impl Gateway {
             config,
             redactor,
             background,
+            answers: relayed::Answers::default(),
             mrtr: mrtr::Mrtr::new()
                 .inspect_err(|e| tracing::error!(error = %e, "no random key for MRTR request states: backends cannot ask 2026-07-28 clients"))
                 .ok(),
@@ -709,6 +716,7 @@ impl Gateway {
             connect: self.config.connect_timeout,
             request: self.config.request_timeout_for(config),
             list: self.config.limits.list,
+            max_result: self.config.limits.max_result_bytes,
         };
         Backend::new(
             config.clone(),
@@ -757,6 +765,11 @@ impl Gateway {
     }
 
     /// The MRTR store (see `mrtr.rs`).
+    /// Relayed answers waiting to leave (`relayed.rs`).
+    fn answers(&self) -> &relayed::Answers {
+        &self.answers
+    }
+
     fn mrtr(&self) -> Result<&mrtr::Mrtr, McpError> {
         self.mrtr.as_ref().ok_or_else(|| {
             McpError::internal_error(

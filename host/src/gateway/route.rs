@@ -2,7 +2,7 @@
 //! hygiene, pagination of merged lists.
 
 use rmcp::ErrorData as McpError;
-use rmcp::model::{ErrorCode, RequestMetaObject, ResultType, ServerResult};
+use rmcp::model::{ErrorCode, RequestMetaObject};
 use serde_json::json;
 
 use crate::health::HealthState;
@@ -77,20 +77,6 @@ pub fn schema_changed(backend: &str, tool: &str, e: McpError) -> McpError {
             json!({"backend": backend, "tool": tool, "reason": "schema_changed", "backendError": e.data}),
         ),
     )
-}
-
-/// Marks a backend's final result as `complete` when it left the result
-/// type out (revisions before 2026-07-28 have none). rmcp strips it again for
-/// clients on older revisions; 2026-07-28 clients require it.
-pub fn mark_complete(result: &mut ServerResult) {
-    let slot = match result {
-        ServerResult::CompleteResult(r) => &mut r.result_type,
-        ServerResult::GetPromptResult(r) => &mut r.result_type,
-        ServerResult::ReadResourceResult(r) => &mut r.result_type,
-        ServerResult::CallToolResult(r) => &mut r.result_type,
-        _ => return,
-    };
-    slot.get_or_insert(ResultType::COMPLETE);
 }
 
 /// Keeps the caller's own `_meta` entries but drops what belongs to the

@@ -9,15 +9,15 @@ use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
 
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 use super::Gateway;
 use super::admission::{self, Admitted};
 use super::mrtr::{Binding, MrtrTarget, Resumed, mrtr_target, retry_with};
+use super::relayed::{for_client, input_required, tool_failed};
 use super::resource_watch::Hold;
 use super::route::{
-    forwardable_meta, mark_complete, page, schema_changed, unavailable, unknown_prompt,
-    unknown_tool, unknown_uri,
+    forwardable_meta, page, schema_changed, unavailable, unknown_prompt, unknown_tool, unknown_uri,
 };
 use super::sessions::Channel;
 use super::streams::StreamSessions;
@@ -27,7 +27,7 @@ use crate::backend::ask::Asker;
 use crate::backend::inflight::{CAPABILITIES_KEY, CallLog};
 use crate::backend::pool::Pool;
 use crate::backend::{Backend, BackendError, Connection, Era, FrontCall, Outbox, StreamClosed};
-use crate::catalog::{Catalog, Kind};
+use crate::catalog::{Catalog, Entry, EntryKind, Kind};
 use crate::health::{HealthState, advertisable};
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
@@ -255,15 +255,25 @@ impl FrontSession {
     /// error on this path is masked before the client gets it (the one
     /// place for that): backends quote what they were sent (headers, URLs)
     /// in their JSON-RPC errors, and connection errors name URLs.
+    ///
+    /// The answer is the backend's result as it wrote it (see
+    /// `backend::wire`), adapted to the client's protocol era
+    /// ([`for_client`]), or an input-required result Vigil made (MRTR).
     async fn forward(
         &self,
         backend: &Arc<str>,
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<ServerResult, McpError> {
-        self.forward_unmasked(backend, request, ctx)
+    ) -> Result<Value, McpError> {
+        let call = matches!(request, ClientRequest::CallToolRequest(_));
+        let mut result = self
+            .forward_unmasked(backend, request, ctx)
             .await
-            .map_err(|e| self.gw.redactor().mask_error(e))
+            .map_err(|e| self.gw.redactor().mask_error(e))?;
+        if let Value::Object(m) = &mut result {
+            for_client(m, is_modern(ctx), call);
+        }
+        Ok(result)
     }
 
     async fn forward_unmasked(
@@ -271,7 +281,7 @@ impl FrontSession {
         backend: &Arc<str>,
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<ServerResult, McpError> {
+    ) -> Result<Value, McpError> {
         let b = self
             .gw
             .backend(backend)
@@ -294,8 +304,10 @@ impl FrontSession {
         let (result, recovered) = match mrtr_target(&request) {
             Some(target) if modern_client && conn.era() == Era::Handshake => {
                 match self.relay_mrtr(&b, conn, request, target, ctx).await? {
-                    Ok(done) => done,
-                    Err(input) => return Ok(ServerResult::InputRequiredResult(input)),
+                    Ok((result, recovered)) => (result.map(into_json), recovered),
+                    Err(input) => {
+                        return Ok(into_json(ServerResult::InputRequiredResult(input)));
+                    }
                 }
             }
             Some(_) if !modern_client && conn.era() == Era::Modern => {
@@ -307,7 +319,7 @@ impl FrontSession {
                 let polling = self.stream_polling(ctx);
                 let front = self.front_call(ctx, polling.as_ref().map(|p| p.hook()), None);
                 let reinits = conn.reinitializations();
-                let result = conn.request(request, Some(front), &ctx.ct).await;
+                let result = conn.relay(request, Some(front), &ctx.ct).await;
                 if let Some(p) = polling {
                     p.finish().await;
                 }
@@ -318,11 +330,10 @@ impl FrontSession {
             }
         };
         match result {
-            Ok(mut r) => {
+            Ok(r) => {
                 if recovered {
                     self.relist_after_recovery(&b, false).await;
                 }
-                mark_complete(&mut r);
                 Ok(r)
             }
             Err(e) => {
@@ -358,14 +369,29 @@ impl FrontSession {
         conn: &Connection,
         mut request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
-    ) -> (Result<ServerResult, BackendError>, bool) {
+    ) -> (Result<Value, BackendError>, bool) {
         let front = self.front_call(ctx, None, None);
         for _ in 0..DEFAULT_MRTR_MAX_ROUNDS {
             let result = conn
-                .request(request.clone(), Some(front.clone()), &ctx.ct)
+                .relay(request.clone(), Some(front.clone()), &ctx.ct)
                 .await;
             let input = match result {
-                Ok(ServerResult::InputRequiredResult(input)) => input,
+                Ok(v) if input_required(&v) => {
+                    match serde_json::from_value::<InputRequiredResult>(v) {
+                        Ok(input) => input,
+                        Err(e) => {
+                            return (
+                                Err(BackendError::Mcp(McpError::internal_error(
+                                    format!(
+                                        "vigil: the backend's input-required result is malformed: {e}"
+                                    ),
+                                    None,
+                                ))),
+                                false,
+                            );
+                        }
+                    }
+                }
                 other => return (other, false),
             };
             let mut answers = InputResponses::new();
@@ -451,7 +477,10 @@ impl FrontSession {
                 let cancel = call_ct.clone();
                 tokio::spawn(async move {
                     let reinits = conn.reinitializations();
-                    let result = conn.request(request, Some(front), &call_ct).await;
+                    let result = conn
+                        .relay(request, Some(front), &call_ct)
+                        .await
+                        .map(|v| ServerResult::CustomResult(CustomResult(v)));
                     let recovered = conn.reinitializations() != reinits;
                     asker.done(result, recovered).await;
                 });
@@ -529,13 +558,6 @@ impl FrontSession {
         }
     }
 
-    fn unexpected(backend: &str, method: &str) -> McpError {
-        McpError::internal_error(
-            format!("backend '{backend}' answered {method} with a result of the wrong type"),
-            None,
-        )
-    }
-
     /// One page of a merged list of what this session sees.
     /// Vigil's instructions for the caller of `ctx`, with those of the
     /// backends it can use something of ([`super::discovery::instructions`]).
@@ -558,18 +580,31 @@ impl FrontSession {
         super::discovery::scope(self.gw.views_depend_on_caller())
     }
 
-    async fn page_of<T: Clone>(
+    /// Answers with one page of a merged list of what the caller of `ctx`
+    /// sees: each entry as its backend wrote it, under its client-visible
+    /// name.
+    async fn list(
         &self,
-        list: impl Fn(&Catalog) -> &Vec<T>,
+        kind: EntryKind,
+        list: impl Fn(&Catalog) -> &Vec<Entry>,
         p: &Option<PaginatedRequestParams>,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<(Vec<T>, Option<String>), McpError> {
+    ) -> Result<MetaObject, McpError> {
         let cursor = p.as_ref().and_then(|p| p.cursor.as_deref());
-        page(
-            list(&*self.visible(ctx).await),
-            cursor,
-            self.gw.config.page_size,
-        )
+        let view = self.visible(ctx).await;
+        let (items, next) = page(list(&view), cursor, self.gw.config.page_size)?;
+        let mut result = Map::new();
+        let items = items.iter().map(Entry::to_value).collect();
+        result.insert(kind.list_member().into(), Value::Array(items));
+        if let Some(next) = next {
+            result.insert("nextCursor".into(), Value::String(next));
+        }
+        if is_modern(ctx) {
+            result.insert("ttlMs".into(), super::discovery::LIST_TTL_MS.into());
+            result.insert("cacheScope".into(), scope_json(self.scope()));
+        }
+        for_client(&mut result, is_modern(ctx), false);
+        Ok(self.gw.answers().keep(Value::Object(result)))
     }
 }
 
@@ -577,6 +612,19 @@ impl FrontSession {
 /// (which has no handshake, and caches by hints).
 fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version().is_some_and(|v| !v.has_initialize())
+}
+
+/// A result's typed answer, as JSON (what Vigil makes itself).
+fn into_json(result: ServerResult) -> Value {
+    match result {
+        ServerResult::CustomResult(CustomResult(v)) => v,
+        typed => serde_json::to_value(typed).unwrap_or_default(),
+    }
+}
+
+/// A `cacheScope` value as JSON.
+fn scope_json(scope: CacheScope) -> Value {
+    serde_json::to_value(scope).unwrap_or_default()
 }
 
 /// Methods protocol revision 2026-07-28 removed: a request of that
@@ -759,13 +807,8 @@ impl ServerHandler for FrontSession {
         p: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let (items, next) = self.page_of(|c| &c.tools, &p, &ctx).await?;
-        let mut r = ListToolsResult::with_all_items(items);
-        r.next_cursor = next;
-        if is_modern(&ctx) {
-            r.ttl_ms = Some(super::discovery::LIST_TTL_MS);
-            r.cache_scope = Some(self.scope());
-        }
+        let mut r = ListToolsResult::with_all_items(Vec::new());
+        r.meta = Some(self.list(EntryKind::Tool, |c| &c.tools, &p, &ctx).await?);
         Ok(r)
     }
 
@@ -774,13 +817,11 @@ impl ServerHandler for FrontSession {
         p: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let (items, next) = self.page_of(|c| &c.resources, &p, &ctx).await?;
-        let mut r = ListResourcesResult::with_all_items(items);
-        r.next_cursor = next;
-        if is_modern(&ctx) {
-            r.ttl_ms = Some(super::discovery::LIST_TTL_MS);
-            r.cache_scope = Some(self.scope());
-        }
+        let mut r = ListResourcesResult::with_all_items(Vec::new());
+        r.meta = Some(
+            self.list(EntryKind::Resource, |c| &c.resources, &p, &ctx)
+                .await?,
+        );
         Ok(r)
     }
 
@@ -789,13 +830,11 @@ impl ServerHandler for FrontSession {
         p: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let (items, next) = self.page_of(|c| &c.templates, &p, &ctx).await?;
-        let mut r = ListResourceTemplatesResult::with_all_items(items);
-        r.next_cursor = next;
-        if is_modern(&ctx) {
-            r.ttl_ms = Some(super::discovery::LIST_TTL_MS);
-            r.cache_scope = Some(self.scope());
-        }
+        let mut r = ListResourceTemplatesResult::with_all_items(Vec::new());
+        r.meta = Some(
+            self.list(EntryKind::Template, |c| &c.templates, &p, &ctx)
+                .await?,
+        );
         Ok(r)
     }
 
@@ -804,13 +843,11 @@ impl ServerHandler for FrontSession {
         p: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        let (items, next) = self.page_of(|c| &c.prompts, &p, &ctx).await?;
-        let mut r = ListPromptsResult::with_all_items(items);
-        r.next_cursor = next;
-        if is_modern(&ctx) {
-            r.ttl_ms = Some(super::discovery::LIST_TTL_MS);
-            r.cache_scope = Some(self.scope());
-        }
+        let mut r = ListPromptsResult::with_all_items(Vec::new());
+        r.meta = Some(
+            self.list(EntryKind::Prompt, |c| &c.prompts, &p, &ctx)
+                .await?,
+        );
         Ok(r)
     }
 
@@ -849,8 +886,7 @@ impl ServerHandler for FrontSession {
         .await;
         // Application signal: real traffic's outcome and latency.
         // A question for the client (MRTR) is no failure of the backend.
-        let ok = matches!(&result, Ok(ServerResult::CallToolResult(r)) if r.is_error != Some(true))
-            || matches!(&result, Ok(ServerResult::InputRequiredResult(_)));
+        let ok = matches!(&result, Ok(r) if !tool_failed(r));
         let took = t0.elapsed();
         let failure = match &result {
             Ok(_) if ok => Ok(()),
@@ -862,12 +898,9 @@ impl ServerHandler for FrontSession {
             admission::record_call(&b, ok, took);
         }
         audit.finish(&route.backend, &result);
-        match result? {
-            ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
-            ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
-            ServerResult::CreateTaskResult(r) => Ok(CallToolResponse::Task(r)),
-            _ => Err(Self::unexpected(&route.backend, "tools/call")),
-        }
+        let mut r = CallToolResult::success(Vec::new());
+        r.meta = Some(self.gw.answers().keep(result?));
+        Ok(CallToolResponse::Complete(r))
     }
 
     async fn read_resource(
@@ -896,16 +929,20 @@ impl ServerHandler for FrontSession {
             )
             .await;
         audit.finish(&backend, &result);
-        match result? {
-            ServerResult::ReadResourceResult(mut r) => {
-                if is_modern(&ctx) {
-                    r.cache_scope = Some(super::discovery::narrowed(r.cache_scope, self.scope()));
-                }
-                Ok(ReadResourceResponse::Complete(r))
-            }
-            ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
-            _ => Err(Self::unexpected(&backend, "resources/read")),
+        let mut result = result?;
+        if is_modern(&ctx)
+            && !input_required(&result)
+            && let Value::Object(m) = &mut result
+        {
+            let theirs = m
+                .get("cacheScope")
+                .and_then(|v| serde_json::from_value(v.clone()).ok());
+            let scope = super::discovery::narrowed(theirs, self.scope());
+            m.insert("cacheScope".into(), scope_json(scope));
         }
+        let mut r = ReadResourceResult::new(Vec::new());
+        r.meta = Some(self.gw.answers().keep(result));
+        Ok(ReadResourceResponse::Complete(r))
     }
 
     async fn get_prompt(
@@ -936,11 +973,9 @@ impl ServerHandler for FrontSession {
             )
             .await;
         audit.finish(&route.backend, &result);
-        match result? {
-            ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
-            ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
-            _ => Err(Self::unexpected(&route.backend, "prompts/get")),
-        }
+        let mut r = GetPromptResult::new(Vec::new());
+        r.meta = Some(self.gw.answers().keep(result?));
+        Ok(GetPromptResponse::Complete(r))
     }
 
     async fn complete(
@@ -975,17 +1010,16 @@ impl ServerHandler for FrontSession {
             }
         };
         p.meta = forwardable_meta(p.meta);
-        match self
+        let result = self
             .forward(
                 &backend,
                 ClientRequest::CompleteRequest(CompleteRequest::new(p)),
                 &ctx,
             )
-            .await?
-        {
-            ServerResult::CompleteResult(r) => Ok(r),
-            _ => Err(Self::unexpected(&backend, "completion/complete")),
-        }
+            .await?;
+        let mut r = CompleteResult::default();
+        r.meta = Some(self.gw.answers().keep(result));
+        Ok(r)
     }
 
     async fn subscribe(

@@ -499,7 +499,8 @@ mod tests {
             tools: tools
                 .iter()
                 .map(|t| {
-                    serde_json::from_value(
+                    crate::catalog::Entry::from_json(
+                        crate::catalog::EntryKind::Tool,
                         serde_json::json!({"name": t, "inputSchema": {"type": "object"}}),
                     )
                     .unwrap()

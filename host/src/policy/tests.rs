@@ -4,7 +4,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
-use crate::catalog::BackendCatalog;
+use crate::catalog::{BackendCatalog, Entry, EntryKind};
 use crate::config::{Naming, parse_rate};
 
 fn entry(config: &str) -> PolicyConfig {
@@ -31,13 +31,18 @@ fn catalog() -> Arc<Catalog> {
     let files: Arc<str> = "files".into();
     let remote: Arc<str> = "remote".into();
     let tool = |n: &str| {
-        serde_json::from_value(json!({"name": n, "inputSchema": {"type": "object"}})).unwrap()
+        Entry::from_json(
+            EntryKind::Tool,
+            json!({"name": n, "inputSchema": {"type": "object"}}),
+        )
+        .unwrap()
     };
+    let resource = |v| Entry::from_json(EntryKind::Resource, v).unwrap();
     let f = BackendCatalog {
         tools: vec![tool("read"), tool("read_secret"), tool("write")],
         resources: vec![
-            serde_json::from_value(json!({"uri": "file:///docs/a.md", "name": "a"})).unwrap(),
-            serde_json::from_value(json!({"uri": "file:///etc/passwd", "name": "p"})).unwrap(),
+            resource(json!({"uri": "file:///docs/a.md", "name": "a"})),
+            resource(json!({"uri": "file:///etc/passwd", "name": "p"})),
         ],
         ..Default::default()
     };
@@ -68,7 +73,7 @@ fn policies() -> Policies {
 }
 
 fn tools(c: &Catalog) -> Vec<String> {
-    c.tools.iter().map(|t| t.name.to_string()).collect()
+    c.tools.iter().map(|t| t.key().to_owned()).collect()
 }
 
 fn alice() -> Principal {
@@ -90,7 +95,7 @@ fn the_first_entry_naming_the_caller_decides_what_it_sees() {
     ));
     let v = p.view(&alice(), base.clone());
     assert_eq!(tools(&v), ["files__read", "remote__search"]);
-    let uris: Vec<&str> = v.resources.iter().map(|r| r.uri.as_str()).collect();
+    let uris: Vec<&str> = v.resources.iter().map(|r| r.key()).collect();
     assert_eq!(uris, ["file:///docs/a.md"]);
     assert!(
         v.route_tool("files__write").is_none(),

@@ -53,7 +53,7 @@ fn removed(backend: &str, uid: u64) -> Update {
 }
 
 fn tools(c: &Catalog) -> Vec<String> {
-    c.tools.iter().map(|t| t.name.to_string()).collect()
+    c.tools.iter().map(|t| t.key().to_owned()).collect()
 }
 
 fn owner(c: &Catalog, tool: &str) -> Option<String> {
