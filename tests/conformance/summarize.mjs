@@ -12,6 +12,8 @@
 // stdout: one line per decisive check, tab-separated `scenario  check  status`
 //         (status SUCCESS or FAILURE; a check id that repeats within a
 //         scenario gets `#2`, `#3`... appended), for compare.sh to diff.
+//         A check in ANSWERED_AS_JSON that the suite reports as INFO
+//         because every answer was JSON counts as SUCCESS (see there).
 // stderr: nothing unless the results directory cannot be read.
 // It also writes `summary.txt` in RESULTS_DIR: per-scenario lines, the failed
 // checks with their messages, and last the line
@@ -48,6 +50,17 @@ function checksOf(scenario) {
   }
 }
 
+// Checks the suite scores SUCCESS only when the server streams its answers
+// and reports as INFO ("SSE streaming is optional") when every answer is
+// JSON. Vigil answers `application/json` when the client accepts it and the
+// first message is the response (docs/gateway.md), where its backend
+// streamed; the suite itself calls both conformant, so the JSON outcome
+// counts as a pass. The predicate says when the INFO is that one.
+const ANSWERED_AS_JSON = {
+  'server-sse-streams-functional': (check) =>
+    check.status === 'INFO' && check.details?.numSseStreams === 0
+};
+
 const rows = [];
 const report = [];
 const failures = [];
@@ -67,7 +80,10 @@ for (const name of named) {
   const seen = new Map();
   let scenarioPassed = 0;
   let scenarioFailed = 0;
-  for (const check of checks) {
+  for (const found of checks) {
+    const json = ANSWERED_AS_JSON[found.id]?.(found) ?? false;
+    const check = json ? { ...found, status: 'SUCCESS' } : found;
+    if (json) report.push(`note ${scenario}/${found.id}: every answer was JSON; counted as passed`);
     if (check.status !== 'SUCCESS' && check.status !== 'FAILURE') continue;
     const count = (seen.get(check.id) ?? 0) + 1;
     seen.set(check.id, count);

@@ -89,8 +89,15 @@ ACCEPT = {"vigil": {"action": "accept", "content": {"name": "Ada"}}}
 
 
 async def test_forged_and_replayed_states_are_refused(gateway: Vigil) -> None:
+    async def never(_ctx: Any, _params: types.ElicitRequestParams) -> types.ElicitResult:
+        raise AssertionError("the rounds are driven by hand (allow_input_required)")
+
+    # The callback only makes the client declare elicitation: a client that
+    # did not is never asked (docs/gateway.md, "What each client is shown").
     async with streamable_http_client(gateway.url) as (read, write):
-        async with ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT) as s:
+        async with ClientSession(
+            read, write, read_timeout_seconds=SDK_READ_TIMEOUT, elicitation_callback=never
+        ) as s:
             with anyio.fail_after(DEADLINE):
                 await s.discover()
             first = await s.call_tool("alpha__ask_user", {"message": "name?"}, allow_input_required=True)

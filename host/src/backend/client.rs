@@ -49,6 +49,9 @@ pub trait Downstream: Send + Sync + 'static {
         principal: &str,
         params: LoggingMessageNotificationParam,
     );
+    /// What a backend session for a capability set lists changed (see
+    /// `variants.rs`): the sessions of that set re-derive their lists.
+    fn variant_listed(&self, _backend: &Arc<str>) {}
 }
 
 /// One backend connection's client handler.
@@ -76,7 +79,9 @@ impl BackendClient {
         session: Option<u64>,
         capabilities: Option<ClientCapabilities>,
     ) -> Self {
-        let capabilities = capabilities.unwrap_or_else(default_capabilities);
+        // Declares nothing unless told: a backend shows a client with no
+        // capabilities what it shows such a client (`capset.rs`).
+        let capabilities = capabilities.unwrap_or_default();
         let mut info = ClientConfig::new(
             capabilities,
             Implementation::new("vigil", env!("CARGO_PKG_VERSION")),
@@ -145,6 +150,20 @@ impl BackendClient {
         mut request: ServerRequest,
     ) -> Result<ClientResult, McpError> {
         let call = self.front_call(ctx).await?;
+        if let Some(method) = relayed_method(&request)
+            && !call.declared().answers(method)
+        {
+            // A backend session shared with capable clients may ask; a
+            // client that did not declare the capability is never asked
+            // (its SDK would refuse, and the answer would have to stream).
+            return Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "vigil: the client whose call this is did not declare the capability {method} needs, so it is not asked"
+                ),
+                None,
+            ));
+        }
         if let Some(asker) = &call.ask {
             tracing::debug!(backend = %self.backend, front_request = %call.request_id, "asking a 2026-07-28 client through an input-required result");
             return asker.ask(request).await;
@@ -188,15 +207,6 @@ fn relayed_method(request: &ServerRequest) -> Option<&'static str> {
         ServerRequest::ListRootsRequest(_) => "roots/list",
         _ => return None,
     })
-}
-
-fn default_capabilities() -> ClientCapabilities {
-    serde_json::from_value(serde_json::json!({
-        "sampling": {},
-        "elicitation": {"form": {}, "url": {}},
-        "roots": {"listChanged": true}
-    }))
-    .unwrap_or_default()
 }
 
 /// Maps a failure to reach a client into what the backend is told.

@@ -66,6 +66,13 @@ impl FrontCall {
             serde_json::to_value(&info.capabilities).ok()
         })
     }
+
+    /// The capability set of the calling client (what it may be asked).
+    pub fn declared(&self) -> super::capset::CapSet {
+        self.declared_capabilities()
+            .map(|c| super::capset::CapSet::of_json(&c))
+            .unwrap_or_default()
+    }
 }
 
 /// Who gets a log message a backend sent (see [`Inflight::log_recipients`]).

@@ -10,6 +10,7 @@
 //! ([`Backend::open_session_connection`]).
 
 pub mod ask;
+pub mod capset;
 pub mod client;
 mod connection;
 pub mod error;
@@ -27,6 +28,8 @@ mod reach;
 mod set;
 mod stream_watch;
 mod tap;
+mod variants;
+pub mod views;
 pub mod wire;
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -46,6 +49,7 @@ pub use outbox::Outbox;
 pub use reach::reach;
 pub use set::{BackendSet, CurrentSet};
 pub use tap::Relay;
+pub use variants::Ready as VariantReady;
 
 use crate::background::Background;
 use crate::catalog::BackendCatalog;
@@ -121,6 +125,9 @@ pub struct Backend {
     shared: RwLock<Option<Arc<Connection>>>,
     /// HTTP backends: the sessions shared by calls with nothing per session.
     lanes: lane::Lanes,
+    /// The backend sessions of clients that declared capabilities
+    /// (`variants.rs`).
+    variants: variants::Variants,
     /// Written by the supervisor alone (it takes the publisher).
     status: Published,
     inflight: Arc<Inflight>,
@@ -168,6 +175,7 @@ impl Backend {
             background,
             shared: RwLock::new(None),
             lanes: lane::Lanes::default(),
+            variants: variants::Variants::default(),
             status: Published::new(Status::initial()),
             inflight: Arc::default(),
             refresh: Notify::new(),
@@ -247,10 +255,15 @@ impl Backend {
         self.shared.read().ok().and_then(|s| s.clone())
     }
 
-    /// Written by the supervisor only.
+    /// Written by the supervisor only. Without a shared connection the
+    /// instance is gone, and so are its variants (`variants.rs`).
     pub fn set_shared(&self, conn: Option<Arc<Connection>>) {
+        let ended = conn.is_none();
         if let Ok(mut c) = self.shared.write() {
             *c = conn;
+        }
+        if ended {
+            self.close_variants();
         }
     }
 

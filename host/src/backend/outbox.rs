@@ -19,8 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ResourceUpdatedNotificationParam,
+    LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 use tokio::sync::{Notify, oneshot};
@@ -43,8 +42,9 @@ pub enum Channel {
 }
 
 enum Note {
-    /// Progress of a call, to the peer that made it.
-    Progress(Peer<RoleServer>, ProgressNotificationParam),
+    /// Progress of a call, to the peer that made it: the params as the
+    /// backend wrote them, with the client's token.
+    Progress(Peer<RoleServer>, serde_json::Map<String, serde_json::Value>),
     /// A log message for one call, to the peer that made it.
     CallLog(Peer<RoleServer>, LoggingMessageNotificationParam),
     Log(LoggingMessageNotificationParam),
@@ -168,7 +168,7 @@ impl Outbox {
     }
 
     /// Queues a call's progress for `peer` (the calling client).
-    pub fn progress(&self, peer: Peer<RoleServer>, p: ProgressNotificationParam) {
+    pub fn progress(&self, peer: Peer<RoleServer>, p: serde_json::Map<String, serde_json::Value>) {
         self.push(Note::Progress(peer, p));
     }
 
@@ -307,7 +307,15 @@ async fn deliver(note: Note, channel: Option<&Channel>) {
             let _ = done.send(());
         }
         (Note::Progress(peer, p), _) => {
-            let _ = peer.notify_progress(p).await;
+            // As JSON: rmcp's typed params would reorder the backend's
+            // members and write `1` as `1.0`.
+            let n = rmcp::model::CustomNotification::new(
+                "notifications/progress",
+                Some(serde_json::Value::Object(p)),
+            );
+            let _ = peer
+                .send_notification(rmcp::model::ServerNotification::CustomNotification(n))
+                .await;
         }
         (Note::CallLog(peer, p), _) => {
             let _ = peer.notify_logging_message(p).await;

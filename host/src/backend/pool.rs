@@ -26,6 +26,7 @@ use futures::future::BoxFuture;
 use rmcp::model::ClientCapabilities;
 use tokio::sync::Notify;
 
+use super::capset::CapSet;
 use super::set::CurrentSet;
 use super::{Backend, BackendError, Connection};
 use crate::auth::exchange::Exchanger;
@@ -41,6 +42,18 @@ pub struct Context {
     pub backends: CurrentSet,
     pub naming: Naming,
     pub exchanger: Option<Arc<Exchanger>>,
+    /// What each capability set sees (shared by every pool).
+    pub views: super::views::Views,
+}
+
+impl Context {
+    /// What a client of `capset` sees of `shared` (before its own
+    /// `forward_auth` catalogs, see [`Pool::derive`]).
+    pub async fn view(&self, shared: Arc<Catalog>, capset: &CapSet) -> Arc<Catalog> {
+        self.views
+            .of(&self.backends, &self.naming, shared, capset)
+            .await
+    }
 }
 
 pub struct Pool {
@@ -53,6 +66,9 @@ pub struct Pool {
     /// tokens).
     principal: Mutex<crate::auth::Principal>,
     capabilities: Mutex<Option<ClientCapabilities>>,
+    /// The set of `capabilities` (what the client is shown and called
+    /// through, see `capset.rs`).
+    capset: Mutex<CapSet>,
     slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
     /// Bumped whenever one of this session's own catalogs changes.
     version: AtomicU64,
@@ -115,6 +131,7 @@ impl Pool {
             auth: Mutex::default(),
             principal: Mutex::new(crate::auth::Principal::local()),
             capabilities: Mutex::default(),
+            capset: Mutex::default(),
             slots: Mutex::default(),
             version: AtomicU64::new(0),
             cache: Mutex::default(),
@@ -154,7 +171,13 @@ impl Pool {
         let mut caps = lock(&self.capabilities);
         if caps.is_none() {
             *caps = capabilities();
+            *lock(&self.capset) = CapSet::of(caps.as_ref());
         }
+    }
+
+    /// The client's capability set (empty until its capabilities are seen).
+    pub fn capset(&self) -> CapSet {
+        lock(&self.capset).clone()
     }
 
     fn slot(&self, b: &Backend) -> Arc<Slot> {
@@ -355,15 +378,22 @@ impl Pool {
     /// What this session sees now: `shared` with its own `forward_auth`
     /// entries in place (the shared snapshot itself when it has none).
     pub fn current(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
-        self.view(shared)
+        self.view(self.ctx.views.built(shared, &self.capset()))
     }
 
     /// [`Pool::current`] after opening and listing what is due
     /// ([`Pool::ensure`]): a `forward_auth` backend that came back, or
     /// that this session has not listed yet.
     pub async fn derive(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
+        self.derive_for(shared, &self.capset()).await
+    }
+
+    /// [`Pool::derive`] for a request of a client of `capset` (a
+    /// 2026-07-28 request declares its own).
+    pub async fn derive_for(&self, shared: Arc<Catalog>, capset: &CapSet) -> Arc<Catalog> {
+        let shared = self.ctx.view(shared, capset).await;
         // The common case, on every session of every fan-out: no
-        // forward_auth backend, nothing to derive.
+        // forward_auth backend, nothing more to derive.
         if self.ctx.backends.get().forwarded().next().is_none() {
             return shared;
         }

@@ -34,7 +34,9 @@ use crate::background::Background;
 const RELAY_BACKLOG: usize = 4096;
 
 enum Item {
-    Progress(ProgressNotificationParam),
+    /// Progress as rmcp decoded it, and its params as the backend wrote
+    /// them (see `wire.rs`).
+    Progress(ProgressNotificationParam, Option<serde_json::Value>),
     Log(LoggingMessageNotificationParam),
     Flush(oneshot::Sender<()>),
 }
@@ -126,13 +128,28 @@ async fn run(
     while let Some(item) = rx.recv().await {
         let counted = !matches!(item, Item::Flush(_));
         match item {
-            Item::Progress(mut p) => {
+            Item::Progress(mut p, written) => {
                 // Progress for no call, or for a call that asked for none, is dropped.
                 if let Some(call) = inflight.by_token_soon(&p.progress_token).await
                     && let Some(token) = call.progress_token
                 {
-                    p.progress_token = token;
-                    call.outbox.progress(call.peer, p);
+                    let params = match written {
+                        Some(serde_json::Value::Object(mut written)) => {
+                            // Only the token is the client's; in its place.
+                            if let Ok(token) = serde_json::to_value(&token) {
+                                written.insert("progressToken".into(), token);
+                            }
+                            written
+                        }
+                        _ => {
+                            p.progress_token = token;
+                            match serde_json::to_value(p) {
+                                Ok(serde_json::Value::Object(m)) => m,
+                                _ => continue,
+                            }
+                        }
+                    };
+                    call.outbox.progress(call.peer, params);
                 }
             }
             Item::Log(p) => {
@@ -202,7 +219,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
         if let JsonRpcMessage::Notification(n) = &message {
             let item = match &n.notification {
                 ServerNotification::ProgressNotification(p) => {
-                    Some(Item::Progress(p.params.clone()))
+                    let written = serde_json::to_value(&p.params.progress_token)
+                        .ok()
+                        .and_then(|token| self.wire.take_progress(&token));
+                    Some(Item::Progress(p.params.clone(), written))
                 }
                 ServerNotification::LoggingMessageNotification(l) => {
                     Some(Item::Log(l.params.clone()))

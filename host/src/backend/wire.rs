@@ -19,7 +19,9 @@
 //! - the **params** of the requests a backend asks the client
 //!   (`sampling/createMessage`, `elicitation/create`, `roots/list`), which
 //!   rmcp still decodes to dispatch them; the handler relays these params
-//!   instead ([`Wire::take_ask`]).
+//!   instead ([`Wire::take_ask`]);
+//! - the **params** of `notifications/progress`, which the relay sends on
+//!   with only the token replaced ([`Wire::take_progress`]).
 //!
 //! Contract: [`Wire::expect`] is called before the request's bytes leave
 //! (the transport's `send`), so its answer can never arrive unexpected;
@@ -51,6 +53,12 @@ pub const RELAYED_ASKS: [&str; 3] = ["sampling/createMessage", "elicitation/crea
 /// with ids rmcp refuses).
 pub const MAX_ASKS: usize = 256;
 
+/// How many progress notifications' params are kept waiting for the relay
+/// at most (each is taken as soon as rmcp has decoded it).
+pub const MAX_PROGRESS: usize = 1024;
+
+const PROGRESS: &str = "notifications/progress";
+
 /// The longest line read from a stdio backend (rmcp's own bound): a longer
 /// one is passed through untouched, for rmcp to refuse.
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
@@ -71,6 +79,8 @@ pub enum Answer {
 pub struct Wire {
     answers: Mutex<HashMap<RequestId, Answer>>,
     asks: Mutex<VecDeque<(RequestId, Value)>>,
+    /// Params of progress notifications, in arrival order.
+    progress: Mutex<VecDeque<Value>>,
     max_result: usize,
 }
 
@@ -112,6 +122,7 @@ impl Wire {
         Arc::new(Self {
             answers: Mutex::default(),
             asks: Mutex::default(),
+            progress: Mutex::default(),
             max_result,
         })
     }
@@ -146,17 +157,40 @@ impl Wire {
         asks.remove(at).map(|(_, v)| v)
     }
 
+    /// The params of the oldest progress notification kept for `token` (as
+    /// JSON), taken. Notifications of different requests may be decoded in
+    /// another order than they were read (HTTP: one stream per request),
+    /// so the token finds them; within one request the order is kept.
+    pub fn take_progress(&self, token: &Value) -> Option<Value> {
+        let mut kept = lock(&self.progress);
+        let at = kept
+            .iter()
+            .position(|p| p.get("progressToken") == Some(token))?;
+        kept.remove(at)
+    }
+
     /// Looks at one incoming message's text before rmcp decodes it. Keeps
     /// what the module doc says; returns the text rmcp gets instead of
     /// `text`, if another.
     pub fn incoming(&self, text: &str) -> Option<String> {
         // Cheap filters first: most messages are neither.
         let answer = !lock(&self.answers).is_empty() && text.contains("\"result\"");
-        let ask = text.contains("\"method\"") && RELAYED_ASKS.iter().any(|m| text.contains(m));
-        if !(answer || ask) {
+        let method = text.contains("\"method\"");
+        let ask = method && RELAYED_ASKS.iter().any(|m| text.contains(m));
+        let progress = method && text.contains(PROGRESS);
+        if !(answer || ask || progress) {
             return None;
         }
         let peek: Peek<'_> = serde_json::from_str(text).ok()?;
+        if peek.id.is_none() && peek.method.as_deref() == Some(PROGRESS) {
+            let params = serde_json::from_str(peek.params?.get()).ok()?;
+            let mut kept = lock(&self.progress);
+            if kept.len() >= MAX_PROGRESS {
+                kept.pop_front();
+            }
+            kept.push_back(params);
+            return None;
+        }
         let id = peek.id?;
         match (peek.method, peek.result) {
             (None, Some(result)) => {

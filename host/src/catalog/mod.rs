@@ -170,6 +170,11 @@ impl Catalog {
         c
     }
 
+    /// The backends it shows, in order.
+    pub fn shown(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.sources.iter().map(|(n, _)| n)
+    }
+
     /// One session's view: this catalog with the entries of some shown
     /// backends replaced by what that session listed itself (`own`;
     /// `forward_auth` backends). Order, naming and hidden names stay.

@@ -121,6 +121,7 @@ mod tests {
                 separator: "__".into(),
             },
             exchanger: None,
+            views: Default::default(),
         };
         CallerPools::new(Arc::new(ctx), max)
     }

@@ -45,6 +45,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backend::capset::CapSet;
 use crate::backend::pool::{self, Pool};
 use crate::backend::{Backend, BackendUpdate, Bounds, Downstream, ListKind};
 use crate::backend::{BackendSet, CurrentSet};
@@ -189,6 +190,9 @@ impl Downstream for Fanout {
         self.redactor.mask_json(&mut params.data);
         self.sessions.lane_log(principal, params)
     }
+    fn variant_listed(&self, _backend: &Arc<str>) {
+        self.sessions.resync_all();
+    }
 }
 
 /// What starting and stopping supervisors after launch needs.
@@ -303,6 +307,7 @@ impl Gateway {
             exchanger: oauth
                 .clone()
                 .map(|o| Arc::new(crate::auth::exchange::Exchanger::new(o))),
+            views: Default::default(),
         });
         let caller_pools =
             caller_pools::CallerPools::new(pool_context.clone(), config.limits.max_sessions);
@@ -651,6 +656,11 @@ impl Gateway {
     /// The current catalog snapshot.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.get()
+    }
+
+    /// What a client of `capset` sees of `shared` (`backend::views`).
+    pub async fn capset_view(&self, shared: Arc<Catalog>, capset: &CapSet) -> Arc<Catalog> {
+        self.pool_context.view(shared, capset).await
     }
 
     pub fn backend(&self, name: &str) -> Option<Arc<Backend>> {

@@ -24,6 +24,7 @@ use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
 use crate::auth::Principal;
 use crate::backend::ask::Asker;
+use crate::backend::capset::CapSet;
 use crate::backend::inflight::{CAPABILITIES_KEY, CallLog};
 use crate::backend::pool::Pool;
 use crate::backend::{Backend, BackendError, Connection, Era, FrontCall, Outbox, StreamClosed};
@@ -136,11 +137,33 @@ impl FrontSession {
     /// [`FrontSession::visible`].
     async fn catalog(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
         let shared = self.gw.catalog();
+        let capset = self.capset(ctx);
         let Some(pool) = self.own_pool(ctx) else {
-            return shared;
+            return self.gw.capset_view(shared, &capset).await;
         };
         observe(&pool, &ctx.extensions, &ctx.peer);
-        pool.derive(shared).await
+        pool.derive_for(shared, &capset).await
+    }
+
+    /// The capability set of the client making this request (see
+    /// `backend::capset`): a 2026-07-28 request's own declaration, or the
+    /// one of the session's `initialize`.
+    fn capset(&self, ctx: &RequestContext<RoleServer>) -> CapSet {
+        if is_modern(ctx) {
+            return ctx
+                .meta
+                .0
+                .0
+                .get(CAPABILITIES_KEY)
+                .map(CapSet::of_json)
+                .unwrap_or_default();
+        }
+        if self.registered.load(Ordering::Acquire) {
+            // Read once, when the session was registered.
+            return self.pool.capset();
+        }
+        let info = ctx.peer.peer_info();
+        CapSet::of(info.as_ref().map(|i| &i.capabilities))
     }
 
     /// The pool this request reaches backends through with the client's
@@ -195,8 +218,10 @@ impl FrontSession {
 
     /// The connection a request from this session to `backend` travels on:
     /// for a 2026-07-28 request, the backend's 2026-07-28 door where it
-    /// speaks both eras; the session's own for HTTP backends; the shared one
-    /// otherwise (and before the handshake finished).
+    /// speaks both eras; the session's own for HTTP backends; otherwise
+    /// (and before the handshake finished) the backend session of the
+    /// client's capability set: the shared one for a client that declared
+    /// none, its set's variant (`backend::variants`) for the others.
     async fn connection(
         &self,
         backend: &Arc<Backend>,
@@ -217,6 +242,9 @@ impl FrontSession {
                 .connection(backend, false)
                 .await
                 .map_err(|e| e.into_mcp());
+        }
+        if let Some(variant) = backend.variant(&self.capset(ctx)).await {
+            return variant.map(|v| v.conn).map_err(|e| e.into_mcp());
         }
         backend.shared().ok_or_else(|| down(backend))
     }

@@ -692,6 +692,9 @@ struct Relisting {
 impl Relisting {
     fn start(backend: &Arc<Backend>, conn: Arc<Connection>) -> Self {
         backend.set_listing(true);
+        // What changed for clients that declared nothing may have changed
+        // for the others too.
+        backend.relist_variants();
         Self {
             task: AbortOnDropHandle::new(tokio::spawn(async move { conn.list_catalog().await })),
             backend: backend.clone(),

@@ -89,6 +89,49 @@ fn asks_nobody_takes_are_bounded() {
     assert_eq!(wire.take_ask(&id(MAX_ASKS as i64 + 9)), Some(Value::Null));
 }
 
+#[test]
+fn progress_params_are_kept_by_token_in_arrival_order() {
+    let wire = Wire::new(100);
+    let a1 = r#"{"method":"notifications/progress","params":{"progress":1,"total":3,"progressToken":"a"},"jsonrpc":"2.0"}"#;
+    let b1 = r#"{"method":"notifications/progress","params":{"progressToken":"b","progress":0.5}}"#;
+    let a2 = r#"{"method":"notifications/progress","params":{"progress":2,"total":3,"progressToken":"a"}}"#;
+    for text in [a1, b1, a2] {
+        assert_eq!(wire.incoming(text), None, "rmcp still decodes it");
+    }
+    let token = |t: &str| Value::String(t.into());
+    // Another request's progress may be decoded first.
+    assert_eq!(
+        wire.take_progress(&token("b")).unwrap().to_string(),
+        r#"{"progressToken":"b","progress":0.5}"#
+    );
+    assert_eq!(
+        wire.take_progress(&token("a")).unwrap().to_string(),
+        r#"{"progress":1,"total":3,"progressToken":"a"}"#
+    );
+    assert_eq!(
+        wire.take_progress(&token("a")).unwrap().to_string(),
+        r#"{"progress":2,"total":3,"progressToken":"a"}"#
+    );
+    assert_eq!(wire.take_progress(&token("a")), None);
+}
+
+#[test]
+fn progress_nobody_takes_is_bounded() {
+    let wire = Wire::new(100);
+    for n in 0..(MAX_PROGRESS + 5) {
+        wire.incoming(&format!(
+            r#"{{"method":"notifications/progress","params":{{"progressToken":{n},"progress":1}}}}"#
+        ));
+    }
+    assert_eq!(wire.progress.lock().unwrap().len(), MAX_PROGRESS);
+    assert_eq!(
+        wire.take_progress(&Value::from(0)),
+        None,
+        "the oldest went first"
+    );
+    assert!(wire.take_progress(&Value::from(MAX_PROGRESS + 4)).is_some());
+}
+
 async fn read_all(input: Vec<&'static [u8]>, wire: Arc<Wire>) -> Vec<u8> {
     let mut builder = tokio_test_reader(input);
     let mut r = WireRead::new(&mut builder, wire);

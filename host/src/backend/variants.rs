@@ -1,0 +1,345 @@
+//! A backend's sessions for capability sets: what a client that declared
+//! sampling, elicitation, roots or tasks is shown and called through (see
+//! `capset.rs` for why).
+//!
+//! The shared connection declares no capabilities; a client whose set is
+//! not empty is served by this backend's *variant* for its set, opened on
+//! first use and shared by every client of that set:
+//! - a **stdio** backend runs one more process per set (the server's
+//!   session is its process). The client's calls go through it too: the
+//!   tools the server shows such a client exist only there. Usually one or
+//!   two sets are in use (capability-less agents, and one kind of IDE).
+//! - an **HTTP** backend gets one more backend session per set, used for
+//!   listing (a client's calls go through its own connection, which
+//!   mirrors its capabilities).
+//!
+//! A variant follows its backend: it is re-listed when the shared
+//! connection is (the backend's `list_changed`, the poller, a recovery),
+//! and on its own `list_changed`; one opened on an earlier instance of the
+//! backend is reopened on its next use. It is not supervised: the health
+//! of the backend is its shared session's, and a variant that died is
+//! reopened when next used. At most [`MAX_SETS`] sets per backend; a client
+//! beyond that is served as one that declared nothing (logged).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use rmcp::model::LoggingMessageNotificationParam;
+
+use super::capset::CapSet;
+use super::client::{BackendClient, Downstream, ListKind};
+use super::{Backend, BackendError, Connection, Inflight, Relay, connection};
+use crate::background::Background;
+use crate::catalog::BackendCatalog;
+use crate::config::Transport;
+use crate::runtime::process::ProcessRuntime;
+use crate::runtime::{Endpoint, Runtime};
+
+/// The most capability sets one backend serves with variants.
+pub const MAX_SETS: usize = 8;
+
+/// A backend's variants, by capability set.
+#[derive(Default)]
+pub struct Variants {
+    open: Mutex<HashMap<CapSet, Arc<Variant>>>,
+    /// Whether "too many sets" was logged already.
+    refused: std::sync::atomic::AtomicBool,
+}
+
+/// One capability set's backend session.
+pub struct Variant {
+    capset: CapSet,
+    state: tokio::sync::Mutex<State>,
+    /// The last listing, read without waiting for an opening in progress.
+    catalog: Mutex<Option<Arc<BackendCatalog>>>,
+}
+
+#[derive(Default)]
+struct State {
+    conn: Option<Arc<Connection>>,
+    /// [`Backend::instance`] it was opened on.
+    instance: u64,
+    /// The process of a stdio backend's variant (dropping it ends it).
+    process: Option<ProcessRuntime>,
+}
+
+/// An open variant: its connection and what it listed.
+pub struct Ready {
+    pub conn: Arc<Connection>,
+    pub catalog: Arc<BackendCatalog>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Variants {
+    fn get(&self, backend: &str, capset: &CapSet) -> Option<Arc<Variant>> {
+        let mut open = lock(&self.open);
+        if let Some(v) = open.get(capset) {
+            return Some(v.clone());
+        }
+        if open.len() >= MAX_SETS {
+            if !self
+                .refused
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(%backend, capabilities = capset.as_str(), limit = MAX_SETS, "too many distinct client capability sets: further clients see and call the backend as clients that declared none");
+            }
+            return None;
+        }
+        let v = Arc::new(Variant {
+            capset: capset.clone(),
+            state: tokio::sync::Mutex::default(),
+            catalog: Mutex::default(),
+        });
+        open.insert(capset.clone(), v.clone());
+        Some(v)
+    }
+
+    fn all(&self) -> Vec<Arc<Variant>> {
+        lock(&self.open).values().cloned().collect()
+    }
+}
+
+impl Backend {
+    /// The backend session of `capset`, opened and listed if there is none
+    /// of the current instance (within the connect and list bounds).
+    /// `None` when the set is empty (the shared connection serves it) or
+    /// beyond [`MAX_SETS`].
+    pub async fn variant(self: &Arc<Self>, capset: &CapSet) -> Option<Result<Ready, BackendError>> {
+        if capset.is_none() {
+            return None;
+        }
+        let variant = self.variants.get(&self.name, capset)?;
+        Some(variant.ready(self).await)
+    }
+
+    /// What `capset`'s variant listed last, without opening one.
+    pub fn variant_catalog(&self, capset: &CapSet) -> Option<Arc<BackendCatalog>> {
+        let v = lock(&self.variants.open).get(capset).cloned()?;
+        lock(&v.catalog).clone()
+    }
+
+    /// Re-lists every open variant in the background (the shared
+    /// connection is being re-listed: what changed there may have changed
+    /// for every set).
+    pub fn relist_variants(self: &Arc<Self>) {
+        for v in self.variants.all() {
+            let backend = Arc::downgrade(self);
+            self.background.spawn(async move {
+                if let Some(b) = backend.upgrade() {
+                    v.relist(&b).await;
+                }
+            });
+        }
+    }
+
+    /// Ends every variant (the backend's instance ended: theirs are of
+    /// it); the next use opens them again.
+    pub(super) fn close_variants(&self) {
+        for v in self.variants.all() {
+            self.background.spawn(async move { v.close().await });
+        }
+    }
+
+    /// Opens `capset`'s backend session: a process of its own for a stdio
+    /// backend, one more session for an HTTP one.
+    async fn open_variant(
+        self: &Arc<Self>,
+        variant: &Arc<Variant>,
+    ) -> Result<(Connection, Option<ProcessRuntime>), BackendError> {
+        let (endpoint, process, stderr) = match &self.config.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let rt = ProcessRuntime::new(
+                    &self.name,
+                    command.clone(),
+                    args.clone(),
+                    env.clone(),
+                    cwd.clone(),
+                );
+                let started = rt.start().await.map_err(|e| BackendError::Transport {
+                    backend: self.name.clone(),
+                    reason: format!(
+                        "starting a process for clients with capabilities {}: {e}",
+                        variant.capset.as_str()
+                    ),
+                    stderr: vec![],
+                })?;
+                let tail = rt.stderr();
+                (started.endpoint, Some(rt), Some(tail))
+            }
+            Transport::Http { url, headers, .. } => (
+                Endpoint::Http {
+                    url: url.clone(),
+                    headers: headers.clone(),
+                },
+                None,
+                None,
+            ),
+        };
+        let downstream: Arc<dyn Downstream> = Arc::new(ForVariant {
+            inner: self.downstream.clone(),
+            backend: Arc::downgrade(self),
+            variant: Arc::downgrade(variant),
+            background: self.background.clone(),
+        });
+        let inflight = Arc::<Inflight>::default();
+        let client = BackendClient::new(
+            self.name.clone(),
+            inflight.clone(),
+            downstream.clone(),
+            None,
+            Some(variant.capset.capabilities()),
+        );
+        let relay = Relay::spawn(
+            inflight.clone(),
+            downstream,
+            self.name.clone(),
+            None,
+            &self.background,
+        );
+        let conn = connection::connect(
+            &self.name,
+            endpoint,
+            client,
+            inflight,
+            relay,
+            self.bounds,
+            self.opening(true, &self.config.protocol),
+            stderr,
+        )
+        .await?;
+        Ok((conn, process))
+    }
+}
+
+impl Variant {
+    async fn ready(self: &Arc<Self>, backend: &Arc<Backend>) -> Result<Ready, BackendError> {
+        let mut st = self.state.lock().await;
+        let instance = backend.instance();
+        if let Some(conn) = st
+            .conn
+            .as_ref()
+            .filter(|c| !c.is_closed() && st.instance == instance)
+            && let Some(catalog) = lock(&self.catalog).clone()
+        {
+            return Ok(Ready {
+                conn: conn.clone(),
+                catalog,
+            });
+        }
+        // Stale (an earlier instance) or ended: replace it.
+        st.conn = None;
+        if let Some(old) = st.process.take() {
+            let _ = old.stop().await;
+        }
+        let (conn, process) = backend.open_variant(self).await?;
+        let catalog = match conn.list_catalog().await {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                conn.close().await;
+                if let Some(p) = process {
+                    let _ = p.stop().await;
+                }
+                return Err(e);
+            }
+        };
+        let conn = Arc::new(conn);
+        st.process = process;
+        st.instance = instance;
+        st.conn = Some(conn.clone());
+        tracing::debug!(backend = %backend.name, capabilities = self.capset.as_str(), tools = catalog.tools.len(), "backend session for a capability set opened");
+        let changed = lock(&self.catalog)
+            .replace(catalog.clone())
+            .is_some_and(|old| *old != *catalog);
+        drop(st);
+        if changed {
+            backend.downstream.variant_listed(&backend.name);
+        }
+        Ok(Ready { conn, catalog })
+    }
+
+    async fn close(&self) {
+        let mut st = self.state.lock().await;
+        st.conn = None;
+        if let Some(p) = st.process.take() {
+            let _ = p.stop().await;
+        }
+    }
+
+    /// Lists again through the open connection; sessions are told when
+    /// what it lists changed. Nothing to do when none is open (the next
+    /// use opens and lists).
+    async fn relist(&self, backend: &Backend) {
+        let conn = {
+            let st = self.state.lock().await;
+            match st.conn.as_ref() {
+                Some(c) if !c.is_closed() && st.instance == backend.instance() => c.clone(),
+                _ => return,
+            }
+        };
+        match conn.list_catalog().await {
+            Ok(listed) => {
+                let listed = Arc::new(listed);
+                let changed = lock(&self.catalog)
+                    .replace(listed.clone())
+                    .is_none_or(|old| *old != *listed);
+                if changed {
+                    backend.downstream.variant_listed(&backend.name);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(backend = %backend.name, capabilities = self.capset.as_str(), error = %e, "re-listing a capability set's backend session failed; its last listing stays");
+            }
+        }
+    }
+}
+
+/// Where a variant's unsolicited traffic goes: its `list_changed`
+/// re-lists the variant; the rest is the backend's (log messages and
+/// resource updates reach clients as the shared session's do).
+struct ForVariant {
+    inner: Arc<dyn Downstream>,
+    backend: Weak<Backend>,
+    variant: Weak<Variant>,
+    background: Background,
+}
+
+impl Downstream for ForVariant {
+    fn list_changed(&self, _backend: &Arc<str>, _kind: ListKind) {
+        let (backend, variant) = (self.backend.clone(), self.variant.clone());
+        self.background.spawn(async move {
+            if let (Some(b), Some(v)) = (backend.upgrade(), variant.upgrade()) {
+                v.relist(&b).await;
+            }
+        });
+    }
+    fn log(
+        &self,
+        backend: &Arc<str>,
+        session: Option<u64>,
+        params: LoggingMessageNotificationParam,
+    ) {
+        self.inner.log(backend, session, params);
+    }
+    fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String) {
+        self.inner.resource_updated(backend, session, uri);
+    }
+    fn lane_log(
+        &self,
+        backend: &Arc<str>,
+        principal: &str,
+        params: LoggingMessageNotificationParam,
+    ) {
+        self.inner.lane_log(backend, principal, params);
+    }
+    fn variant_listed(&self, backend: &Arc<str>) {
+        self.inner.variant_listed(backend);
+    }
+}
