@@ -16,6 +16,7 @@ mod connection;
 pub mod error;
 mod http_ping;
 pub mod inflight;
+mod kept_post;
 mod lane;
 mod lifecycle;
 mod listen;

@@ -25,7 +25,8 @@ use tokio::sync::mpsc;
 
 use super::error::{HttpFailure, is_refused};
 use super::http_ping::SessionTarget;
-use super::wire::Wire;
+use super::wire::{KeepJson, Wire};
+use rmcp::model::GetExtensions;
 
 type Headers = HashMap<HeaderName, HeaderValue>;
 type SseStream = BoxStream<'static, Result<Sse, SseError>>;
@@ -222,17 +223,33 @@ impl StreamableHttpClient for WatchedHttp {
             JsonRpcMessage::Request(r) => Some(r.id.clone()),
             _ => None,
         };
-        let sent = self
-            .inner
-            .post_message_with_response_limits(
-                uri,
-                message,
+        let keep = matches!(&message, JsonRpcMessage::Request(r)
+            if r.request.extensions().get::<KeepJson>().is_some());
+        let sent = if keep {
+            // A JSON body's text must reach the wire (`kept_post.rs`).
+            super::kept_post::post(
+                &self.inner,
+                &self.wire,
+                &uri,
+                &message,
                 session_id,
                 auth_header,
                 custom_headers,
                 limits,
             )
-            .await;
+            .await
+        } else {
+            self.inner
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    limits,
+                )
+                .await
+        };
         self.record(&sent);
         let response = sent?;
         Ok(match (id, response) {

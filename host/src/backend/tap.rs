@@ -206,7 +206,11 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
         if let JsonRpcMessage::Request(r) = &item
             && r.request.extensions().get::<KeepJson>().is_some()
         {
-            self.wire.expect(r.id.clone());
+            if matches!(r.request, rmcp::model::ClientRequest::ListToolsRequest(_)) {
+                self.wire.expect_decoded(r.id.clone());
+            } else {
+                self.wire.expect(r.id.clone());
+            }
         }
         self.inner.send(item)
     }

@@ -78,6 +78,8 @@ pub enum Answer {
 #[derive(Debug)]
 pub struct Wire {
     answers: Mutex<HashMap<RequestId, Answer>>,
+    /// Expected answers rmcp decodes too (see [`Wire::expect_decoded`]).
+    decoded: Mutex<std::collections::HashSet<RequestId>>,
     asks: Mutex<VecDeque<(RequestId, Value)>>,
     /// Params of progress notifications, in arrival order.
     progress: Mutex<VecDeque<Value>>,
@@ -94,6 +96,7 @@ pub struct Expected {
 impl Drop for Expected {
     fn drop(&mut self) {
         lock(&self.wire.answers).remove(&self.id);
+        lock(&self.wire.decoded).remove(&self.id);
     }
 }
 
@@ -121,6 +124,7 @@ impl Wire {
     pub fn new(max_result: usize) -> Arc<Self> {
         Arc::new(Self {
             answers: Mutex::default(),
+            decoded: Mutex::default(),
             asks: Mutex::default(),
             progress: Mutex::default(),
             max_result,
@@ -137,6 +141,14 @@ impl Wire {
         lock(&self.answers).insert(id, Answer::Waiting);
     }
 
+    /// [`Wire::expect`], and rmcp gets the result as written too: a
+    /// `tools/list` page, whose tools rmcp's HTTP client reads for the
+    /// `Mcp-Param-*` headers of later calls (SEP-2243).
+    pub fn expect_decoded(&self, id: RequestId) {
+        lock(&self.decoded).insert(id.clone());
+        self.expect(id);
+    }
+
     /// A guard that forgets `id`'s answer unless it was taken.
     pub fn guard(self: &Arc<Self>, id: RequestId) -> Expected {
         Expected {
@@ -147,6 +159,7 @@ impl Wire {
 
     /// The kept result of `id`, taken: `None` if `id` was not expected.
     pub fn take_answer(&self, id: &RequestId) -> Option<Answer> {
+        lock(&self.decoded).remove(id);
         lock(&self.answers).remove(id)
     }
 
@@ -197,7 +210,8 @@ impl Wire {
                 let mut answers = lock(&self.answers);
                 let slot = answers.get_mut(&id)?;
                 let raw = result.get();
-                *slot = if raw.len() > self.max_result {
+                let too_large = raw.len() > self.max_result;
+                *slot = if too_large {
                     Answer::TooLarge(raw.len())
                 } else {
                     match serde_json::from_str(raw) {
@@ -206,6 +220,9 @@ impl Wire {
                     }
                 };
                 drop(answers);
+                if !too_large && lock(&self.decoded).contains(&id) {
+                    return None;
+                }
                 let id = serde_json::to_string(&id).ok()?;
                 Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#))
             }

@@ -25,6 +25,19 @@ fn an_expected_result_is_kept_as_written_and_rmcp_gets_an_empty_one() {
 }
 
 #[test]
+fn a_result_rmcp_decodes_too_is_kept_and_passed_on_as_written() {
+    let wire = Wire::new(1 << 20);
+    wire.expect_decoded(id(4));
+    let text = r#"{"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"a","inputSchema":{"x-mcp-header":"A"}}]}}"#;
+    assert_eq!(wire.incoming(text), None, "rmcp reads the tools too");
+    let Some(Answer::Got(v)) = wire.take_answer(&id(4)) else {
+        panic!("no answer kept")
+    };
+    assert_eq!(v["tools"][0]["name"], "a");
+    assert!(wire.decoded.lock().unwrap().is_empty());
+}
+
+#[test]
 fn results_nobody_expects_and_errors_pass_untouched() {
     let wire = Wire::new(1 << 20);
     wire.expect(id(1));
