@@ -164,18 +164,18 @@ impl BackendClient {
                 None,
             ));
         }
-        if let Some(asker) = &call.ask {
-            tracing::debug!(backend = %self.backend, front_request = %call.request_id, "asking a 2026-07-28 client through an input-required result");
-            return asker.ask(request).await;
-        }
-        tracing::debug!(backend = %self.backend, front_request = %call.request_id, origin = ?ctx.extensions.get::<InboundStreamOrigin>(), "relaying a server request to the client");
         // The params as the backend wrote them (rmcp's typed ones narrow
-        // numbers and drop what it does not know).
+        // numbers and drop what it does not know), for either era.
         let kept = self.wire.as_ref().and_then(|w| w.take_ask(&ctx.id));
         if let (Some(params), Some(method)) = (kept, relayed_method(&request)) {
             let params = (!params.is_null()).then_some(params);
             request = ServerRequest::CustomRequest(CustomRequest::new(method, params));
         }
+        if let Some(asker) = &call.ask {
+            tracing::debug!(backend = %self.backend, front_request = %call.request_id, "asking a 2026-07-28 client through an input-required result");
+            return asker.ask(request).await;
+        }
+        tracing::debug!(backend = %self.backend, front_request = %call.request_id, origin = ?ctx.extensions.get::<InboundStreamOrigin>(), "relaying a server request to the client");
         // Deliver on the originating request's stream (SEP-2260), so clients
         // that only listen there see it.
         request

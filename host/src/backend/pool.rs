@@ -375,10 +375,11 @@ impl Pool {
         futures::future::join_all(opens).await;
     }
 
-    /// What this session sees now: `shared` with its own `forward_auth`
-    /// entries in place (the shared snapshot itself when it has none).
+    /// What this session sees now: `shared` (its capability set's view)
+    /// with its own `forward_auth` entries in place (`shared` itself when
+    /// it has none).
     pub fn current(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
-        self.view(self.ctx.views.built(shared, &self.capset()))
+        self.view(shared)
     }
 
     /// [`Pool::current`] after opening and listing what is due

@@ -289,16 +289,6 @@ impl Gateway {
             .clone()
             .map(crate::auth::oauth::OAuth::new);
         let background = Background::new(tracker.clone(), shutdown.clone());
-        let sessions = Sessions::new(catalog.clone(), policies.clone(), background.clone());
-        let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
-        let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
-            sessions: sessions.clone(),
-            refresh: refresh_tx,
-            redactor: redactor.clone(),
-        });
-        // Room for a mass restart of a thousand backends (three transitions
-        // each) before a listener counts as behind.
-        let (events, _) = broadcast::channel(16 * 1024);
         let backends = CurrentSet::default();
         let pool_context = Arc::new(pool::Context {
             backends: backends.clone(),
@@ -309,6 +299,21 @@ impl Gateway {
                 .map(|o| Arc::new(crate::auth::exchange::Exchanger::new(o))),
             views: Default::default(),
         });
+        let sessions = Sessions::new(
+            catalog.clone(),
+            policies.clone(),
+            background.clone(),
+            pool_context.clone(),
+        );
+        let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
+        let downstream: Arc<dyn Downstream> = Arc::new(Fanout {
+            sessions: sessions.clone(),
+            refresh: refresh_tx,
+            redactor: redactor.clone(),
+        });
+        // Room for a mass restart of a thousand backends (three transitions
+        // each) before a listener counts as behind.
+        let (events, _) = broadcast::channel(16 * 1024);
         let caller_pools =
             caller_pools::CallerPools::new(pool_context.clone(), config.limits.max_sessions);
         let gw = Arc::new(Gateway {

@@ -209,13 +209,28 @@ impl Mrtr {
                     };
                     let expires_ms = now_ms() + ttl.as_millis() as u64;
                     let state = self.seal(AGAIN, expires_ms, binding);
-                    return Next::InputRequired(InputRequiredResult::new(
+                    return Next::InputRequired(Question::decoded(InputRequiredResult::new(
                         Some(requests),
                         Some(state),
-                    ));
+                    )));
                 }
                 Some(Event::Done { result, recovered }) => return Next::Done { result, recovered },
                 Some(Event::Ask { request, reply }) => {
+                    // The backend's params as it wrote them come as a
+                    // custom request (`backend::client`); the typed one is
+                    // still read for what kind of question it is.
+                    let (request, written) = match request {
+                        ServerRequest::CustomRequest(c) => {
+                            let typed = serde_json::from_value::<ServerRequest>(
+                                serde_json::json!({"method": c.method, "params": c.params}),
+                            );
+                            match typed {
+                                Ok(typed) => (typed, c.params),
+                                Err(_) => (ServerRequest::CustomRequest(c), None),
+                            }
+                        }
+                        other => (other, None),
+                    };
                     let (kind, input) = match request {
                         ServerRequest::ElicitRequest(r) => {
                             (Asked::Elicitation, InputRequest::Elicitation(r))
@@ -264,10 +279,10 @@ impl Mrtr {
                     }
                     let mut requests = InputRequests::new();
                     requests.insert(INPUT_KEY.to_owned(), input);
-                    return Next::InputRequired(InputRequiredResult::new(
-                        Some(requests),
-                        Some(state),
-                    ));
+                    return Next::InputRequired(Question {
+                        result: InputRequiredResult::new(Some(requests), Some(state)),
+                        written,
+                    });
                 }
             }
         }
@@ -331,8 +346,37 @@ pub enum Next {
         result: Result<ServerResult, crate::backend::BackendError>,
         recovered: bool,
     },
-    InputRequired(InputRequiredResult),
+    InputRequired(Question),
     Failed(McpError),
+}
+
+/// A question for the client: the input-required result, and the params
+/// of the backend's request as it wrote them (see `backend::wire`), which
+/// leave in place of the decoded ones.
+pub struct Question {
+    pub result: InputRequiredResult,
+    pub written: Option<serde_json::Value>,
+}
+
+impl Question {
+    fn decoded(result: InputRequiredResult) -> Self {
+        Self {
+            result,
+            written: None,
+        }
+    }
+
+    /// The result as JSON, with the backend's own params in the question.
+    pub fn into_json(self) -> serde_json::Value {
+        let mut v = serde_json::to_value(ServerResult::InputRequiredResult(self.result))
+            .unwrap_or_default();
+        if let Some(written) = self.written
+            && let Some(params) = v.pointer_mut(&format!("/inputRequests/{INPUT_KEY}/params"))
+        {
+            *params = written;
+        }
+        v
+    }
 }
 
 /// What an MRTR round needs of a request that can get an input-required
@@ -401,10 +445,8 @@ pub fn retry_with(
 
 /// A round's outcome for the request path: the backend's answer (and
 /// whether the call recovered a forgotten session), or a question.
-pub type Round = Result<
-    Result<(Result<ServerResult, crate::backend::BackendError>, bool), InputRequiredResult>,
-    McpError,
->;
+pub type Round =
+    Result<Result<(Result<ServerResult, crate::backend::BackendError>, bool), Question>, McpError>;
 
 impl Next {
     pub fn into_round(self) -> Round {

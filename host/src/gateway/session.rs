@@ -19,7 +19,7 @@ use super::resource_watch::Hold;
 use super::route::{
     forwardable_meta, page, schema_changed, unavailable, unknown_prompt, unknown_tool, unknown_uri,
 };
-use super::sessions::Channel;
+use super::sessions::{Channel, Viewer};
 use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
 use crate::auth::Principal;
@@ -333,9 +333,7 @@ impl FrontSession {
             Some(target) if modern_client && conn.era() == Era::Handshake => {
                 match self.relay_mrtr(&b, conn, request, target, ctx).await? {
                     Ok((result, recovered)) => (result.map(into_json), recovered),
-                    Err(input) => {
-                        return Ok(into_json(ServerResult::InputRequiredResult(input)));
-                    }
+                    Err(question) => return Ok(question.into_json()),
                 }
             }
             Some(_) if !modern_client && conn.era() == Era::Modern => {
@@ -819,7 +817,10 @@ impl ServerHandler for FrontSession {
                 Channel::Session(ctx.peer.clone()),
                 Some(self.pool.clone()),
                 self.outbox.clone(),
-                Principal::of(&ctx.extensions),
+                Viewer {
+                    principal: Principal::of(&ctx.extensions),
+                    capset: self.pool.capset(),
+                },
                 lanes,
             );
             tracing::debug!(session = self.id, "client session opened");
@@ -1180,7 +1181,10 @@ impl ServerHandler for FrontSession {
             Channel::Listen(ctx.sink().clone()),
             pool,
             outbox,
-            who,
+            Viewer {
+                principal: who,
+                capset: self.capset(ctx.request_context()),
+            },
             false,
             shown,
         );

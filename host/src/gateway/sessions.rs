@@ -34,7 +34,8 @@ use tokio_util::sync::DropGuard;
 
 use crate::auth::Principal;
 use crate::backend::Outbox;
-use crate::backend::pool::Pool;
+use crate::backend::capset::CapSet;
+use crate::backend::pool::{self, Pool};
 use crate::background::Background;
 use crate::catalog::{Catalog, Changes, Current};
 use crate::policy::Policies;
@@ -88,6 +89,17 @@ pub struct Sessions {
     asked: AtomicU64,
     /// Where the resync workers run.
     background: Background,
+    /// What each capability set sees (`backend::views`), for sessions
+    /// without a pool of their own.
+    context: Arc<pool::Context>,
+}
+
+/// Who a session's lists are for: its principal (`[[policy]]`) and its
+/// capability set (`backend::views`).
+#[derive(Clone)]
+pub struct Viewer {
+    pub principal: Principal,
+    pub capset: CapSet,
 }
 
 /// Two snapshots and what differs between them: (older, newer, changes).
@@ -98,8 +110,10 @@ impl Sessions {
         catalog: Arc<Current>,
         policies: Arc<Policies>,
         background: Background,
+        context: Arc<pool::Context>,
     ) -> Arc<Self> {
         Arc::new(Self {
+            context,
             inner: Mutex::default(),
             catalog,
             policies,
@@ -116,37 +130,39 @@ impl Sessions {
     /// Registers a session that has seen the current catalog (it lists it
     /// from now on) and starts its resync worker. With a `pool`, what the
     /// session sees is the pool's view (see `backend::pool`), and a change of its
-    /// own catalogs wakes the worker too; either way `principal`'s
-    /// `[[policy]]` filters it. Log messages and resource updates reach it
-    /// through `outbox`, which is connected to `channel` here.
+    /// own catalogs wakes the worker too; either way it is the view of
+    /// `viewer`'s capability set, filtered by its principal's
+    /// `[[policy]]`. Log messages and resource updates reach it through
+    /// `outbox`, which is connected to `channel` here.
     pub fn add(
         self: &Arc<Self>,
         id: u64,
         channel: Channel,
         pool: Option<Arc<Pool>>,
         outbox: Outbox,
-        principal: Principal,
+        viewer: Viewer,
         lanes: bool,
     ) {
         let shown = self.catalog.get();
-        self.add_shown(id, channel, pool, outbox, principal, lanes, shown);
+        self.add_shown(id, channel, pool, outbox, viewer, lanes, shown);
     }
 
     /// [`Sessions::add`] for a client that was last shown the catalog
     /// snapshot `shown` (say, when it was told its stream is open, before
     /// this registration): a change since then reaches it at once, where
     /// registering with the current snapshot would take it as seen.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // `add`'s, and what it was shown
     pub fn add_shown(
         self: &Arc<Self>,
         id: u64,
         channel: Channel,
         pool: Option<Arc<Pool>>,
         outbox: Outbox,
-        principal: Principal,
+        viewer: Viewer,
         lanes: bool,
         shown: Arc<Catalog>,
     ) {
+        let Viewer { principal, capset } = viewer;
         outbox.connect(channel.clone());
         let principal_id: Arc<str> = principal.id().into();
         let resync = Arc::new(Notify::new());
@@ -155,6 +171,7 @@ impl Sessions {
         }
         let stop = self.background.child_token();
         let shared = shown;
+        let shared = self.context.views.built(shared, &capset);
         let base = match &pool {
             Some(p) => {
                 p.on_change(&resync);
@@ -170,6 +187,7 @@ impl Sessions {
             seen: self.policies.view(&principal, base),
             principal,
             pool: pool.clone(),
+            capset,
             wake: resync.clone(),
             registry: Arc::downgrade(self),
         };
@@ -321,6 +339,8 @@ struct Resync {
     /// Whose view it is (the principal that opened the session).
     principal: Principal,
     pool: Option<Arc<Pool>>,
+    /// The client's capability set (what it is shown, `backend::views`).
+    capset: CapSet,
     wake: Arc<Notify>,
     registry: std::sync::Weak<Sessions>,
     /// Published after each resync.
@@ -341,8 +361,8 @@ impl Resync {
             let asked = registry.asked.load(Ordering::Acquire);
             let shared = registry.catalog.get();
             let base = match &self.pool {
-                Some(p) => p.derive(shared).await,
-                None => shared,
+                Some(p) => p.derive_for(shared, &self.capset).await,
+                None => registry.context.view(shared, &self.capset).await,
             };
             let now = registry.policies.view(&self.principal, base);
             let changes = registry.diff(&self.seen, &now);
@@ -522,10 +542,19 @@ mod tests {
     }
 
     fn registry_on(current: &Arc<Current>, background: Background) -> Arc<Sessions> {
+        let context = Arc::new(pool::Context {
+            backends: Default::default(),
+            naming: crate::config::Naming::Prefix {
+                separator: "__".into(),
+            },
+            exchanger: None,
+            views: Default::default(),
+        });
         Sessions::new(
             current.clone(),
             Arc::new(Policies::new(Vec::new())),
             background,
+            context,
         )
     }
 
@@ -567,7 +596,10 @@ mod tests {
             Channel::Session(p.server.peer().clone()),
             None,
             Outbox::new(8),
-            Principal::local(),
+            Viewer {
+                principal: Principal::local(),
+                capset: CapSet::none(),
+            },
             false,
             shown,
         );
@@ -581,7 +613,10 @@ mod tests {
             Channel::Session(q.server.peer().clone()),
             None,
             Outbox::new(8),
-            Principal::local(),
+            Viewer {
+                principal: Principal::local(),
+                capset: CapSet::none(),
+            },
             false,
             shown,
         );
@@ -602,7 +637,10 @@ mod tests {
             Channel::Session(p.server.peer().clone()),
             None,
             Outbox::new(8),
-            Principal::local(),
+            Viewer {
+                principal: Principal::local(),
+                capset: CapSet::none(),
+            },
             false,
         );
 
@@ -633,7 +671,10 @@ mod tests {
             Channel::Session(p.server.peer().clone()),
             None,
             Outbox::new(8),
-            Principal::local(),
+            Viewer {
+                principal: Principal::local(),
+                capset: CapSet::none(),
+            },
             false,
         );
         assert_eq!(sessions.len(), 1);
@@ -662,7 +703,10 @@ mod tests {
             Channel::Session(peer),
             None,
             Outbox::new(8),
-            Principal::local(),
+            Viewer {
+                principal: Principal::local(),
+                capset: CapSet::none(),
+            },
             false,
         );
         assert_eq!(sessions.len(), 1, "registered (registration cannot tell)");
@@ -685,7 +729,10 @@ mod tests {
             Channel::Session(p.server.peer().clone()),
             None,
             Outbox::new(8),
-            Principal::local(),
+            Viewer {
+                principal: Principal::local(),
+                capset: CapSet::none(),
+            },
             false,
         );
         // Many deliveries before the worker runs: at most one in flight and
@@ -721,7 +768,10 @@ mod tests {
                 Channel::Session(p.server.peer().clone()),
                 None,
                 Outbox::new(8),
-                Principal::local(),
+                Viewer {
+                    principal: Principal::local(),
+                    capset: CapSet::none(),
+                },
                 false,
             );
         }

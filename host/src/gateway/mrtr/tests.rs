@@ -46,7 +46,8 @@ async fn parked(
     .await
     .unwrap_or_else(|_| panic!("queued"));
     match m.next(rx, b, ttl).await {
-        Next::InputRequired(r) => {
+        Next::InputRequired(q) => {
+            let r = q.result;
             let asked = r.input_requests.expect("a question");
             assert!(matches!(
                 asked.get(INPUT_KEY),
@@ -162,7 +163,9 @@ async fn a_url_elicitation_error_becomes_a_question_whose_retry_calls_again() {
     })
     .await
     .unwrap_or_else(|_| panic!("queued"));
-    let Next::InputRequired(r) = m.next(rx, &b, Duration::from_secs(60)).await else {
+    let Next::InputRequired(Question { result: r, .. }) =
+        m.next(rx, &b, Duration::from_secs(60)).await
+    else {
         panic!("expected an input-required result");
     };
     let asked = r.input_requests.expect("the elicitations");
@@ -192,4 +195,43 @@ async fn a_url_elicitation_error_becomes_a_question_whose_retry_calls_again() {
         m.next(rx, &b, Duration::from_secs(60)).await,
         Next::Done { result: Err(_), .. }
     ));
+}
+
+#[tokio::test]
+async fn a_question_leaves_with_the_backends_own_params() {
+    let (m, b) = (Mrtr::with_key([7; 32]), binding("alice"));
+    let (tx, rx) = mpsc::channel(4);
+    let (reply, _answer) = oneshot::channel();
+    let written = serde_json::from_str::<serde_json::Value>(
+        r#"{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"temperature":0.7,"maxTokens":10,"x-extra":{"b":1,"a":2}}"#,
+    )
+    .unwrap();
+    let request = ServerRequest::CustomRequest(CustomRequest::new(
+        "sampling/createMessage",
+        Some(written.clone()),
+    ));
+    tx.send(Event::Ask { request, reply })
+        .await
+        .unwrap_or_else(|_| panic!("queued"));
+    let Next::InputRequired(q) = m.next(rx, &b, Duration::from_secs(60)).await else {
+        panic!("expected an input-required result");
+    };
+    // Read for its kind: a sampling question.
+    let asked = q.result.input_requests.as_ref().expect("a question");
+    assert!(matches!(
+        asked.get(INPUT_KEY),
+        Some(InputRequest::CreateMessage(_))
+    ));
+    let json = q.into_json();
+    let params = &json["inputRequests"][INPUT_KEY]["params"];
+    assert_eq!(
+        params.to_string(),
+        written.to_string(),
+        "as the backend wrote it"
+    );
+    assert_eq!(
+        json["inputRequests"][INPUT_KEY]["method"],
+        "sampling/createMessage"
+    );
+    assert!(json["requestState"].is_string());
 }
