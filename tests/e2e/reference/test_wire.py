@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from reference.wire import (
+    MODERN,
     VIGIL_META_KEYS,
     JsonTextError,
     Obj,
@@ -14,7 +15,10 @@ from reference.wire import (
     compact,
     dump,
     first_difference,
+    header_value,
     member_text,
+    modern_headers,
+    modern_params,
     normalize,
     parse,
 )
@@ -191,6 +195,93 @@ def test_first_difference() -> None:
     assert first_difference("abc", "abc") is None
     diff = first_difference('{"temperature":0.7}', '{"temperature":0.699999988079071}')
     assert diff is not None and "character 17" in diff and "0.699999988079071" in diff
+
+
+# === 2026-07-28: what the era adds, and only that ===
+
+HANDSHAKE_LIST = '{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"}]}}'
+MODERN_LIST = (
+    '{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"everything__echo"}],'
+    '"ttlMs":0,"cacheScope":"public","resultType":"complete"}}'
+)
+
+
+def test_the_eras_members_are_taken_out_of_a_modern_answer() -> None:
+    expected = normalize(HANDSHAKE_LIST, answers="tools/list")
+    assert normalize(MODERN_LIST, answers="tools/list", prefix="everything__", revision=MODERN) == expected
+    read = '{"jsonrpc":"2.0","id":1,"result":{"contents":[],"resultType":"complete","cacheScope":"private"}}'
+    assert normalize(read, answers="resources/read", revision=MODERN) == (
+        '{"jsonrpc":"2.0","id":"<id>","result":{"contents":[]}}'
+    )
+    call = '{"jsonrpc":"2.0","id":1,"result":{"content":[],"structuredContent":{"t":0.7},"resultType":"complete"}}'
+    assert normalize(call, answers="tools/call", revision=MODERN) == (
+        '{"jsonrpc":"2.0","id":"<id>","result":{"content":[],"structuredContent":{"t":0.7}}}'
+    )
+
+
+def test_the_eras_members_stay_without_the_modern_revision() -> None:
+    assert '"resultType":"complete"' in normalize(MODERN_LIST, answers="tools/list")
+    assert '"ttlMs":0' in normalize(MODERN_LIST, answers="tools/list", revision="2025-11-25")
+
+
+def test_only_a_complete_result_type_is_the_documented_difference() -> None:
+    other = '{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{},"resultType":"input_required"}}'
+    assert '"resultType":"input_required"' in normalize(other, answers="tools/call", revision=MODERN)
+
+
+def test_caching_hints_are_taken_out_of_lists_and_reads_only() -> None:
+    call = '{"jsonrpc":"2.0","id":1,"result":{"content":[],"ttlMs":0,"cacheScope":"public"}}'
+    assert '"ttlMs":0,"cacheScope":"public"' in normalize(call, answers="tools/call", revision=MODERN)
+    odd = '{"jsonrpc":"2.0","id":1,"result":{"tools":[],"ttlMs":"0","cacheScope":"shared"}}'
+    assert '"ttlMs":"0","cacheScope":"shared"' in normalize(odd, answers="tools/list", revision=MODERN)
+
+
+def test_the_eras_members_inside_a_result_stay() -> None:
+    nested = '{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"resultType":"complete","ttlMs":0}}}'
+    assert '{"resultType":"complete","ttlMs":0}' in normalize(nested, answers="resources/read", revision=MODERN)
+
+
+def test_modern_params_put_the_envelope_in_meta_and_keep_the_rest() -> None:
+    envelope = (
+        f'"io.modelcontextprotocol/protocolVersion":"{MODERN}",'
+        '"io.modelcontextprotocol/clientInfo":{"name":"vigil-differential","version":"1.0.0"},'
+        '"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}}'
+    )
+    caps = '{"roots":{"listChanged":true}}'
+    assert modern_params(None, caps) == '{"_meta":{' + envelope + "}}"
+    assert modern_params('{"name":"x","arguments":{"t":0.70}}', caps) == (
+        '{"name":"x","arguments":{"t":0.70},"_meta":{' + envelope + "}}"
+    )
+    assert modern_params('{"_meta":{"progressToken":"p"},"uri":"u"}', caps) == (
+        '{"_meta":{"progressToken":"p",' + envelope + '},"uri":"u"}'
+    )
+    with pytest.raises(JsonTextError):
+        modern_params("[]")
+
+
+def test_modern_headers_name_the_method_and_what_it_acts_on() -> None:
+    assert modern_headers("tools/list", modern_params(None)) == {"Mcp-Method": "tools/list"}
+    assert modern_headers("tools/call", '{"name":"everything__get-sum"}') == {
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "everything__get-sum",
+    }
+    assert modern_headers("resources/read", '{"uri":"demo://x/1"}')["Mcp-Name"] == "demo://x/1"
+    assert modern_headers("prompts/get", '{"name":"é"}')["Mcp-Name"] == "=?base64?w6k=?="
+
+
+@pytest.mark.parametrize(
+    ("value", "sent"),
+    [
+        ("plain-name", "plain-name"),
+        ("", ""),
+        ("a b", "a b"),
+        (" lead", "=?base64?IGxlYWQ=?="),
+        ("tab\t", "=?base64?dGFiCQ==?="),
+        ("=?base64?eA==?=", "=?base64?PT9iYXNlNjQ/ZUE9PT89?="),
+    ],
+)
+def test_header_values_are_base64_only_when_they_cannot_travel_as_is(value: str, sent: str) -> None:
+    assert header_value(value) == sent
 
 
 # === server-sent events ===

@@ -9,7 +9,11 @@ directions, as the bytes that travelled:
   request is a POST accepting `application/json, text/event-stream`; a JSON
   answer is recorded as its body, an SSE answer event by event (the `data`
   of each), each with its content type; a GET stream carries what the
-  server sends outside a request.
+  server sends outside a request;
+- `ModernStdioWire`, `ModernHttpWire`: the same, spoken in 2026-07-28 (no
+  `initialize`; every request carries the revision, `clientInfo` and the
+  client's capabilities in `_meta`, over HTTP with `MCP-Protocol-Version`,
+  `Mcp-Method` and `Mcp-Name`; `listen` opens a `subscriptions/listen`).
 
 Both answer the server's own requests (`sampling/createMessage`,
 `elicitation/create`, `roots/list`, `ping`) with handlers the test gives,
@@ -28,6 +32,7 @@ says how to start each.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import queue
@@ -58,6 +63,12 @@ def node_bin() -> Path:
 def npm_entry(package: str) -> Path:
     """The `bin` script of `@modelcontextprotocol/PACKAGE` in the cache."""
     return cache_dir() / "node_modules" / "@modelcontextprotocol" / package / "dist" / "index.js"
+
+
+def inspector_entry() -> Path:
+    """The MCP Inspector's launcher (`inspector --cli ...`), run with `node_bin()`."""
+    package = cache_dir() / "node_modules" / "@modelcontextprotocol" / "inspector"
+    return package / "clients" / "launcher" / "build" / "index.js"
 
 
 def venv_bin(name: str) -> Path:
@@ -342,6 +353,10 @@ DIFFERENCES = (
     "the order of the JSON-RPC envelope's own members (`jsonrpc`, `id`, `method`, `params`, "
     "`result`, `error`): written in that order; the order inside `params`, `result` and `error` counts",
     "whitespace between JSON tokens (all of these servers, and Vigil, write none)",
+    "for a 2026-07-28 client of a handshake-era server (`normalize(..., revision=MODERN)`): "
+    '`"resultType":"complete"` in a result (Vigil adds it; any other `resultType` stays a difference)',
+    'for a 2026-07-28 client: `ttlMs` (a number) and `cacheScope` (`"public"` or `"private"`) '
+    "in the result of a list or of `resources/read` (`CACHEABLE`): Vigil's freshness decides them",
 )
 
 #: The envelope members, in the order `normalize` writes them.
@@ -361,18 +376,34 @@ VIGIL_META_KEYS = (
 #: Results that are the gateway's own, never the backend's.
 OWN_RESULTS = ("initialize", "server/discover")
 
+#: The sessionless revision: no `initialize`, the client's revision, info and
+#: capabilities in every request's `_meta` (`ModernHttpWire`).
+MODERN = "2026-07-28"
+
+#: Results that carry caching hints (`ttlMs`, `cacheScope`) for a 2026-07-28 client.
+CACHEABLE = ("tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read")
+
+#: The only `resultType` a gateway adds to the result of a handshake-era server.
+COMPLETE = Scalar('"complete"')
+SCOPES = (Scalar('"public"'), Scalar('"private"'))
+
 ID = Scalar('"<id>"')
 PROGRESS_TOKEN = Scalar('"<progressToken>"')
 OWN_RESULT = Scalar('"<the gateway\'s own result>"')
 
 
-def normalize(text: str, *, answers: str | None = None, prefix: str = "") -> str:
+def normalize(text: str, *, answers: str | None = None, prefix: str = "", revision: str | None = None) -> str:
     """`text` (one JSON-RPC message) with exactly `DIFFERENCES` taken out.
 
     `answers`: for a response, the method of the request it answers (a
     response does not say). `prefix`: the client-visible name prefix
     (`"everything__"`), removed where a gateway adds it; a name without it
-    is left as it is (and so differs).
+    is left as it is (and so differs). `revision`: the revision the message
+    was spoken in; `MODERN` (a 2026-07-28 client of a handshake-era server)
+    also takes out what that era adds to a result (`resultType` "complete";
+    `ttlMs` and `cacheScope` of `CACHEABLE` results). Give it only for the
+    side that went through the gateway: the direct baseline is the server's
+    handshake-era answer.
     """
     msg = parse(text)
     if not isinstance(msg, Obj):
@@ -392,6 +423,8 @@ def normalize(text: str, *, answers: str | None = None, prefix: str = "") -> str
             msg.put("result", OWN_RESULT)
         else:
             _strip_meta(result, progress=False)
+            if revision == MODERN:
+                _strip_era_members(result, answers)
             list_key = {"tools/list": "tools", "prompts/list": "prompts"}.get(answers or "")
             items = result.get(list_key) if list_key else None
             if prefix and isinstance(items, Arr):
@@ -413,6 +446,18 @@ def _strip_meta(holder: Obj, *, progress: bool) -> None:
         meta.drop("progressToken")
     if not meta and before:
         holder.drop("_meta")
+
+
+def _strip_era_members(result: Obj, answers: str | None) -> None:
+    """What a gateway adds to a handshake-era result for a 2026-07-28 client, taken out in its documented form only."""
+    if result.get("resultType") == COMPLETE:
+        result.drop("resultType")
+    if answers in CACHEABLE:
+        ttl = result.get("ttlMs")
+        if isinstance(ttl, Scalar) and isinstance(ttl.value, int) and not isinstance(ttl.value, bool):
+            result.drop("ttlMs")
+        if result.get("cacheScope") in SCOPES:
+            result.drop("cacheScope")
 
 
 def _unprefixed(name: Scalar, prefix: str) -> Scalar:
@@ -617,12 +662,12 @@ def notification_text(method: str, params: str | None = None) -> str:
 
 PROTOCOL_VERSION = "2025-11-25"
 
+#: What the differential client calls itself (`initialize`'s `clientInfo`, the 2026-07-28 `_meta`).
+CLIENT_INFO = '{"name":"vigil-differential","version":"1.0.0"}'
+
 
 def initialize_params(capabilities: str = "{}", version: str = PROTOCOL_VERSION) -> str:
-    return (
-        f'{{"protocolVersion":"{version}","capabilities":{capabilities},'
-        '"clientInfo":{"name":"vigil-differential","version":"1.0.0"}}'
-    )
+    return f'{{"protocolVersion":"{version}","capabilities":{capabilities},"clientInfo":{CLIENT_INFO}}}'
 
 
 class StdioWire(_Base):
@@ -742,6 +787,8 @@ class HttpWire(_Base):
     ) -> None:
         super().__init__(deadline, handlers, log)
         self.url = url
+        #: Whether an `Mcp-Session-Id` the server gives is sent back (the handshake era's session).
+        self.keeps_sessions = True
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self.extra_headers = headers or {}
@@ -764,15 +811,18 @@ class HttpWire(_Base):
             h["MCP-Protocol-Version"] = self.protocol_version
         return {**h, **self.extra_headers}
 
-    def _post(self, text: str, want: int | None) -> None:
-        """POST `text`; record its answer (JSON or SSE); stop reading an SSE answer once `want`'s response came."""
+    def _post(self, text: str, want: int | None, headers: dict[str, str] | None = None) -> None:
+        """POST `text` (with `headers` beside the usual); record its answer (JSON or SSE).
+
+        Reading an SSE answer stops once `want`'s response came.
+        """
         data = text.encode("utf-8")
         self.record(Frame("out", "post", data))
-        with self.client.stream("POST", self.url, content=data, headers=self.headers()) as resp:
+        with self.client.stream("POST", self.url, content=data, headers={**self.headers(), **(headers or {})}) as resp:
             ctype = resp.headers.get("content-type", "")
             exchange = Exchange("POST", data, resp.status_code, ctype)
             self.exchanges.append(exchange)
-            if resp.headers.get("mcp-session-id") and not self.session_id:
+            if resp.headers.get("mcp-session-id") and not self.session_id and self.keeps_sessions:
                 self.session_id = resp.headers["mcp-session-id"]
             if ctype.startswith("text/event-stream"):
                 for event in _sse_events(resp, exchange.raw):
@@ -867,6 +917,165 @@ class HttpWire(_Base):
         if self.get_thread is not None:
             self.get_thread.join(timeout=5)
         self.answerer.join(timeout=5)
+
+
+# === 2026-07-28: no session, the envelope on every request ===
+
+#: Methods whose request names what it acts on in the `Mcp-Name` header, and the params member it copies.
+MCP_NAME_FROM = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "resources/subscribe": "uri",
+    "resources/unsubscribe": "uri",
+}
+BASE64_PREFIX, BASE64_SUFFIX = "=?base64?", "?="
+
+
+def modern_params(params: str | None, capabilities: str = "{}", client_info: str = CLIENT_INFO) -> str:
+    """`params` (JSON text of an object, or None) with the 2026-07-28 envelope in its `_meta`.
+
+    The revision, `clientInfo` and `clientCapabilities` are added (as
+    `io.modelcontextprotocol/...` members) after what `_meta` already holds;
+    a `_meta` is added last when there is none. Everything else is kept as
+    written.
+    """
+    node = parse(params) if params is not None else Obj()
+    if not isinstance(node, Obj):
+        raise JsonTextError(f"params are not an object: {params!r}")
+    envelope = parse(
+        f'{{"io.modelcontextprotocol/protocolVersion":"{MODERN}",'
+        f'"io.modelcontextprotocol/clientInfo":{client_info},'
+        f'"io.modelcontextprotocol/clientCapabilities":{capabilities}}}'
+    )
+    meta = node.get("_meta")
+    if isinstance(meta, Obj):
+        meta.extend(envelope)
+    else:
+        node.append(('"_meta"', envelope))
+    return dump(node)
+
+
+def header_value(value: str) -> str:
+    """An HTTP header value for `value`: as is, or `=?base64?...?=` when it cannot travel as is (SEP-2243)."""
+    plain = (
+        value == "" or (value[0] not in " \t" and value[-1] not in " \t" and all(0x20 <= ord(c) <= 0x7E for c in value))
+    ) and not (value.startswith(BASE64_PREFIX) and value.endswith(BASE64_SUFFIX))
+    if plain:
+        return value
+    return BASE64_PREFIX + base64.b64encode(value.encode("utf-8")).decode("ascii") + BASE64_SUFFIX
+
+
+def modern_headers(method: str, params: str | None) -> dict[str, str]:
+    """The per-request headers of 2026-07-28: `Mcp-Method`, and `Mcp-Name` where the method names something."""
+    headers = {"Mcp-Method": method}
+    member = MCP_NAME_FROM.get(method)
+    node = parse(params) if params is not None and member else None
+    named = node.get(member) if isinstance(node, Obj) and member else None
+    if isinstance(named, Scalar) and isinstance(named.value, str):
+        headers["Mcp-Name"] = header_value(named.value)
+    return headers
+
+
+class ModernHttpWire(HttpWire):
+    """A 2026-07-28 client of a streamable HTTP endpoint (`vigil serve`'s `/mcp`): sessionless, every message recorded.
+
+    No `initialize`: each request is one POST with `MCP-Protocol-Version:
+    2026-07-28`, `Mcp-Method` (and `Mcp-Name`), and its params carry the
+    revision, `clientInfo` and the client's `capabilities` in `_meta`
+    (`modern_params`). A session id the server might give is not sent back.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        capabilities: str = "{}",
+        *,
+        handlers: dict[str, Handler] | None = None,
+        deadline: float = 30.0,
+        log: Path | None = None,
+    ) -> None:
+        super().__init__(url, handlers=handlers, deadline=deadline, log=log)
+        self.keeps_sessions = False
+        self.protocol_version = MODERN
+        self.capabilities = capabilities
+
+    def request(self, method: str, params: str | None = None, *, timeout: float | None = None) -> Frame:
+        rid = self.take_id()
+        full = modern_params(params, self.capabilities)
+        self._post(request_text(rid, method, full), rid, modern_headers(method, full))
+        return self.wait_for(is_response_to(rid), f"the answer to {method} (id {rid})", timeout)
+
+    def notify(self, method: str, params: str | None = None) -> None:
+        full = modern_params(params, self.capabilities)
+        self._post(notification_text(method, full), None, modern_headers(method, full))
+
+    def initialize(self, capabilities: str = "{}", *, get_stream: bool = True) -> Frame:
+        raise WireError("2026-07-28 has no initialize: give the capabilities to ModernHttpWire")
+
+    def listen(self, notifications: str) -> Frame:
+        """Open a `subscriptions/listen` stream (a POST whose answer stays open), in a thread.
+
+        `notifications` is the filter (JSON text, e.g. `{"resourcesListChanged":true}`);
+        what the stream carries is recorded like any answer. Returns the
+        server's `notifications/subscriptions/acknowledged`.
+        """
+        rid = self.take_id()
+        full = modern_params(f'{{"notifications":{notifications}}}', self.capabilities)
+        seen = self.count_received()
+
+        def run() -> None:
+            try:
+                self._post(
+                    request_text(rid, "subscriptions/listen", full), rid, modern_headers("subscriptions/listen", full)
+                )
+            except (httpx.HTTPError, RuntimeError) as exc:
+                if not self.stopping.is_set():
+                    self.errors.append(exc)
+
+        threading.Thread(target=run, name="http-wire-listen", daemon=True).start()
+        return self.wait_for(
+            is_method("notifications/subscriptions/acknowledged"), "the listen acknowledgment", since=seen
+        )
+
+
+class ModernStdioWire(StdioWire):
+    """A 2026-07-28 client of a child process over stdio (`vigil stdio`): no `initialize`, the envelope in `_meta`.
+
+    Every request's params carry the revision, `clientInfo` and the client's
+    `capabilities` in `_meta` (`modern_params`); one JSON text per line, as
+    `StdioWire`.
+    """
+
+    def __init__(self, argv: list[str], capabilities: str = "{}", **kwargs: Any) -> None:
+        super().__init__(argv, **kwargs)
+        self.capabilities = capabilities
+
+    def request(self, method: str, params: str | None = None, *, timeout: float | None = None) -> Frame:
+        return super().request(method, modern_params(params, self.capabilities), timeout=timeout)
+
+    def notify(self, method: str, params: str | None = None) -> None:
+        super().notify(method, modern_params(params, self.capabilities))
+
+    def initialize(self, capabilities: str = "{}") -> Frame:
+        raise WireError("2026-07-28 has no initialize: give the capabilities to ModernStdioWire")
+
+    def listen(self, notifications: str) -> Frame:
+        """Send a `subscriptions/listen` request (`notifications`: the filter, JSON text), left open.
+
+        Returns the server's `notifications/subscriptions/acknowledged`.
+        """
+        seen = self.count_received()
+        self.send(
+            request_text(
+                self.take_id(),
+                "subscriptions/listen",
+                modern_params(f'{{"notifications":{notifications}}}', self.capabilities),
+            )
+        )
+        return self.wait_for(
+            is_method("notifications/subscriptions/acknowledged"), "the listen acknowledgment", since=seen
+        )
 
 
 def _sse_events(resp: httpx.Response, sink: bytearray | None = None) -> Any:
