@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use rmcp::model::LoggingMessageNotificationParam;
 
@@ -52,7 +53,14 @@ pub struct Variant {
     state: tokio::sync::Mutex<State>,
     /// The last listing, read without waiting for an opening in progress.
     catalog: Mutex<Option<Arc<BackendCatalog>>>,
+    /// The last failed opening: when, and why. Not tried again for
+    /// [`RETRY_FAILED_AFTER`] (every list and call of the set's clients
+    /// would start a process that fails).
+    failed: Mutex<Option<(Instant, String)>>,
 }
+
+/// How long a variant that failed to open is left before the next try.
+const RETRY_FAILED_AFTER: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct State {
@@ -92,6 +100,7 @@ impl Variants {
             capset: capset.clone(),
             state: tokio::sync::Mutex::default(),
             catalog: Mutex::default(),
+            failed: Mutex::default(),
         });
         open.insert(capset.clone(), v.clone());
         Some(v)
@@ -149,6 +158,7 @@ impl Backend {
         self: &Arc<Self>,
         variant: &Arc<Variant>,
     ) -> Result<(Connection, Option<ProcessRuntime>), BackendError> {
+        let capset = &variant.capset;
         let (endpoint, process, stderr) = match &self.config.transport {
             Transport::Stdio {
                 command,
@@ -167,7 +177,7 @@ impl Backend {
                     backend: self.name.clone(),
                     reason: format!(
                         "starting a process for clients with capabilities {}: {e}",
-                        variant.capset.as_str()
+                        capset.as_str()
                     ),
                     stderr: vec![],
                 })?;
@@ -195,7 +205,7 @@ impl Backend {
             inflight.clone(),
             downstream.clone(),
             None,
-            Some(variant.capset.capabilities()),
+            Some(capset.capabilities()),
         );
         let relay = Relay::spawn(
             inflight.clone(),
@@ -222,6 +232,39 @@ impl Backend {
 impl Variant {
     async fn ready(self: &Arc<Self>, backend: &Arc<Backend>) -> Result<Ready, BackendError> {
         let mut st = self.state.lock().await;
+        if let Some((at, reason)) = &*lock(&self.failed)
+            && at.elapsed() < RETRY_FAILED_AFTER
+            && st.conn.is_none()
+        {
+            return Err(BackendError::Transport {
+                backend: backend.name.clone(),
+                reason: format!(
+                    "a backend session for this capability set failed to open: {reason}"
+                ),
+                stderr: vec![],
+            });
+        }
+        let opened = self.open(backend, &mut st).await;
+        let mut failed = lock(&self.failed);
+        match &opened {
+            Ok(_) => *failed = None,
+            Err(e) => {
+                if failed.is_none() {
+                    tracing::warn!(backend = %backend.name, capabilities = self.capset.as_str(), error = %e, "no backend session for a capability set: its clients see the last listing, and their calls fail until it opens");
+                }
+                *failed = Some((Instant::now(), e.to_string()));
+            }
+        }
+        opened
+    }
+
+    /// [`Variant::ready`] with its state locked: the open connection of
+    /// the current instance, or a new one, listed.
+    async fn open(
+        self: &Arc<Self>,
+        backend: &Arc<Backend>,
+        st: &mut State,
+    ) -> Result<Ready, BackendError> {
         let instance = backend.instance();
         if let Some(conn) = st
             .conn
@@ -258,7 +301,6 @@ impl Variant {
         let changed = lock(&self.catalog)
             .replace(catalog.clone())
             .is_some_and(|old| *old != *catalog);
-        drop(st);
         if changed {
             backend.downstream.variant_listed(&backend.name);
         }

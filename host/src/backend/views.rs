@@ -65,10 +65,8 @@ impl Views {
         let listed = futures::future::join_all(shown.iter().map(|b| async move {
             match b.variant(capset).await? {
                 Ok(ready) => Some(ready.catalog),
-                Err(e) => {
-                    tracing::warn!(backend = %b.name, capabilities = capset.as_str(), error = %e, "no backend session for a capability set: its clients see the last listing");
-                    b.variant_catalog(capset)
-                }
+                // Logged by the variant, once per failure streak.
+                Err(_) => b.variant_catalog(capset),
             }
         }))
         .await;
