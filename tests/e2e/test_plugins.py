@@ -53,10 +53,14 @@ async def test_hostile_plugins_are_stopped_or_refused_while_mcp_keeps_serving(
     api = ControlApi(gw.api_base)
 
     async with http_session(gw.url) as session:
-        # MCP calls keep succeeding while the plugins misbehave.
+        # MCP calls keep succeeding while the plugins misbehave. The caller
+        # stops between calls, never inside one: the SDK client fails its
+        # session's teardown when a call's JSON answer arrives after it.
+        stop = anyio.Event()
+
         async def keep_calling() -> None:
             n = 0
-            while True:
+            while not stop.is_set():
                 n += 1
                 assert await call_text(session, "demo__echo", {"text": f"call {n}"}) == f"call {n}"
                 await anyio.sleep(0.05)
@@ -68,7 +72,7 @@ async def test_hostile_plugins_are_stopped_or_refused_while_mcp_keeps_serving(
                 lambda p: all(p.get(n, {}).get("state") == "disabled" for n in HOSTILE_PROBES),
                 "every hostile probe disabled",
             )
-            tg.cancel_scope.cancel()
+            stop.set()
 
     # The notifier ran on the startup transitions; every request refused.
     sneaky = await poll(
