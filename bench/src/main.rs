@@ -28,6 +28,9 @@
 //! backends and many open streams: delivery latency and Vigil's CPU (see
 //! `events.rs`). `vigil-bench access` measures what `[auth.oauth]`, a
 //! `[[policy]]` and the call audit add to a call (see `access.rs`).
+//! `vigil-bench capsets` measures `tools/list` by many client sessions over
+//! a few capability sets: backend listings, bytes, time and Vigil's CPU per
+//! list (see `capsets.rs`).
 //!
 //! ```text
 //! cargo build --release -p vigil -p vigil-demo-backend -p vigil-bench
@@ -38,11 +41,13 @@
 //! target/release/vigil-bench idle --sessions 10000
 //! target/release/vigil-bench events --backends 1000 --streams 100
 //! target/release/vigil-bench access --sessions 8
+//! target/release/vigil-bench capsets --sessions 1000 --old-vigil OLD/vigil
 //! ```
 
 mod access;
 mod busy_plugins;
 mod calls;
+mod capsets;
 mod eras;
 mod events;
 mod fanout;
@@ -137,6 +142,11 @@ enum Command {
     /// 2026-07-28 client, directly and through Vigil reaching the backend
     /// in either era.
     Eras(eras::ErasArgs),
+    /// tools/list by many client sessions over four capability sets, one
+    /// stdio backend: backend processes and listings made, bytes and time
+    /// per list, Vigil's CPU; with `--old-vigil`, against the previous
+    /// design in the same run.
+    Capsets(capsets::CapsetsArgs),
 }
 
 // The options of the tools/call benchmark (no doc comment: clap would take
@@ -256,6 +266,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Events(args)) => main_events(args),
         Some(Command::Access(args)) => run_async(None, access::run(&args)),
         Some(Command::Eras(args)) => run_async(None, eras::run(&args)),
+        Some(Command::Capsets(args)) => run_async(None, capsets::run(&args)),
     }
 }
 
