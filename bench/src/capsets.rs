@@ -291,9 +291,10 @@ async fn measure(
     let url = format!("http://127.0.0.1:{port}/mcp");
     load::wait_ready(&mut vigil, &url, "demo__echo", Duration::from_secs(60)).await?;
     let pid = vigil.pid().context("vigil has no pid")?;
-    // The readiness check's session is gone, its listing done.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let start = reading(pid, &stderr_dir);
+    // The start-up listing and the readiness check's are done once the
+    // backend's own count of requests stops moving (its log is written
+    // after it answers).
+    let start = settled(pid, &stderr_dir, Duration::from_secs(10)).await;
 
     // First round: open, list once.
     let t0 = Instant::now();
@@ -619,6 +620,23 @@ fn tools_in(body: &[u8], content_type: &str) -> anyhow::Result<usize> {
 }
 
 /// Vigil's CPU, its children's, and what the backend logs say.
+/// A reading taken once two in a row, 50 ms apart, count the same backend
+/// requests (or at `within`, whichever comes first).
+async fn settled(vigil: u32, stderr_dir: &Path, within: Duration) -> Reading {
+    let deadline = Instant::now() + within;
+    let mut last = reading(vigil, stderr_dir);
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = reading(vigil, stderr_dir);
+        let same = (now.started, now.initializes, now.all_lists)
+            == (last.started, last.initializes, last.all_lists);
+        if same || Instant::now() >= deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 fn reading(vigil: u32, stderr_dir: &Path) -> Reading {
     let children = children_of(vigil);
     let mut r = Reading {

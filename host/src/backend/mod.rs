@@ -405,21 +405,6 @@ impl Backend {
                 stderr: vec![],
             });
         };
-        let inflight = Arc::<Inflight>::default();
-        let client = BackendClient::new(
-            self.name.clone(),
-            inflight.clone(),
-            downstream.clone(),
-            session,
-            capabilities,
-        );
-        let relay = Relay::spawn(
-            inflight.clone(),
-            downstream,
-            self.name.clone(),
-            session,
-            &self.background,
-        );
         let mut headers = headers.clone();
         if let Some(auth) = authorization.filter(|_| self.forwards_auth()) {
             headers.insert("authorization".into(), auth.to_owned());
@@ -428,6 +413,40 @@ impl Backend {
             url: url.clone(),
             headers,
         };
+        let own = Own {
+            session,
+            capabilities,
+            downstream,
+            listen,
+        };
+        self.connect_own(endpoint, None, own, protocol).await
+    }
+
+    /// A connection of its own over `endpoint`: its own in-flight table
+    /// and relay worker, so nothing it carries reaches another
+    /// connection's callers.
+    async fn connect_own(
+        &self,
+        endpoint: Endpoint,
+        stderr: Option<StderrTail>,
+        own: Own,
+        protocol: &Protocol,
+    ) -> Result<Connection, BackendError> {
+        let inflight = Arc::<Inflight>::default();
+        let client = BackendClient::new(
+            self.name.clone(),
+            inflight.clone(),
+            own.downstream.clone(),
+            own.session,
+            own.capabilities,
+        );
+        let relay = Relay::spawn(
+            inflight.clone(),
+            own.downstream,
+            self.name.clone(),
+            own.session,
+            &self.background,
+        );
         connection::connect(
             &self.name,
             endpoint,
@@ -435,9 +454,21 @@ impl Backend {
             inflight,
             relay,
             self.bounds,
-            self.opening(listen, protocol),
-            None,
+            self.opening(own.listen, protocol),
+            stderr,
         )
         .await
     }
+}
+
+/// Whose a connection of its own is ([`Backend::connect_own`]).
+struct Own {
+    /// The client session it belongs to, if one.
+    session: Option<u64>,
+    /// What it declares (none when `None`).
+    capabilities: Option<ClientCapabilities>,
+    /// Where its unsolicited traffic goes.
+    downstream: Arc<dyn Downstream>,
+    /// Its catalog is its own (see [`connection::Opening::listen`]).
+    listen: bool,
 }

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use rmcp::model::LoggingMessageNotificationParam;
 
 use super::capset::CapSet;
-use super::client::{BackendClient, Downstream, ListKind};
-use super::{Backend, BackendError, Connection, Inflight, Relay, connection};
+use super::client::{Downstream, ListKind};
+use super::{Backend, BackendError, Connection};
 use crate::background::Background;
 use crate::catalog::BackendCatalog;
 use crate::config::Transport;
@@ -166,6 +166,7 @@ impl Backend {
                 env,
                 cwd,
             } => {
+                // The command the supervisor runs (`gateway::runtime_for`).
                 let rt = ProcessRuntime::new(
                     &self.name,
                     command.clone(),
@@ -199,32 +200,15 @@ impl Backend {
             variant: Arc::downgrade(variant),
             background: self.background.clone(),
         });
-        let inflight = Arc::<Inflight>::default();
-        let client = BackendClient::new(
-            self.name.clone(),
-            inflight.clone(),
-            downstream.clone(),
-            None,
-            Some(capset.capabilities()),
-        );
-        let relay = Relay::spawn(
-            inflight.clone(),
+        let own = super::Own {
+            session: None,
+            capabilities: Some(capset.capabilities()),
             downstream,
-            self.name.clone(),
-            None,
-            &self.background,
-        );
-        let conn = connection::connect(
-            &self.name,
-            endpoint,
-            client,
-            inflight,
-            relay,
-            self.bounds,
-            self.opening(true, &self.config.protocol),
-            stderr,
-        )
-        .await?;
+            listen: true,
+        };
+        let conn = self
+            .connect_own(endpoint, stderr, own, &self.config.protocol)
+            .await?;
         Ok((conn, process))
     }
 }

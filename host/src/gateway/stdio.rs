@@ -11,6 +11,7 @@ use std::sync::Arc;
 use rmcp::ServiceExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::Gateway;
 
@@ -25,11 +26,12 @@ pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> anyhow::Res
     let (from_rmcp, mut to_rmcp) = tokio::io::split(ours);
     // The copiers run first: rmcp's serve waits for the client's
     // `initialize`, which they carry.
-    let inbound = tokio::spawn(async move {
+    // Owned here: ended with the session on every way out.
+    let inbound = AbortOnDropHandle::new(tokio::spawn(async move {
         let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut to_rmcp).await;
         let _ = to_rmcp.shutdown().await;
-    });
-    let outbound = tokio::spawn(async move {
+    }));
+    let outbound = AbortOnDropHandle::new(tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(from_rmcp);
         let mut stdout = tokio::io::stdout();
         let mut line = Vec::new();
@@ -53,17 +55,10 @@ pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> anyhow::Res
                 break;
             }
         }
-    });
+    }));
     let running = session.serve_with_ct(theirs, shutdown.child_token()).await;
-    let reason = match running {
-        Ok(running) => running.waiting().await,
-        Err(e) => {
-            inbound.abort();
-            outbound.abort();
-            return Err(e.into());
-        }
-    }?;
-    inbound.abort();
+    let reason = running?.waiting().await?;
+    drop(inbound);
     let _ = outbound.await;
     tracing::info!(?reason, "stdio client session ended");
     Ok(())
