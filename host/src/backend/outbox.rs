@@ -307,15 +307,9 @@ async fn deliver(note: Note, channel: Option<&Channel>) {
             let _ = done.send(());
         }
         (Note::Progress(peer, p), _) => {
-            // As JSON: rmcp's typed params would reorder the backend's
-            // members and write `1` as `1.0`.
-            let n = rmcp::model::CustomNotification::new(
-                "notifications/progress",
-                Some(serde_json::Value::Object(p)),
-            );
-            let _ = peer
-                .send_notification(rmcp::model::ServerNotification::CustomNotification(n))
-                .await;
+            if let Some(placeholder) = progress_placeholder(&p) {
+                let _ = peer.notify_progress(placeholder).await;
+            }
         }
         (Note::CallLog(peer, p), _) => {
             let _ = peer.notify_logging_message(p).await;
@@ -336,9 +330,105 @@ async fn deliver(note: Note, channel: Option<&Channel>) {
     }
 }
 
+/// The `_meta` key of a progress placeholder; the same as the answers'
+/// placeholders (`gateway::relayed`), so one look at outgoing text finds
+/// both.
+const WRITTEN_KEY: &str = "io.vigil/relayed";
+
+/// A typed progress notification standing for `written` (the params as the
+/// backend wrote them, with the client's token): rmcp's HTTP service sends
+/// progress on its call's stream only when it is typed, and typed params
+/// would leave reordered and with `1` written as `1.0`. So its `_meta`
+/// holds only the written params as text, and the front puts them back in
+/// its place on the way out ([`written_progress`]). `None` if `written` is
+/// not a progress notification's params.
+fn progress_placeholder(
+    written: &serde_json::Map<String, serde_json::Value>,
+) -> Option<rmcp::model::ProgressNotificationParam> {
+    let mut typed: rmcp::model::ProgressNotificationParam =
+        serde_json::from_value(serde_json::Value::Object(written.clone())).ok()?;
+    let text = serde_json::to_string(written).ok()?;
+    let mut meta = serde_json::Map::new();
+    meta.insert(WRITTEN_KEY.into(), serde_json::Value::String(text));
+    typed.meta = Some(rmcp::model::NotificationMetaObject(
+        rmcp::model::MetaObject(meta),
+    ));
+    Some(typed)
+}
+
+/// `text` (one outgoing JSON-RPC message) as the progress notification its
+/// placeholder ([`progress_placeholder`]) stands for; `None` when it is no
+/// such placeholder.
+pub fn written_progress(text: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        method: &'a str,
+        params: Params,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(rename = "_meta")]
+        meta: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "io.vigil/relayed")]
+        written: String,
+    }
+    let m: Message<'_> = serde_json::from_str(text).ok()?;
+    if m.method != "notifications/progress" {
+        return None;
+    }
+    // Only an object stands in params' place.
+    let _: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&m.params.meta.written).ok()?;
+    Some(format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{}}}"#,
+        m.params.meta.written
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_leaves_as_written_through_its_placeholder() {
+        let written: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+            r#"{"progressToken":7,"total":4,"progress":1,"message":"m","extra":{"z":1,"a":0.7}}"#,
+        )
+        .unwrap();
+        let placeholder = progress_placeholder(&written).expect("valid progress params");
+        let n = rmcp::model::ServerNotification::ProgressNotification(
+            rmcp::model::Notification::new(placeholder),
+        );
+        let text =
+            serde_json::to_string(&rmcp::model::ServerJsonRpcMessage::notification(n)).unwrap();
+        assert_eq!(
+            written_progress(&text).as_deref(),
+            Some(
+                r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"total":4,"progress":1,"message":"m","extra":{"z":1,"a":0.7}}}"#
+            )
+        );
+        assert_eq!(
+            written_progress(
+                r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"_meta":{"io.vigil/relayed":"{}"}}}"#
+            ),
+            None,
+            "only progress notifications"
+        );
+        assert_eq!(
+            written_progress(
+                r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"_meta":{"io.vigil/relayed":"[1]"}}}"#
+            ),
+            None,
+            "only an object stands in for params"
+        );
+        let not_progress: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(r#"{"progressToken":7}"#).unwrap();
+        assert!(progress_placeholder(&not_progress).is_none());
+    }
 
     fn log(text: &str) -> Note {
         Note::Log(LoggingMessageNotificationParam::new(

@@ -57,6 +57,11 @@ pub struct Variant {
     /// [`RETRY_FAILED_AFTER`] (every list and call of the set's clients
     /// would start a process that fails).
     failed: Mutex<Option<(Instant, String)>>,
+    /// Whether a re-listing was asked for and none began since.
+    relist_wanted: std::sync::atomic::AtomicBool,
+    /// One re-listing at a time: two at once could finish out of order and
+    /// leave the older listing in place, with no change announced.
+    relisting: tokio::sync::Mutex<()>,
 }
 
 /// How long a variant that failed to open is left before the next try.
@@ -101,6 +106,8 @@ impl Variants {
             state: tokio::sync::Mutex::default(),
             catalog: Mutex::default(),
             failed: Mutex::default(),
+            relist_wanted: Default::default(),
+            relisting: Default::default(),
         });
         open.insert(capset.clone(), v.clone());
         Some(v)
@@ -301,8 +308,16 @@ impl Variant {
 
     /// Lists again through the open connection; sessions are told when
     /// what it lists changed. Nothing to do when none is open (the next
-    /// use opens and lists).
+    /// use opens and lists). Re-listings asked for while one runs make one
+    /// more after it, which sees every change announced before it began.
     async fn relist(&self, backend: &Backend) {
+        use std::sync::atomic::Ordering;
+        self.relist_wanted.store(true, Ordering::Release);
+        let _one = self.relisting.lock().await;
+        if !self.relist_wanted.swap(false, Ordering::AcqRel) {
+            // A re-listing that began after this was asked covered it.
+            return;
+        }
         let conn = {
             let st = self.state.lock().await;
             match st.conn.as_ref() {

@@ -11,6 +11,8 @@
 //! events, `answers.rs`; the stdio front's lines, `stdio.rs`),
 //! [`Answers::substitute`] puts the kept JSON in the placeholder's place.
 //! rmcp's own checks before the dispatch, and its errors, stay as they are.
+//! Relayed progress leaves the same way, with its placeholder's rule in
+//! `backend::outbox` (the queue that sends it).
 //!
 //! Contract: a handler that keeps an answer has adapted it to the client's
 //! protocol era itself ([`for_client`]), which rmcp does only for typed
@@ -102,12 +104,15 @@ impl Answers {
     }
 
     /// `text` (one outgoing JSON-RPC message) with a placeholder result
-    /// replaced by its kept answer; `None` when it holds none.
+    /// replaced by its kept answer, or a progress placeholder by the
+    /// progress it stands for; `None` when it holds neither.
     pub fn substitute(&self, text: &str) -> Option<String> {
         if !text.contains(TOKEN_KEY) {
             return None;
         }
-        let p: Placeholder<'_> = serde_json::from_str(text).ok()?;
+        let Ok(p) = serde_json::from_str::<Placeholder<'_>>(text) else {
+            return crate::backend::outbox::written_progress(text);
+        };
         let (_, answer) = self.lock().remove(&p.result.meta.token)?;
         let answer = serde_json::to_string(&answer).ok()?;
         Some(format!(
