@@ -6,7 +6,7 @@
 //! One HTTP demo backend (it speaks both eras) and two Vigils in front of
 //! it: `vigil-hs` reaches it in the handshake era (`protocol = "2025-11-25"`),
 //! `vigil-26` in 2026-07-28 (`protocol = "2026-07-28"`). (`auto` would
-//! give this dual backend's 2026-07-28 clients the modern door, i.e. the
+//! give this dual backend's 2026-07-28 clients a 2026-07-28 session, i.e. the
 //! `vigil-26` path, and its 2025 clients the `vigil-hs` one, so it is not
 //! a third path.) Clients are rmcp's:
 //! a handshake-era one (`initialize`, a session) and a 2026-07-28 one

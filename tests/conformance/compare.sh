@@ -28,7 +28,10 @@
 #
 # Environment: CONFORMANCE_KEEP=1 keeps the work directory (logs, results)
 # even on success; it is always kept on failure. VIGIL_CACHE and
-# CONFORMANCE_TIMEOUT are passed on to run.sh.
+# CONFORMANCE_TIMEOUT are passed on to run.sh. CONFORMANCE_SERVER_URL: the
+# MCP endpoint of a conformance server already running (say the suite's
+# reference server, which no package ships; see README.md), compared
+# instead of vigil-conformance-backend.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -178,10 +181,16 @@ differences() {
     }' "$1" "$2" | sort
 }
 
-backend_port=$(free_port) || die "no free loopback port"
-backend_url=http://127.0.0.1:$backend_port/mcp
-start "$work/backend.log" "$backend_bin" --listen "127.0.0.1:$backend_port"
-ready "the conformance backend" "$backend_url" "$work/backend.log" 20
+if [ -n "${CONFORMANCE_SERVER_URL:-}" ]; then
+  backend_url=$CONFORMANCE_SERVER_URL
+  "$node" "$here/wait-ready.mjs" "$backend_url" test_simple_text 20 ||
+    die "no conformance server answering at $backend_url"
+else
+  backend_port=$(free_port) || die "no free loopback port"
+  backend_url=http://127.0.0.1:$backend_port/mcp
+  start "$work/backend.log" "$backend_bin" --listen "127.0.0.1:$backend_port"
+  ready "the conformance backend" "$backend_url" "$work/backend.log" 20
+fi
 for revision in "${revisions[@]}"; do
   suite "direct/$revision" "$backend_url" "$revision"
 done

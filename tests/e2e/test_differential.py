@@ -953,17 +953,8 @@ DUAL_ERA_CASES = {
     "git-tools-list": ("git", "tools/list", None),
 }  # fmt: skip
 
-DUAL_ERA_DEFECT = (
-    "issue 29, not done yet (docs/gateway.md, 'Not faithful yet'): a 2026-07-28 client of a stdio backend that speaks 2026-07-28 itself (mcp-server-time, "
-    "mcp-server-git) is served that backend's handshake-era answers (Vigil begins every stdio backend with "
-    "`initialize`; docs/gateway.md 'Backends that speak both eras': 'Not for stdio backends'), and those differ "
-    "from the backend's own 2026-07-28 answers outside the documented list: each result lacks the backend's "
-    "`_meta` `io.modelcontextprotocol/serverInfo`, and tools/list writes each `inputSchema` in the handshake "
-    "era's member order (`properties, required, type, title` instead of `type, properties, required, title`)"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=DUAL_ERA_DEFECT)
 @pytest.mark.parametrize("front", FRONTS)
 @pytest.mark.parametrize("case", list(DUAL_ERA_CASES))
 def test_modern_dual_era_server_is_the_servers(lab: Lab, tmp_path: Path, case: str, front: str) -> None:

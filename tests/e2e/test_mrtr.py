@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, ClientSession, types
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -37,10 +38,11 @@ BACKENDS = ["alpha", "beta"]  # alpha: stdio, beta: http
 def gateway(vigil: Callable[..., Vigil], demo_http: Callable[..., DemoHttp], demo_bin: Path) -> Vigil:
     beta = demo_http("beta")
     # The demo backend speaks both eras: pinned to the handshake era, Vigil
-    # reaches it as a backend that speaks only that one (the door for
-    # 2026-07-28 clients is checked below).
-    handshake_only = {**http_backend("beta", beta.url), "protocol": "2025-11-25"}
-    return vigil([stdio_backend("alpha", demo_bin, demo_stdio_args("alpha")), handshake_only])
+    # reaches it as a backend that speaks only that one (a 2026-07-28 session
+    # for 2026-07-28 clients is checked below).
+    pinned = {"protocol": "2025-11-25"}
+    alpha = {**stdio_backend("alpha", demo_bin, demo_stdio_args("alpha")), **pinned}
+    return vigil([alpha, {**http_backend("beta", beta.url), **pinned}])
 
 
 async def wait_listed(client: Client, names: set[str]) -> None:
@@ -129,29 +131,38 @@ async def test_forged_and_replayed_states_are_refused(gateway: Vigil) -> None:
             assert "requestState was already used" in replayed.value.error.message
 
 
+async def first_round(streams: Any, tool: str) -> types.InputRequiredResult:
+    """A 2026-07-28 session's first round of `tool` (the demo's `ask_user`) over `streams`."""
+    async with streams as (read, write, *_):
+        async with ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT) as s:
+            with anyio.fail_after(DEADLINE):
+                await s.discover()
+                first = await s.call_tool(tool, {"message": "name?"}, allow_input_required=True)
+    assert isinstance(first, types.InputRequiredResult), first
+    return first
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
 async def test_a_backend_of_both_eras_asks_a_2026_client_in_its_own_words(
-    vigil: Callable[..., Vigil], demo_http: Callable[..., DemoHttp]
+    vigil: Callable[..., Vigil], demo_http: Callable[..., DemoHttp], demo_bin: Path, transport: str
 ) -> None:
     """With `protocol = "auto"` Vigil reaches the demo backend (which speaks
     both eras) in the handshake era, and a 2026-07-28 client's calls through
-    a second, 2026-07-28 connection: the input-required result is the
-    backend's own (its key, its state), as directly, not Vigil's."""
-    demo = demo_http("both")
-
-    async def first_round(url: str, tool: str) -> types.InputRequiredResult:
-        async with streamable_http_client(url) as (read, write):
-            async with ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT) as s:
-                with anyio.fail_after(DEADLINE):
-                    await s.discover()
-                    first = await s.call_tool(tool, {"message": "name?"}, allow_input_required=True)
-        assert isinstance(first, types.InputRequiredResult), first
-        return first
-
-    direct = await first_round(demo.url, "ask_user")
-    gw = vigil([http_backend("both", demo.url)])
+    a backend session of that era (over stdio, one more process): the
+    input-required result is the backend's own (its key, its state), as
+    directly, not Vigil's."""
+    if transport == "http":
+        demo = demo_http("both")
+        direct = await first_round(streamable_http_client(demo.url), "ask_user")
+        backend = http_backend("both", demo.url)
+    else:
+        args = demo_stdio_args("both")
+        direct = await first_round(stdio_client(StdioServerParameters(command=str(demo_bin), args=args)), "ask_user")
+        backend = stdio_backend("both", demo_bin, args)
+    gw = vigil([backend])
     async with Client(gw.url, mode="2026-07-28") as client:
         await wait_listed(client, {"both__ask_user"})
-    through = await first_round(gw.url, "both__ask_user")
+    through = await first_round(streamable_http_client(gw.url), "both__ask_user")
     assert list(through.input_requests or {}) == list(direct.input_requests or {}) != ["vigil"], (direct, through)
     assert not (through.request_state or "").startswith("vigil1."), through.request_state
 

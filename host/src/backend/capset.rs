@@ -16,6 +16,11 @@
 //! never declared to a backend: `tasks` (Vigil does not relay task-augmented
 //! requests to a client, and rmcp's client capabilities have no such
 //! member), `experimental` and `extensions`.
+//!
+//! A 2026-07-28 client's set also says so ([`CapSet::modern`]): where a
+//! backend speaks that era as well, such a client is served by a backend
+//! session begun in it (`variants.rs`), so it sees and calls the server as
+//! it would directly.
 
 use std::sync::Arc;
 
@@ -25,9 +30,14 @@ use serde_json::{Map, Value};
 /// The members of a client's capabilities that make a capability set.
 const MEMBERS: [&str; 3] = ["elicitation", "roots", "sampling"];
 
-/// One capability set, compared by its canonical JSON (sorted members).
+/// One capability set, compared by its canonical JSON (sorted members)
+/// and its era.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CapSet(Arc<str>);
+pub struct CapSet {
+    json: Arc<str>,
+    /// Declared by a 2026-07-28 client.
+    modern: bool,
+}
 
 impl Default for CapSet {
     fn default() -> Self {
@@ -38,7 +48,10 @@ impl Default for CapSet {
 impl CapSet {
     /// Declares nothing: what the shared backend session declares.
     pub fn none() -> Self {
-        Self(Arc::from("{}"))
+        Self {
+            json: Arc::from("{}"),
+            modern: false,
+        }
     }
 
     /// The set of a client that declared `caps` in `initialize`.
@@ -61,16 +74,48 @@ impl CapSet {
             .filter_map(|m| Some(((*m).to_owned(), sorted(caps.get(*m)?))))
             .filter(|(_, v)| !v.is_null())
             .collect();
-        Self(Value::Object(kept).to_string().into())
+        Self {
+            json: Value::Object(kept).to_string().into(),
+            modern: false,
+        }
     }
 
+    /// This set as a 2026-07-28 client declared it.
+    pub fn modern(self) -> Self {
+        Self {
+            modern: true,
+            ..self
+        }
+    }
+
+    /// Whether a 2026-07-28 client declared it.
+    pub fn is_modern(&self) -> bool {
+        self.modern
+    }
+
+    /// The same members, declared by a client of the handshake era (what a
+    /// 2026-07-28 client is served by where its backend speaks only that).
+    pub fn handshake(&self) -> Self {
+        Self {
+            json: self.json.clone(),
+            modern: false,
+        }
+    }
+
+    /// Whether the shared backend session serves it: nothing declared, in
+    /// the handshake era.
     pub fn is_none(&self) -> bool {
-        &*self.0 == "{}"
+        !self.modern && self.declares_nothing()
+    }
+
+    /// Whether no member is declared (whatever the era).
+    pub fn declares_nothing(&self) -> bool {
+        &*self.json == "{}"
     }
 
     /// The capabilities a backend session of this set declares.
     pub fn capabilities(&self) -> ClientCapabilities {
-        serde_json::from_str(&self.0).unwrap_or_default()
+        serde_json::from_str(&self.json).unwrap_or_default()
     }
 
     /// Whether the set declares the capability a server→client request of
@@ -83,12 +128,12 @@ impl CapSet {
             "roots/list" => "roots",
             _ => return true,
         };
-        serde_json::from_str::<Map<String, Value>>(&self.0).is_ok_and(|m| m.contains_key(member))
+        serde_json::from_str::<Map<String, Value>>(&self.json).is_ok_and(|m| m.contains_key(member))
     }
 
     /// The canonical JSON (for logs and reports).
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.json
     }
 }
 
@@ -160,6 +205,19 @@ mod tests {
         assert!(caps.get("elicitation").is_none());
         // Read back from typed capabilities, it is the same set.
         assert_eq!(CapSet::of(Some(&set.capabilities())), set);
+    }
+
+    #[test]
+    fn a_modern_clients_set_is_its_own() {
+        let set = CapSet::of_json(&json!({"sampling": {}}));
+        let modern = set.clone().modern();
+        assert_ne!(modern, set, "served apart from handshake-era clients");
+        assert_eq!(modern.handshake(), set);
+        assert!(modern.is_modern() && !set.is_modern());
+        // A 2026-07-28 client that declared nothing is not the shared
+        // session's: its backend may speak its era.
+        assert!(!CapSet::none().modern().is_none());
+        assert!(CapSet::none().modern().declares_nothing());
     }
 
     #[test]

@@ -109,7 +109,7 @@ fn refused(e: &ClientInitializeError) -> bool {
 /// yet, over HTTP (`probe`), it asks `server/discover` first, as a
 /// 2026-07-28 client does: a backend that also lists a handshake revision
 /// speaks both eras and is begun again with `initialize` (its 2026-07-28
-/// clients get `modern_door`); one that speaks only 2026-07-28 is kept as
+/// clients get a 2026-07-28 session of their own, `variants.rs`); one that speaks only 2026-07-28 is kept as
 /// discovered; one that refuses gets `initialize`. Over stdio (one era on
 /// one pair of pipes) the handshake comes first. The era that began is
 /// recorded.

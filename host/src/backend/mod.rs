@@ -21,7 +21,6 @@ mod lane;
 mod lifecycle;
 mod listen;
 mod listing;
-mod modern_door;
 pub mod outbox;
 pub mod pool;
 pub(crate) mod raw_http;
@@ -141,9 +140,6 @@ pub struct Backend {
     instances: std::sync::atomic::AtomicU64,
     /// The era `protocol = "auto"` last found it speaking.
     learned: lifecycle::Learned,
-    /// The 2026-07-28 connection for 2026-07-28 clients, where the backend
-    /// speaks both eras (`modern_door`).
-    door: modern_door::ModernDoor,
     /// Outcomes of real `tools/call` traffic (application signal).
     pub stats: CallStats,
     /// The same outcomes as Prometheus series.
@@ -184,7 +180,6 @@ impl Backend {
             listing: std::sync::atomic::AtomicBool::new(false),
             instances: std::sync::atomic::AtomicU64::new(0),
             learned: lifecycle::Learned::default(),
-            door: modern_door::ModernDoor::default(),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
         })

@@ -13,6 +13,17 @@
 //!   listing (a client's calls go through its own connection, which
 //!   mirrors its capabilities).
 //!
+//! A **2026-07-28** client's set ([`CapSet::is_modern`]) gets a variant
+//! begun with `server/discover` where the backend may speak both eras
+//! (`protocol = "auto"` found it in the handshake era): for a stdio backend
+//! one more process, for an HTTP one a stateless connection. Its clients
+//! list *and* call through it, so the backend answers them in their era as
+//! it would directly (its own `_meta`, its 2026-07-28 schemas, its own
+//! input-required results). A backend that refuses is asked again only on
+//! its next instance; meanwhile those clients are served by the
+//! handshake-era variant of the same members (or the shared session), with
+//! Vigil translating between the eras.
+//!
 //! A variant follows its backend: it is re-listed when the shared
 //! connection is (the backend's `list_changed`, the poller, a recovery),
 //! and on its own `list_changed`; one opened on an earlier instance of the
@@ -22,22 +33,26 @@
 //! beyond that is served as one that declared nothing (logged).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use rmcp::model::LoggingMessageNotificationParam;
+use rmcp::model::{LoggingMessageNotificationParam, ProtocolVersion};
 
 use super::capset::CapSet;
 use super::client::{Downstream, ListKind};
-use super::{Backend, BackendError, Connection};
+use super::{Backend, BackendError, Connection, Era};
 use crate::background::Background;
 use crate::catalog::BackendCatalog;
-use crate::config::Transport;
+use crate::config::{Protocol, Transport};
 use crate::runtime::process::ProcessRuntime;
 use crate::runtime::{Endpoint, Runtime};
 
 /// The most capability sets one backend serves with variants.
 pub const MAX_SETS: usize = 8;
+
+/// The protocol of a 2026-07-28 set's session: that revision,
+/// `server/discover` only.
+static MODERN: LazyLock<Protocol> = LazyLock::new(|| Protocol::Modern(ProtocolVersion::LATEST));
 
 /// A backend's variants, by capability set.
 #[derive(Default)]
@@ -53,10 +68,10 @@ pub struct Variant {
     state: tokio::sync::Mutex<State>,
     /// The last listing, read without waiting for an opening in progress.
     catalog: Mutex<Option<Arc<BackendCatalog>>>,
-    /// The last failed opening: when, and why. Not tried again for
-    /// [`RETRY_FAILED_AFTER`] (every list and call of the set's clients
-    /// would start a process that fails).
-    failed: Mutex<Option<(Instant, String)>>,
+    /// The last failed opening. Not tried again for a while
+    /// ([`Variant::still_failed`]): every list and call of the set's
+    /// clients would start a process that fails.
+    failed: Mutex<Option<Failed>>,
     /// Whether a re-listing was asked for and none began since.
     relist_wanted: std::sync::atomic::AtomicBool,
     /// One re-listing at a time: two at once could finish out of order and
@@ -66,6 +81,13 @@ pub struct Variant {
 
 /// How long a variant that failed to open is left before the next try.
 const RETRY_FAILED_AFTER: Duration = Duration::from_secs(5);
+
+/// A failed opening: when, on which instance of the backend, and why.
+struct Failed {
+    at: Instant,
+    instance: u64,
+    reason: String,
+}
 
 #[derive(Default)]
 struct State {
@@ -123,7 +145,21 @@ impl Backend {
     /// of the current instance (within the connect and list bounds).
     /// `None` when the set is empty (the shared connection serves it) or
     /// beyond [`MAX_SETS`].
+    ///
+    /// A 2026-07-28 client's set is served in its era where the backend
+    /// speaks both (see [`Backend::speaks_both_eras`]); where it refused
+    /// `server/discover` on this instance, or speaks one era only, by the
+    /// handshake-era session of the same members.
     pub async fn variant(self: &Arc<Self>, capset: &CapSet) -> Option<Result<Ready, BackendError>> {
+        if capset.is_modern() {
+            if self.speaks_both_eras()
+                && let Some(variant) = self.variants.get(&self.name, capset)
+                && let Ok(ready) = variant.ready(self).await
+            {
+                return Some(Ok(ready));
+            }
+            return Box::pin(self.variant(&capset.handshake())).await;
+        }
         if capset.is_none() {
             return None;
         }
@@ -131,10 +167,25 @@ impl Backend {
         Some(variant.ready(self).await)
     }
 
-    /// What `capset`'s variant listed last, without opening one.
+    /// What `capset`'s variant listed last, without opening one (for a
+    /// 2026-07-28 set without its own, its handshake-era one's).
     pub fn variant_catalog(&self, capset: &CapSet) -> Option<Arc<BackendCatalog>> {
-        let v = lock(&self.variants.open).get(capset).cloned()?;
-        lock(&v.catalog).clone()
+        let listed = |c: &CapSet| {
+            let v = lock(&self.variants.open).get(c).cloned()?;
+            lock(&v.catalog).clone()
+        };
+        listed(capset).or_else(|| listed(&capset.handshake()))
+    }
+
+    /// Whether a 2026-07-28 client is worth a backend session of its era:
+    /// `protocol = "auto"` found the backend in the handshake era (so it
+    /// may speak both), and its connections are not per caller
+    /// (`forward_auth`). Whether it does is learnt by asking once per
+    /// instance.
+    fn speaks_both_eras(&self) -> bool {
+        matches!(self.config.protocol, Protocol::Auto)
+            && !self.forwards_auth()
+            && self.shared().is_some_and(|c| c.era() == Era::Handshake)
     }
 
     /// Re-lists every open variant in the background (the shared
@@ -213,9 +264,12 @@ impl Backend {
             downstream,
             listen: true,
         };
-        let conn = self
-            .connect_own(endpoint, stderr, own, &self.config.protocol)
-            .await?;
+        let protocol = if capset.is_modern() {
+            &*MODERN
+        } else {
+            &self.config.protocol
+        };
+        let conn = self.connect_own(endpoint, stderr, own, protocol).await?;
         Ok((conn, process))
     }
 }
@@ -223,14 +277,15 @@ impl Backend {
 impl Variant {
     async fn ready(self: &Arc<Self>, backend: &Arc<Backend>) -> Result<Ready, BackendError> {
         let mut st = self.state.lock().await;
-        if let Some((at, reason)) = &*lock(&self.failed)
-            && at.elapsed() < RETRY_FAILED_AFTER
+        if let Some(failed) = &*lock(&self.failed)
             && st.conn.is_none()
+            && self.still_failed(failed, backend.instance())
         {
             return Err(BackendError::Transport {
                 backend: backend.name.clone(),
                 reason: format!(
-                    "a backend session for this capability set failed to open: {reason}"
+                    "a backend session for this capability set failed to open: {}",
+                    failed.reason
                 ),
                 stderr: vec![],
             });
@@ -239,14 +294,35 @@ impl Variant {
         let mut failed = lock(&self.failed);
         match &opened {
             Ok(_) => *failed = None,
+            Err(e) if self.capset.is_modern() => {
+                tracing::debug!(backend = %backend.name, capabilities = self.capset.as_str(), error = %e, "the backend does not speak 2026-07-28 (asked once per instance): its 2026-07-28 clients are served through a handshake-era session");
+            }
             Err(e) => {
                 if failed.is_none() {
                     tracing::warn!(backend = %backend.name, capabilities = self.capset.as_str(), error = %e, "no backend session for a capability set: its clients see the last listing, and their calls fail until it opens");
                 }
-                *failed = Some((Instant::now(), e.to_string()));
             }
         }
+        if let Err(e) = &opened {
+            *failed = Some(Failed {
+                at: Instant::now(),
+                instance: backend.instance(),
+                reason: e.to_string(),
+            });
+        }
         opened
+    }
+
+    /// Whether an opening that failed is not tried again yet: a
+    /// 2026-07-28 set's until the backend's next instance (the backend
+    /// refused that era, or cannot serve it), another's for
+    /// [`RETRY_FAILED_AFTER`].
+    fn still_failed(&self, failed: &Failed, instance: u64) -> bool {
+        if self.capset.is_modern() {
+            failed.instance == instance
+        } else {
+            failed.at.elapsed() < RETRY_FAILED_AFTER
+        }
     }
 
     /// [`Variant::ready`] with its state locked: the open connection of

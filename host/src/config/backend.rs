@@ -52,7 +52,8 @@ pub enum Protocol {
     /// `"auto"` (default): over HTTP `server/discover` first, then the
     /// handshake where the backend refuses it or lists a handshake revision
     /// too (the raw path and lanes need a session; its 2026-07-28 clients
-    /// get `backend::modern_door`); over stdio the handshake first. See
+    /// get a 2026-07-28 session of their own, `backend::variants`); over
+    /// stdio the handshake first (and the same for 2026-07-28 clients). See
     /// `backend::lifecycle::begin` and docs/gateway.md "Protocol revisions".
     #[default]
     Auto,

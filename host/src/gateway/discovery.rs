@@ -19,14 +19,39 @@
 //! view to another. A relayed result (`resources/read`) keeps the backend's
 //! `ttlMs`, and its scope is narrowed to `"private"` whenever Vigil's is:
 //! the backend cannot know that Vigil filters what each caller may read.
+//!
+//! **Server info.** A 2026-07-28 result names its server in `_meta`
+//! (`io.modelcontextprotocol/serverInfo`, there being no handshake to say
+//! it). Vigil's results carry Vigil's ([`own_implementation`]); a relayed
+//! result keeps the stamp its backend wrote, and gets Vigil's where it has
+//! none (a backend of the handshake era).
 
-use rmcp::model::CacheScope;
+use std::sync::LazyLock;
+
+use rmcp::model::{CacheScope, Implementation};
 
 use crate::config::Naming;
 
 /// The first paragraph of Vigil's instructions.
 pub const OWN: &str =
     "Vigil MCP gateway: tools, resources and prompts of several MCP servers behind one endpoint.";
+
+/// The `_meta` key naming the server of a 2026-07-28 result.
+pub const SERVER_INFO_KEY: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Who Vigil says it is (`initialize`, `server/discover`, the stamp of
+/// its 2026-07-28 results).
+pub fn own_implementation() -> Implementation {
+    Implementation::new("vigil", env!("CARGO_PKG_VERSION"))
+}
+
+/// [`own_implementation`] as the stamp of a 2026-07-28 result.
+pub fn server_info_stamp() -> &'static serde_json::Value {
+    static STAMP: LazyLock<serde_json::Value> = LazyLock::new(|| {
+        serde_json::to_value(own_implementation()).unwrap_or(serde_json::Value::Null)
+    });
+    &STAMP
+}
 
 /// How much of one backend's instructions is passed on.
 pub const MAX_PER_BACKEND: usize = 4 * 1024;

@@ -30,6 +30,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
+use super::discovery::{SERVER_INFO_KEY, server_info_stamp};
+
 /// The `_meta` key of a placeholder.
 pub const TOKEN_KEY: &str = "io.vigil/relayed";
 
@@ -124,7 +126,8 @@ impl Answers {
 
 /// What the two protocol eras disagree on in a result, adapted for the
 /// client: a 2026-07-28 client gets `resultType` (`"complete"` where the
-/// backend, of an earlier revision, wrote none); an earlier client gets no
+/// backend, of an earlier revision, wrote none) and a server info stamp in
+/// `_meta` (Vigil's where the result has none, `discovery.rs`); an earlier client gets no
 /// `resultType: "complete"`, and no non-object `structuredContent` (which
 /// then goes into `content` as text, unless the first text block already
 /// holds it). `call` marks a `tools/call` result. The same rules rmcp
@@ -134,6 +137,14 @@ pub fn for_client(result: &mut Map<String, Value>, modern_client: bool, call: bo
     if modern_client {
         if !result.contains_key(RESULT_TYPE) {
             result.insert(RESULT_TYPE.into(), Value::String("complete".into()));
+        }
+        let meta = result
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta
+            && !meta.contains_key(SERVER_INFO_KEY)
+        {
+            meta.insert(SERVER_INFO_KEY.into(), server_info_stamp().clone());
         }
         return;
     }
@@ -231,13 +242,20 @@ mod tests {
                 json!({"content": [], "isError": false}),
                 true,
                 true,
-                r#"{"content":[],"isError":false,"resultType":"complete"}"#,
+                r#"{"content":[],"isError":false,"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"vigil","version":"VERSION"}}}"#,
             ),
             (
-                json!({"resultType": "complete", "content": []}),
+                json!({"resultType": "complete", "content": [], "_meta": {"k": 1}}),
                 true,
                 true,
-                r#"{"resultType":"complete","content":[]}"#,
+                r#"{"resultType":"complete","content":[],"_meta":{"k":1,"io.modelcontextprotocol/serverInfo":{"name":"vigil","version":"VERSION"}}}"#,
+            ),
+            (
+                // The backend's own stamp is kept.
+                json!({"content": [], "resultType": "complete", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "b", "version": "1"}}}),
+                true,
+                true,
+                r#"{"content":[],"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"b","version":"1"}}}"#,
             ),
             (
                 json!({"content": [], "resultType": "complete", "x": 1}),
@@ -271,6 +289,7 @@ mod tests {
             ),
         ];
         for (v, modern, call, want) in cases {
+            let want = want.replace("VERSION", env!("CARGO_PKG_VERSION"));
             assert_eq!(adapted(v.clone(), modern, call), want, "{v}");
         }
     }

@@ -156,7 +156,8 @@ impl FrontSession {
                 .0
                 .get(CAPABILITIES_KEY)
                 .map(CapSet::of_json)
-                .unwrap_or_default();
+                .unwrap_or_default()
+                .modern();
         }
         if self.registered.load(Ordering::Acquire) {
             // Read once, when the session was registered.
@@ -217,21 +218,17 @@ impl FrontSession {
     }
 
     /// The connection a request from this session to `backend` travels on:
-    /// for a 2026-07-28 request, the backend's 2026-07-28 door where it
-    /// speaks both eras; the session's own for HTTP backends; otherwise
-    /// (and before the handshake finished) the backend session of the
-    /// client's capability set: the shared one for a client that declared
-    /// none, its set's variant (`backend::variants`) for the others.
+    /// the session's own for HTTP backends; otherwise (and before the
+    /// handshake finished, and for 2026-07-28 requests) the backend session
+    /// of the client's capability set: the shared one for a client of the
+    /// handshake era that declared none, its set's variant
+    /// (`backend::variants`) for the others, which for a 2026-07-28 client
+    /// is begun in its era where the backend speaks both.
     async fn connection(
         &self,
         backend: &Arc<Backend>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, McpError> {
-        if is_modern(ctx)
-            && let Some(door) = backend.modern_door().await
-        {
-            return Ok(door);
-        }
         let registered = self.registered.load(Ordering::Acquire);
         if (backend.per_session() && registered) || backend.forwards_auth() {
             let pool = self
@@ -770,7 +767,7 @@ impl ServerHandler for FrontSession {
             .enable_logging()
             .build();
         let mut info = ServerConfig::new(capabilities);
-        info.server_info = Implementation::new("vigil", env!("CARGO_PKG_VERSION"));
+        info.server_info = super::discovery::own_implementation();
         info.instructions = Some(super::discovery::OWN.into());
         info
     }

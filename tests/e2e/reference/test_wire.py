@@ -308,3 +308,22 @@ def test_sse_events_as_the_spec_dispatches_them() -> None:
 def test_sse_event_of_several_megabytes() -> None:
     big = '{"text":"' + "x" * 3_000_000 + '"}'
     assert sse(b"data: " + big.encode() + b"\n\n") == [big]
+
+
+def test_server_info_stamps_are_taken_out_where_documented_only() -> None:
+    stamp = '"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"NAME","version":"1"}}'
+    vigil = stamp.replace("NAME", "vigil")
+    server = stamp.replace("NAME", "mcp-time")
+    bare_list = normalize('{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}', answers="tools/list")
+    # A list is the gateway's: whoever's stamp it carries.
+    for text in (vigil, server):
+        listed = '{"jsonrpc":"2.0","id":1,"result":{"tools":[],' + text + "}}"
+        assert normalize(listed, answers="tools/list", revision=MODERN) == bare_list
+    # Any other result: the gateway's stamp goes, the server's stays.
+    call = '{"jsonrpc":"2.0","id":1,"result":{"content":[],' + vigil + "}}"
+    bare_call = normalize('{"jsonrpc":"2.0","id":1,"result":{"content":[]}}', answers="tools/call")
+    assert normalize(call, answers="tools/call", revision=MODERN) == bare_call
+    kept = '{"jsonrpc":"2.0","id":1,"result":{"content":[],' + server + "}}"
+    assert normalize(kept, answers="tools/call", revision=MODERN) != bare_call
+    # Only for a 2026-07-28 client.
+    assert normalize(call, answers="tools/call") != bare_call

@@ -357,6 +357,10 @@ DIFFERENCES = (
     '`"resultType":"complete"` in a result (Vigil adds it; any other `resultType` stays a difference)',
     'for a 2026-07-28 client: `ttlMs` (a number) and `cacheScope` (`"public"` or `"private"`) '
     "in the result of a list or of `resources/read` (`CACHEABLE`): Vigil's freshness decides them",
+    "for a 2026-07-28 client: the server info stamp (`_meta` `io.modelcontextprotocol/serverInfo`) "
+    "of a list (`OWN_LISTS`: the gateway merges it from its catalog, so it names the gateway), and "
+    "the gateway's stamp on a result whose server wrote none (a handshake-era server); a stamp the "
+    "server wrote on any other result stays; a `_meta` left empty by removing it is removed too",
 )
 
 #: The envelope members, in the order `normalize` writes them.
@@ -383,6 +387,13 @@ MODERN = "2026-07-28"
 #: Results that carry caching hints (`ttlMs`, `cacheScope`) for a 2026-07-28 client.
 CACHEABLE = ("tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read")
 
+#: Results a gateway makes from its catalog (a 2026-07-28 result's server info stamp names the gateway).
+OWN_LISTS = ("tools/list", "prompts/list", "resources/list", "resources/templates/list")
+
+#: The `_meta` key naming the server of a 2026-07-28 result, and the name Vigil's stamp carries.
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+GATEWAY_NAME = Scalar('"vigil"')
+
 #: The only `resultType` a gateway adds to the result of a handshake-era server.
 COMPLETE = Scalar('"complete"')
 SCOPES = (Scalar('"public"'), Scalar('"private"'))
@@ -401,7 +412,8 @@ def normalize(text: str, *, answers: str | None = None, prefix: str = "", revisi
     is left as it is (and so differs). `revision`: the revision the message
     was spoken in; `MODERN` (a 2026-07-28 client of a handshake-era server)
     also takes out what that era adds to a result (`resultType` "complete";
-    `ttlMs` and `cacheScope` of `CACHEABLE` results). Give it only for the
+    `ttlMs` and `cacheScope` of `CACHEABLE` results; the server info stamp of
+    `OWN_LISTS`, and the gateway's anywhere). Give it only for the
     side that went through the gateway: the direct baseline is the server's
     handshake-era answer.
     """
@@ -452,6 +464,14 @@ def _strip_era_members(result: Obj, answers: str | None) -> None:
     """What a gateway adds to a handshake-era result for a 2026-07-28 client, taken out in its documented form only."""
     if result.get("resultType") == COMPLETE:
         result.drop("resultType")
+    meta = result.get("_meta")
+    if isinstance(meta, Obj) and meta.has(SERVER_INFO):
+        stamp = meta.get(SERVER_INFO)
+        gateways = isinstance(stamp, Obj) and stamp.get("name") == GATEWAY_NAME
+        if answers in OWN_LISTS or gateways:
+            meta.drop(SERVER_INFO)
+            if not meta:
+                result.drop("_meta")
     if answers in CACHEABLE:
         ttl = result.get("ttlMs")
         if isinstance(ttl, Scalar) and isinstance(ttl.value, int) and not isinstance(ttl.value, bool):
