@@ -146,9 +146,30 @@ pub async fn post(
             "the response body is not UTF-8: {e}"
         )))
     })?;
+    if let Some(events) = several_messages(&text) {
+        return Ok(StreamableHttpPostResponse::Sse(events, session));
+    }
     let text = wire.incoming(&text).unwrap_or(text);
     let parsed = serde_json::from_str::<ServerJsonRpcMessage>(&text)?;
     Ok(StreamableHttpPostResponse::Json(parsed, session))
+}
+
+/// A JSON body of more than one message, one after another (the
+/// conformance suite's reference server writes a call's progress and its
+/// result so), as the events of a stream: each reaches the wire and rmcp
+/// as a streamed message would. `None` for one message (or none readable).
+fn several_messages(text: &str) -> Option<BoxStream<'static, Result<Sse, SseError>>> {
+    let messages: Vec<Box<serde_json::value::RawValue>> = serde_json::Deserializer::from_str(text)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .ok()?;
+    if messages.len() < 2 {
+        return None;
+    }
+    let events = messages
+        .into_iter()
+        .map(|m| Ok(Sse::default().data(m.get())));
+    Some(futures::stream::iter(events).boxed())
 }
 
 /// The `scope` a `WWW-Authenticate` challenge asks for, quoted or not.
@@ -222,6 +243,25 @@ fn bounded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_of_several_messages_is_read_as_their_events() {
+        let one = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+        assert!(several_messages(one).is_none());
+        let two = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"t\",\"progress\":1}}}}\n{one}\n"
+        );
+        let events: Vec<String> = futures::executor::block_on(
+            several_messages(&two)
+                .expect("two messages")
+                .map(|e| e.expect("an event").data.unwrap_or_default())
+                .collect(),
+        );
+        assert_eq!(events.len(), 2);
+        assert!(events[0].contains("notifications/progress"));
+        assert_eq!(events[1], one);
+        assert!(several_messages("{\"a\":1} not json").is_none());
+    }
 
     #[test]
     fn the_scope_of_a_challenge_is_read_quoted_or_not() {

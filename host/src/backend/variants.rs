@@ -38,6 +38,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{LoggingMessageNotificationParam, ProtocolVersion};
 
+use tokio_util::task::AbortOnDropHandle;
+
 use super::capset::CapSet;
 use super::client::{Downstream, ListKind};
 use super::{Backend, BackendError, Connection, Era};
@@ -349,17 +351,30 @@ impl Variant {
         if let Some(old) = st.process.take() {
             let _ = old.stop().await;
         }
-        let (conn, process) = backend.open_variant(self).await?;
-        let catalog = match conn.list_catalog().await {
-            Ok(c) => Arc::new(c),
-            Err(e) => {
-                conn.close().await;
-                if let Some(p) = process {
-                    let _ = p.stop().await;
+        // In a task of its own: a handshake polled at the bottom of a
+        // request handler's futures can overflow a worker's stack (debug
+        // builds). Dropped with the caller, it ends (the process with it).
+        let opening = {
+            let (backend, variant) = (backend.clone(), self.clone());
+            AbortOnDropHandle::new(tokio::spawn(async move {
+                let (conn, process) = backend.open_variant(&variant).await?;
+                match conn.list_catalog().await {
+                    Ok(c) => Ok((conn, process, Arc::new(c))),
+                    Err(e) => {
+                        conn.close().await;
+                        if let Some(p) = process {
+                            let _ = p.stop().await;
+                        }
+                        Err(e)
+                    }
                 }
-                return Err(e);
-            }
+            }))
         };
+        let (conn, process, catalog) = opening.await.map_err(|e| BackendError::Transport {
+            backend: backend.name.clone(),
+            reason: format!("opening a session for a capability set failed: {e}"),
+            stderr: vec![],
+        })??;
         let conn = Arc::new(conn);
         st.process = process;
         st.instance = instance;
