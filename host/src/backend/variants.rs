@@ -37,7 +37,6 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{LoggingMessageNotificationParam, ProtocolVersion};
-
 use tokio_util::task::AbortOnDropHandle;
 
 use super::capset::CapSet;
@@ -153,15 +152,14 @@ impl Backend {
     /// `server/discover` on this instance, or speaks one era only, by the
     /// handshake-era session of the same members.
     pub async fn variant(self: &Arc<Self>, capset: &CapSet) -> Option<Result<Ready, BackendError>> {
-        if capset.is_modern() {
-            if self.speaks_both_eras()
-                && let Some(variant) = self.variants.get(&self.name, capset)
-                && let Ok(ready) = variant.ready(self).await
-            {
-                return Some(Ok(ready));
-            }
-            return Box::pin(self.variant(&capset.handshake())).await;
+        if capset.is_modern()
+            && self.speaks_both_eras()
+            && let Some(variant) = self.variants.get(&self.name, capset)
+            && let Ok(ready) = variant.ready(self).await
+        {
+            return Some(Ok(ready));
         }
+        let capset = &capset.handshake();
         if capset.is_none() {
             return None;
         }
