@@ -108,12 +108,10 @@ async def test_2026_backends_are_probed_directly_with_their_server_discover(
     gated = start_python_backend(procs, "gated", "modern_only_server.py", [str(gate_log)]).url
     gate_log.write_text("")  # the harness's own readiness check is not Vigil's traffic
     backends = {"rmcp": demo.url, "sdksse": sse, "sdkjson": plain, "gated": gated}
-    # The demo backend and the Python SDK's servers speak both eras (the
-    # SDK's list only 2026-07-28 in server/discover but take initialize):
-    # pinned. The gated one, which refuses initialize, is reached in
-    # 2026-07-28 by `auto`.
+    # The demo backend lists both eras: pinned. The Python SDK's servers
+    # list only 2026-07-28 in server/discover, so `auto` reaches them in it.
     entries = [
-        http_backend(name, url) if name == "gated" else {**http_backend(name, url), "protocol": "2026-07-28"}
+        {**http_backend(name, url), "protocol": "2026-07-28"} if name == "rmcp" else http_backend(name, url)
         for name, url in backends.items()
     ]
     gw = vigil(entries, health={"interval": "1s", "timeout": "1s"}, api={})

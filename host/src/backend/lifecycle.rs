@@ -107,11 +107,10 @@ fn refused(e: &ClientInitializeError) -> bool {
 ///
 /// `auto` asks what `learned` says the backend spoke last. Knowing nothing
 /// yet, over HTTP (`probe`), it asks `server/discover` first, as a
-/// 2026-07-28 client does: a backend that also lists a handshake revision,
-/// or takes `initialize` although it lists none, speaks both eras and is
-/// begun with `initialize` (its 2026-07-28 clients get a 2026-07-28
-/// session of their own, `variants.rs`); one that speaks only 2026-07-28
-/// is kept as discovered; one that refuses gets `initialize`. Over stdio (one era on
+/// 2026-07-28 client does: a backend that also lists a handshake revision
+/// speaks both eras and is begun again with `initialize` (its 2026-07-28
+/// clients get a 2026-07-28 session of their own, `variants.rs`); one that speaks only 2026-07-28 is kept as
+/// discovered; one that refuses gets `initialize`. Over stdio (one era on
 /// one pair of pipes) the handshake comes first. The era that began is
 /// recorded.
 pub async fn begin<T, N>(
@@ -156,22 +155,6 @@ where
                     );
                     let _ = service.cancel().await;
                     try_era(client, transport()?, None).await.map_err(failed)
-                }
-                Ok(service) if probing => {
-                    // A server may list only its 2026-07-28 revisions and
-                    // still take `initialize` (the conformance suite's
-                    // reference server does): asked, so that it is reached
-                    // as a session where it has one.
-                    match try_era(client, transport()?, None).await {
-                        Ok(session) => {
-                            tracing::debug!(
-                                "server/discover lists no handshake revision, but initialize was taken: beginning with it"
-                            );
-                            let _ = service.cancel().await;
-                            Ok(session)
-                        }
-                        Err(_) => Ok(service),
-                    }
                 }
                 Ok(service) => Ok(service),
                 Err(e) if refused(&e) && reached() => {
