@@ -39,6 +39,8 @@ from harness import (
     port_taken,
     wait_http,
 )
+from reference.wire import HttpWire
+from support import DEADLINE
 
 #: Terminal colour codes, dropped from logs attached to a report.
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -174,6 +176,23 @@ def demo_http(procs: Procs, demo_bin: Path) -> Callable[..., DemoHttp]:
         pytest.fail(f"could not find a free port for demo backend {name!r}", pytrace=False)
 
     return start
+
+
+@pytest.fixture
+def http_wires(tmp_path: Path) -> Iterator[Callable[..., HttpWire]]:
+    """Opens raw-wire sessions (`reference/wire.py`): `open(url, label, capabilities="{}")`
+    initializes one declaring `capabilities`, logged to `wire-LABEL.log`; all are closed after the test."""
+    opened: list[HttpWire] = []
+
+    def open_wire(url: str, label: str, capabilities: str = "{}") -> HttpWire:
+        w = HttpWire(url, deadline=DEADLINE, log=tmp_path / f"wire-{label}.log")
+        opened.append(w)
+        w.initialize(capabilities)
+        return w
+
+    yield open_wire
+    for w in opened:
+        w.close()
 
 
 @pytest.fixture

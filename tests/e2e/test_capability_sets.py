@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -63,21 +63,6 @@ def tools_of(w: HttpWire) -> list[str]:
     return [t.get("name").value.removeprefix(PREFIX) for t in msg.get("result").get("tools")]
 
 
-@pytest.fixture
-def opened(tmp_path: Path) -> Iterator[Callable[[str, str], HttpWire]]:
-    wires: list[HttpWire] = []
-
-    def open_wire(url: str, capabilities: str) -> HttpWire:
-        w = HttpWire(url, deadline=DEADLINE, log=tmp_path / f"wire-{len(wires)}.log")
-        wires.append(w)
-        w.initialize(capabilities)
-        return w
-
-    yield open_wire
-    for w in wires:
-        w.close()
-
-
 def start(vigil: Gateways) -> Vigil:
     server = wire.everything()
     backend = stdio_backend("everything", server.command, server.args)
@@ -105,16 +90,16 @@ def direct_tools(capabilities: str, tmp_path: Path) -> list[str]:
 
 
 async def test_one_backend_process_per_distinct_capability_set(
-    vigil: Gateways, opened: Callable[[str, str], HttpWire], tmp_path: Path
+    vigil: Gateways, http_wires: Callable[..., HttpWire], tmp_path: Path
 ) -> None:
     """Four clients of three sets (none, sampling twice, roots): three processes of the server, not four or one."""
     gw = start(vigil)
     await ControlApi(gw.api_base).wait_state("everything", "running")
     clients = {
-        "none": opened(gw.url, "{}"),
-        "sampling-1": opened(gw.url, SAMPLING),
-        "sampling-2": opened(gw.url, SAMPLING),
-        "roots": opened(gw.url, ROOTS),
+        "none": http_wires(gw.url, "none"),
+        "sampling-1": http_wires(gw.url, "sampling-1", SAMPLING),
+        "sampling-2": http_wires(gw.url, "sampling-2", SAMPLING),
+        "roots": http_wires(gw.url, "roots", ROOTS),
     }
     seen = {label: tools_of(w) for label, w in clients.items()}
     assert seen["sampling-1"] == seen["sampling-2"] == direct_tools(SAMPLING, tmp_path)
@@ -124,14 +109,14 @@ async def test_one_backend_process_per_distinct_capability_set(
 
 
 async def test_a_capability_sets_session_follows_the_backends_restart(
-    vigil: Gateways, opened: Callable[[str, str], HttpWire], tmp_path: Path
+    vigil: Gateways, http_wires: Callable[..., HttpWire], tmp_path: Path
 ) -> None:
     """kill -9 of the backend: its capable client's own tools are listed and callable again once it is back."""
     gw = start(vigil)
     api = ControlApi(gw.api_base)
     await api.wait_state("everything", "running")
     (shared,) = processes_of(gw.proc.pid, "server-everything")
-    capable = opened(gw.url, SAMPLING)
+    capable = http_wires(gw.url, "capable", SAMPLING)
     assert "trigger-sampling-request" in tools_of(capable)
     before = set(processes_of(gw.proc.pid, "server-everything"))
     assert len(before) == 2 and shared in before, before

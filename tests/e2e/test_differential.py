@@ -686,28 +686,29 @@ def test_elicitation_accept_reaches_server_unchanged(lab: Lab, front: str) -> No
 @pytest.mark.parametrize("front", FRONTS)
 def test_progress_notifications_unchanged(lab: Lab, front: str) -> None:
     """`trigger-long-running-operation` with a progress token: each `notifications/progress` as the server sent it."""
+    assert_progress_relayed(lab.direct(wire.everything()), lab.through(front, wire.everything()), front)
+
+
+def assert_progress_relayed(d: StdioWire, v: Any, front: str, revision: str | None = None) -> None:
+    """server-everything's `trigger-long-running-operation` with a progress token, called directly (`d`) and
+    through Vigil's `front` (`v`, spoken to in `revision`): each `notifications/progress` and the result as sent."""
     args = '{"duration":0.4,"steps":2}'
-    d = lab.direct(wire.everything())
-    v = lab.through(front, wire.everything())
+    meta = '{"progressToken":"p-1"}'
     pre = prefix(wire.everything())
-    direct_answer = d.request(
-        "tools/call", call_params("trigger-long-running-operation", args, meta='{"progressToken":"p-1"}')
-    )
-    via_answer = v.request(
-        "tools/call", call_params("trigger-long-running-operation", args, pre, '{"progressToken":"p-1"}')
-    )
+    direct_answer = d.request("tools/call", call_params("trigger-long-running-operation", args, meta=meta))
+    via_answer = v.request("tools/call", call_params("trigger-long-running-operation", args, pre, meta))
     direct = d.all_received(lambda _f, m: m.get("method") == wire.Scalar('"notifications/progress"'))
     via = v.all_received(lambda _f, m: m.get("method") == wire.Scalar('"notifications/progress"'))
     assert len(direct) == 2, f"the server sent {len(direct)} progress notifications directly"
     assert len(via) == len(direct), f"{len(via)} progress notifications through Vigil, {len(direct)} directly"
     for n, (a, b) in enumerate(zip(direct, via, strict=True)):
-        assert_same(a, b, what=f"progress notification {n + 1}")
+        assert_same(a, b, what=f"progress notification {n + 1} ({revision or 'handshake era'})")
     # On the call's own stream (the server is stdio; on the HTTP front that
     # is the POST's): on the GET stream a client may take the result first
     # and drop the progress of an answered call.
     own = "stdio" if front == "stdio" else "post"
     assert [f.channel for f in via] == [own] * len(via), f"progress through Vigil came on {[f.channel for f in via]}"
-    assert_same(direct_answer, via_answer, answers="tools/call", what="the tools/call result")
+    assert_same(direct_answer, via_answer, answers="tools/call", revision=revision, what="the tools/call result")
 
 
 @pytest.mark.parametrize("front", FRONTS)
@@ -913,20 +914,7 @@ def test_modern_everything_prompt_get(lab: Lab, front: str, prompt: str, argumen
 @pytest.mark.parametrize("front", FRONTS)
 def test_modern_progress_notifications_unchanged(lab: Lab, front: str) -> None:
     """A 2026-07-28 client's call with a progress token: each `notifications/progress` and the result as sent."""
-    args = '{"duration":0.4,"steps":2}'
-    meta = '{"progressToken":"p-1"}'
-    d = lab.direct(wire.everything())
-    v = lab.modern(front, wire.everything())
-    pre = prefix(wire.everything())
-    direct_answer = d.request("tools/call", call_params("trigger-long-running-operation", args, meta=meta))
-    via_answer = v.request("tools/call", call_params("trigger-long-running-operation", args, pre, meta))
-    direct = d.all_received(lambda _f, m: m.get("method") == wire.Scalar('"notifications/progress"'))
-    via = v.all_received(lambda _f, m: m.get("method") == wire.Scalar('"notifications/progress"'))
-    assert len(direct) == 2, f"the server sent {len(direct)} progress notifications directly"
-    assert len(via) == len(direct), f"{len(via)} progress notifications through Vigil, {len(direct)} directly"
-    for n, (a, b) in enumerate(zip(direct, via, strict=True)):
-        assert_same(a, b, what=f"progress notification {n + 1} (2026-07-28)")
-    assert_same(direct_answer, via_answer, answers="tools/call", revision=MODERN, what="the tools/call result")
+    assert_progress_relayed(lab.direct(wire.everything()), lab.modern(front, wire.everything()), front, MODERN)
 
 
 @pytest.mark.parametrize("front", FRONTS)

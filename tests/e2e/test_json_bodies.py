@@ -12,8 +12,7 @@ the documented differences (docs/gateway.md, "What a relayed answer keeps").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -23,21 +22,6 @@ from reference.wire import Frame, HttpWire, normalize
 from support import DEADLINE
 
 PREFIX = "sdk__"
-
-
-@pytest.fixture
-def wires(tmp_path: Path) -> Iterator[Callable[[str, str], HttpWire]]:
-    opened: list[HttpWire] = []
-
-    def open_wire(url: str, label: str) -> HttpWire:
-        w = HttpWire(url, deadline=DEADLINE, log=tmp_path / f"wire-{label}.log")
-        opened.append(w)
-        w.initialize()
-        return w
-
-    yield open_wire
-    for w in opened:
-        w.close()
 
 
 def same(direct: Frame, via: Frame, *, answers: str) -> None:
@@ -58,15 +42,15 @@ def wait_for_tool(w: HttpWire, name: str) -> None:
 
 @pytest.mark.parametrize("mode", ["json", "sse"])
 def test_a_json_body_backend_is_relayed_as_written(
-    vigil: Gateways, procs: Procs, wires: Callable[[str, str], HttpWire], mode: str
+    vigil: Gateways, procs: Procs, http_wires: Callable[..., HttpWire], mode: str
 ) -> None:
     """tools/list and a structured tools/call of an SDK server, answering JSON bodies or event streams."""
     backend = start_python_backend(procs, "sdk", "sdk_http_server.py", ["--json"] if mode == "json" else [])
-    direct = wires(backend.url, f"direct-{mode}")
+    direct = http_wires(backend.url, f"direct-{mode}")
     # Both hops in the era the direct client speaks: the SDK server writes
     # some schemas differently for a 2026-07-28 client.
     gw = vigil([{**http_backend("sdk", backend.url), "protocol": "2025-11-25"}], naming="prefix")
-    via = wires(gw.url, f"vigil-{mode}")
+    via = http_wires(gw.url, f"vigil-{mode}")
     wait_for_tool(via, f"{PREFIX}reading")
 
     d_list = direct.request("tools/list")
