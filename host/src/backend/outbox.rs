@@ -330,10 +330,10 @@ async fn deliver(note: Note, channel: Option<&Channel>) {
     }
 }
 
-/// The `_meta` key of a progress placeholder; the same as the answers'
-/// placeholders (`gateway::relayed`), so one look at outgoing text finds
-/// both.
-const WRITTEN_KEY: &str = "io.vigil/relayed";
+/// The `_meta` key of Vigil's placeholders: of progress here, and of the
+/// answers of `gateway::relayed` (one key, so one look at outgoing text
+/// finds both).
+pub const PLACEHOLDER_KEY: &str = "io.vigil/relayed";
 
 /// A typed progress notification standing for `written` (the params as the
 /// backend wrote them, with the client's token): rmcp's HTTP service sends
@@ -349,7 +349,7 @@ fn progress_placeholder(
         serde_json::from_value(serde_json::Value::Object(written.clone())).ok()?;
     let text = serde_json::to_string(written).ok()?;
     let mut meta = serde_json::Map::new();
-    meta.insert(WRITTEN_KEY.into(), serde_json::Value::String(text));
+    meta.insert(PLACEHOLDER_KEY.into(), serde_json::Value::String(text));
     typed.meta = Some(rmcp::model::NotificationMetaObject(
         rmcp::model::MetaObject(meta),
     ));

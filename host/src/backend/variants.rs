@@ -148,12 +148,12 @@ impl Backend {
     /// beyond [`MAX_SETS`].
     ///
     /// A 2026-07-28 client's set is served in its era where the backend
-    /// speaks both (see [`Backend::speaks_both_eras`]); where it refused
+    /// speaks both (see [`Backend::may_speak_both_eras`]); where it refused
     /// `server/discover` on this instance, or speaks one era only, by the
     /// handshake-era session of the same members.
     pub async fn variant(self: &Arc<Self>, capset: &CapSet) -> Option<Result<Ready, BackendError>> {
         if capset.is_modern()
-            && self.speaks_both_eras()
+            && self.may_speak_both_eras()
             && let Some(variant) = self.variants.get(&self.name, capset)
             && let Ok(ready) = variant.ready(self).await
         {
@@ -182,7 +182,7 @@ impl Backend {
     /// may speak both), and its connections are not per caller
     /// (`forward_auth`). Whether it does is learnt by asking once per
     /// instance.
-    fn speaks_both_eras(&self) -> bool {
+    fn may_speak_both_eras(&self) -> bool {
         matches!(self.config.protocol, Protocol::Auto)
             && !self.forwards_auth()
             && self.shared().is_some_and(|c| c.era() == Era::Handshake)

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use super::discovery::{SERVER_INFO_KEY, server_info_stamp};
 
 /// The `_meta` key of a placeholder.
-pub const TOKEN_KEY: &str = "io.vigil/relayed";
+pub const TOKEN_KEY: &str = crate::backend::outbox::PLACEHOLDER_KEY;
 
 /// How many answers wait to leave at most.
 const KEPT: usize = 4096;
