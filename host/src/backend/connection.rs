@@ -57,6 +57,12 @@ pub struct Opening<'a> {
     /// 2026-07-28 backend's `subscriptions/listen`): for connections whose
     /// catalog Vigil lists, not for lanes and sessions that share one.
     pub listen: bool,
+    /// The connection serves handshake-era clients only (a client
+    /// session's own, a lane, a handshake-era set's variant): `auto` asks
+    /// `initialize` first (see [`lifecycle::begin`]).
+    pub for_handshake_client: bool,
+    /// The backend instance it reaches.
+    pub instance: u64,
 }
 
 /// Opens an MCP connection over `endpoint` and completes the handshake
@@ -77,7 +83,16 @@ pub async fn connect(
         protocol,
         learned,
         listen,
+        for_handshake_client,
+        instance,
     } = how;
+    let choice = |probe| lifecycle::Choice {
+        protocol,
+        learned,
+        probe,
+        for_handshake_client,
+        instance,
+    };
     let backend = backend.clone();
     let mut ping_target = None;
     let wire = Wire::new(bounds.max_result);
@@ -93,9 +108,7 @@ pub async fn connect(
             );
             let slot = Slot::new(transport);
             let started = lifecycle::begin(
-                protocol,
-                learned,
-                false,
+                choice(false),
                 &client,
                 || slot.take(),
                 || !relay.has_transport_ended(),
@@ -141,9 +154,7 @@ pub async fn connect(
                 }
             };
             let started =
-                lifecycle::begin(protocol, learned, true, &client, &mut transport, || {
-                    !target.refused()
-                });
+                lifecycle::begin(choice(true), &client, &mut transport, || !target.refused());
             let started = handshake(&backend, started, bounds.connect, None).await;
             if let Some(reason) = built.take() {
                 return Err(BackendError::Transport {

@@ -126,15 +126,16 @@ impl Backend {
             inner: self.downstream.clone(),
             principal: principal.clone(),
         });
+        // Lanes carry the raw path's calls, which handshake-era clients make.
+        let own = super::Own {
+            session: None,
+            capabilities: Some(ClientCapabilities::default()),
+            downstream,
+            listen: false,
+            for_handshake_client: true,
+        };
         let conn = self
-            .open_connection(
-                false,
-                None,
-                Some(ClientCapabilities::default()),
-                None,
-                downstream,
-                &self.config.protocol,
-            )
+            .open_connection(own, None, &self.config.protocol)
             .await?;
         // Before the first call: a backend may send what belongs to a call
         // on the session's standing stream when it opens after the call.

@@ -48,8 +48,15 @@ impl Era {
 /// paying a refused `initialize` first. Only an order: a backend that
 /// changed era since is still reached by the fallback, and the new era is
 /// remembered.
+///
+/// Also remembers the instance of the backend that refused a handshake-era
+/// client's `initialize` (see [`begin`]), so each instance is asked once.
 #[derive(Debug, Default)]
-pub struct Learned(std::sync::atomic::AtomicU8);
+pub struct Learned {
+    era: std::sync::atomic::AtomicU8,
+    /// 1 + the instance that refused `initialize`; 0: none did.
+    refused_session: std::sync::atomic::AtomicU64,
+}
 
 impl Learned {
     const MODERN: u8 = 2;
@@ -57,7 +64,7 @@ impl Learned {
 
     /// The era last recorded, if any.
     fn get(&self) -> Option<Era> {
-        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+        match self.era.load(std::sync::atomic::Ordering::Relaxed) {
             Self::MODERN => Some(Era::Modern),
             Self::HANDSHAKE => Some(Era::Handshake),
             _ => None,
@@ -70,8 +77,31 @@ impl Learned {
             Era::Modern => Self::MODERN,
             Era::Handshake => Self::HANDSHAKE,
         };
-        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.era.store(v, std::sync::atomic::Ordering::Relaxed);
     }
+
+    fn session_refused(&self, instance: u64) -> bool {
+        self.refused_session
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == instance + 1
+    }
+
+    fn record_session_refused(&self, instance: u64) {
+        self.refused_session
+            .store(instance + 1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// How `auto` chooses for one connection ([`begin`]).
+pub struct Choice<'a> {
+    pub protocol: &'a Protocol,
+    pub learned: &'a Learned,
+    /// Over HTTP: knowing nothing yet, ask `server/discover` first.
+    pub probe: bool,
+    /// The connection serves handshake-era clients only.
+    pub for_handshake_client: bool,
+    /// The backend instance it reaches.
+    pub instance: u64,
 }
 
 /// Why no lifecycle began (both tries' reasons when `auto` fell back).
@@ -109,14 +139,20 @@ fn refused(e: &ClientInitializeError) -> bool {
 /// yet, over HTTP (`probe`), it asks `server/discover` first, as a
 /// 2026-07-28 client does: a backend that also lists a handshake revision
 /// speaks both eras and is begun again with `initialize` (its 2026-07-28
-/// clients get a 2026-07-28 session of their own, `variants.rs`); one that speaks only 2026-07-28 is kept as
-/// discovered; one that refuses gets `initialize`. Over stdio (one era on
-/// one pair of pipes) the handshake comes first. The era that began is
-/// recorded.
+/// clients get a 2026-07-28 session of their own, `variants.rs`); one that
+/// speaks only 2026-07-28 is kept as discovered; one that refuses gets
+/// `initialize`. Over stdio (one era on one pair of pipes) the handshake
+/// comes first. The era that began is recorded.
+///
+/// A connection serving only handshake-era clients asks `initialize` first even
+/// where the backend was found speaking 2026-07-28 only: some servers list
+/// only their newest revision in `server/discover` yet take a session, and
+/// only a session carries what they ask of that client during a call
+/// (sampling, elicitation as requests) and its `resources/subscribe`. A
+/// refusal is remembered for the instance, and what such a connection
+/// found is not recorded: the shared connection's era stays its own.
 pub async fn begin<T, N>(
-    protocol: &Protocol,
-    learned: &Learned,
-    probe: bool,
+    choice: Choice<'_>,
     client: &BackendClient,
     mut next: N,
     reached: impl Fn() -> bool,
@@ -132,6 +168,13 @@ where
     };
     let mut transport = transport;
     let latest = [ProtocolVersion::LATEST];
+    let Choice {
+        protocol,
+        learned,
+        probe,
+        for_handshake_client,
+        instance,
+    } = choice;
     match protocol {
         Protocol::Handshake(version) => {
             let mut handler = client.clone();
@@ -144,9 +187,16 @@ where
                 .map_err(failed)
         }
         Protocol::Auto => {
-            let known = learned.get();
-            let probing = probe && known.is_none();
-            let first = (known == Some(Era::Modern) || probing).then_some(&latest[..]);
+            let AutoFirst {
+                discover,
+                probing,
+                session_first,
+            } = auto_first(
+                learned.get(),
+                probe,
+                for_handshake_client && !learned.session_refused(instance),
+            );
+            let first = discover.then_some(&latest[..]);
             let service = match try_era(client, transport()?, first).await {
                 Ok(service) if probing && speaks_handshake_too(&service).await => {
                     // Speaks both eras: a session, for every relay of it.
@@ -158,6 +208,9 @@ where
                 }
                 Ok(service) => Ok(service),
                 Err(e) if refused(&e) && reached() => {
+                    if session_first {
+                        learned.record_session_refused(instance);
+                    }
                     let why = super::error::plain(&e);
                     let (tried, then) = names(first.is_some());
                     tracing::debug!(reason = %why, "{tried} refused; trying {then}");
@@ -177,9 +230,37 @@ where
                 }
                 Err(e) => Err(failed(e)),
             }?;
-            learned.record(era_of(&service));
+            if !session_first {
+                learned.record(era_of(&service));
+            }
             Ok(service)
         }
+    }
+}
+
+/// What `auto` asks first ([`auto_first`]).
+#[derive(Debug, PartialEq, Eq)]
+struct AutoFirst {
+    /// `server/discover` (else `initialize`).
+    discover: bool,
+    /// Nothing is known yet: a discovered backend is asked whether it
+    /// speaks the handshake era too.
+    probing: bool,
+    /// A handshake-era client's connection tries a session against what
+    /// was learned.
+    session_first: bool,
+}
+
+/// What `auto` asks first, from the era `known` of the backend, whether
+/// the connection may `probe` (HTTP) and whether it may try a session for
+/// a handshake-era client (not refused on this instance).
+fn auto_first(known: Option<Era>, probe: bool, may_try_session: bool) -> AutoFirst {
+    let probing = probe && known.is_none();
+    let session_first = may_try_session && known == Some(Era::Modern);
+    AutoFirst {
+        discover: !session_first && (known == Some(Era::Modern) || probing),
+        probing,
+        session_first,
     }
 }
 
@@ -338,6 +419,37 @@ mod tests {
         fn drop(&mut self) {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
+    }
+
+    #[test]
+    fn auto_asks_a_handshake_era_client_for_a_session_unless_refused() {
+        let first = |known, probe, may| auto_first(known, probe, may);
+        // Shared connections: learned order, discover to probe over HTTP.
+        assert!(first(None, true, false).discover && first(None, true, false).probing);
+        assert!(
+            !first(None, false, false).discover,
+            "stdio: handshake first"
+        );
+        assert!(first(Some(Era::Modern), true, false).discover);
+        assert!(!first(Some(Era::Handshake), true, false).discover);
+        // A handshake-era client's own connection: a session first where
+        // the backend was found in 2026-07-28 and has not refused one.
+        let tried = first(Some(Era::Modern), true, true);
+        assert!(!tried.discover && tried.session_first, "{tried:?}");
+        assert!(!first(Some(Era::Handshake), true, true).session_first);
+        assert!(
+            !first(None, true, true).session_first,
+            "nothing learned: probe as usual"
+        );
+    }
+
+    #[test]
+    fn a_refused_session_is_remembered_for_its_instance_only() {
+        let learned = Learned::default();
+        assert!(!learned.session_refused(0));
+        learned.record_session_refused(3);
+        assert!(learned.session_refused(3));
+        assert!(!learned.session_refused(4), "a new instance is asked again");
     }
 
     #[test]

@@ -341,7 +341,7 @@ impl Backend {
             self.inflight.clone(),
             relay,
             self.bounds,
-            self.opening(true, &self.config.protocol),
+            self.opening(true, false, &self.config.protocol),
             stderr,
         )
         .await
@@ -356,41 +356,45 @@ impl Backend {
         session: u64,
         capabilities: Option<ClientCapabilities>,
         authorization: Option<&str>,
+        client_era: Era,
     ) -> Result<Connection, BackendError> {
+        let own = Own {
+            session: Some(session),
+            capabilities,
+            downstream: self.downstream.clone(),
+            listen: self.forwards_auth(),
+            for_handshake_client: client_era == Era::Handshake,
+        };
         let conn = self
-            .open_connection(
-                self.forwards_auth(),
-                Some(session),
-                capabilities,
-                authorization,
-                self.downstream.clone(),
-                &self.config.protocol,
-            )
+            .open_connection(own, authorization, &self.config.protocol)
             .await?;
         // The client may be asked things, maybe on that stream.
         conn.standing_stream_settled(STANDING_STREAM_WAIT).await;
         Ok(conn)
     }
 
-    fn opening<'a>(&'a self, listen: bool, protocol: &'a Protocol) -> connection::Opening<'a> {
+    fn opening<'a>(
+        &'a self,
+        listen: bool,
+        for_handshake_client: bool,
+        protocol: &'a Protocol,
+    ) -> connection::Opening<'a> {
         connection::Opening {
             keep_alive: self.keep_alive(),
             protocol,
             learned: &self.learned,
             listen,
+            for_handshake_client,
+            instance: self.instance(),
         }
     }
 
     /// A connection of its own to an HTTP backend (a client session's, or a
-    /// lane), whose unsolicited traffic goes to `downstream`. `listen`:
-    /// its catalog is its own (see [`connection::Opening::listen`]).
+    /// lane); `authorization` is sent only where the backend forwards it.
     async fn open_connection(
         &self,
-        listen: bool,
-        session: Option<u64>,
-        capabilities: Option<ClientCapabilities>,
+        own: Own,
         authorization: Option<&str>,
-        downstream: Arc<dyn Downstream>,
         protocol: &Protocol,
     ) -> Result<Connection, BackendError> {
         let Transport::Http { url, headers, .. } = &self.config.transport else {
@@ -407,12 +411,6 @@ impl Backend {
         let endpoint = Endpoint::Http {
             url: url.clone(),
             headers,
-        };
-        let own = Own {
-            session,
-            capabilities,
-            downstream,
-            listen,
         };
         self.connect_own(endpoint, None, own, protocol).await
     }
@@ -449,7 +447,7 @@ impl Backend {
             inflight,
             relay,
             self.bounds,
-            self.opening(own.listen, protocol),
+            self.opening(own.listen, own.for_handshake_client, protocol),
             stderr,
         )
         .await
@@ -466,4 +464,7 @@ struct Own {
     downstream: Arc<dyn Downstream>,
     /// Its catalog is its own (see [`connection::Opening::listen`]).
     listen: bool,
+    /// It serves handshake-era clients only (see
+    /// [`connection::Opening::for_handshake_client`]).
+    for_handshake_client: bool,
 }

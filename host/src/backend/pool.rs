@@ -26,6 +26,7 @@ use futures::future::BoxFuture;
 use rmcp::model::ClientCapabilities;
 use tokio::sync::Notify;
 
+use super::Era;
 use super::capset::CapSet;
 use super::set::CurrentSet;
 use super::{Backend, BackendError, Connection};
@@ -228,8 +229,13 @@ impl Pool {
         st.conn = None;
         let instance = b.instance();
         let caps = lock(&self.capabilities).clone();
+        let era = if lock(&self.capset).is_modern() {
+            Era::Modern
+        } else {
+            Era::Handshake
+        };
         let opened = b
-            .open_session_connection(self.session, caps, auth.as_deref())
+            .open_session_connection(self.session, caps, auth.as_deref(), era)
             .await;
         *lock(&slot.failed) = opened
             .is_err()

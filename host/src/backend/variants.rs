@@ -14,9 +14,11 @@
 //!   mirrors its capabilities).
 //!
 //! A **2026-07-28** client's set ([`CapSet::is_modern`]) gets a variant
-//! begun with `server/discover` where the backend may speak both eras
-//! (`protocol = "auto"` found it in the handshake era): for a stdio backend
-//! one more process, for an HTTP one a stateless connection. Its clients
+//! begun with `server/discover` under `protocol = "auto"`: for a stdio
+//! backend one more process, for an HTTP one a stateless connection. A
+//! handshake-era set's variant of the same backend asks `initialize` first
+//! even where `auto` found only 2026-07-28 (`lifecycle::begin`), so the two
+//! eras' sets never share one. Its clients
 //! list *and* call through it, so the backend answers them in their era as
 //! it would directly (its own `_meta`, its 2026-07-28 schemas, its own
 //! input-required results). A backend that refuses is asked again only on
@@ -41,7 +43,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::capset::CapSet;
 use super::client::{Downstream, ListKind};
-use super::{Backend, BackendError, Connection, Era};
+use super::{Backend, BackendError, Connection};
 use crate::background::Background;
 use crate::catalog::BackendCatalog;
 use crate::config::{Protocol, Transport};
@@ -148,12 +150,12 @@ impl Backend {
     /// beyond [`MAX_SETS`].
     ///
     /// A 2026-07-28 client's set is served in its era where the backend
-    /// speaks both (see [`Backend::may_speak_both_eras`]); where it refused
-    /// `server/discover` on this instance, or speaks one era only, by the
+    /// may speak it (see [`Backend::may_speak_modern`]); where it refused
+    /// `server/discover` on this instance, or `protocol` is pinned, by the
     /// handshake-era session of the same members.
     pub async fn variant(self: &Arc<Self>, capset: &CapSet) -> Option<Result<Ready, BackendError>> {
         if capset.is_modern()
-            && self.may_speak_both_eras()
+            && self.may_speak_modern()
             && let Some(variant) = self.variants.get(&self.name, capset)
             && let Ok(ready) = variant.ready(self).await
         {
@@ -178,14 +180,17 @@ impl Backend {
     }
 
     /// Whether a 2026-07-28 client is worth a backend session of its era:
-    /// `protocol = "auto"` found the backend in the handshake era (so it
-    /// may speak both), and its connections are not per caller
-    /// (`forward_auth`). Whether it does is learnt by asking once per
-    /// instance.
-    fn may_speak_both_eras(&self) -> bool {
+    /// `protocol = "auto"` (a pinned revision serves every set in its own),
+    /// connections not per caller (`forward_auth`), an instance up. Found in
+    /// the handshake era, the backend may speak both; whether it does is
+    /// learnt by asking once per instance. Found in 2026-07-28, it does, and
+    /// the handshake-era variant of the same members cannot stand in: it
+    /// asks `initialize` first (`lifecycle::begin`), and some servers take
+    /// it, showing their handshake-era tools.
+    fn may_speak_modern(&self) -> bool {
         matches!(self.config.protocol, Protocol::Auto)
             && !self.forwards_auth()
-            && self.shared().is_some_and(|c| c.era() == Era::Handshake)
+            && self.shared().is_some()
     }
 
     /// Re-lists every open variant in the background (the shared
@@ -263,6 +268,7 @@ impl Backend {
             capabilities: Some(capset.capabilities()),
             downstream,
             listen: true,
+            for_handshake_client: !capset.is_modern(),
         };
         let protocol = if capset.is_modern() {
             &*MODERN
