@@ -26,7 +26,7 @@ from mcp import types
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import DemoHttp, Gateways, Vigil, demo_stdio_args, http_backend, stdio_backend
-from support import DEADLINE, Inbox, call_text, http_session, text_of
+from support import DEADLINE, Inbox, call_error, call_text, http_session, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -264,3 +264,28 @@ async def test_each_principal_has_its_own_lane_and_hears_only_its_own_logs(
         assert not any(secret in json.dumps(p.data) for p in bob_logs.items), bob_logs.items
         assert moved(before, await forwarded(gw)) == {("tools/call", "raw"): 2}
         assert await call_text(alice_too, "web__echo", {"text": "still raw"}) == "still raw"
+
+
+#: `limits.max_result_bytes` for the test below: an echo of twice as much is over it.
+SMALL_LIMIT = 65536
+
+
+@pytest.mark.parametrize(("backend", "path"), [("web", "raw"), ("local", "typed")])
+async def test_an_answer_over_max_result_bytes_is_refused_with_the_limit_named(
+    vigil: Gateways, demo_http: Callable[..., DemoHttp], demo_bin: Path, backend: str, path: str
+) -> None:
+    """One limit on both paths: the client gets an error naming the key, and
+    the backend session (the raw path's lane) still serves the next call."""
+    web = demo_http("web")
+    gw = vigil(
+        [http_backend("web", web.url), stdio_backend("local", demo_bin, demo_stdio_args("local"))],
+        api={"tokens": [VIEWER]},
+        limits={"max_result_bytes": SMALL_LIMIT},
+    )
+    async with http_session(gw.url) as s:
+        before = await forwarded(gw)
+        err = await call_error(s, f"{backend}__echo", {"text": "x" * (2 * SMALL_LIMIT)})
+        assert moved(before, await forwarded(gw)) == {("tools/call", path): 1}
+        message = str(err)
+        assert f"limits.max_result_bytes ({SMALL_LIMIT} bytes)" in message and "raise the limit" in message, message
+        assert await call_text(s, f"{backend}__echo", {"text": "small"}) == "small"

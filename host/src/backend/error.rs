@@ -52,8 +52,10 @@ pub enum BackendError {
     Cancelled { backend: Arc<str> },
     /// The backend's answer is larger than Vigil relays
     /// (`limits.max_result_bytes`); it was not read into memory.
+    /// `bytes`: as many as were read before Vigil stopped reading (the raw
+    /// path stops at the limit; the typed path reads the line).
     #[error(
-        "backend '{backend}' answered {method} with {bytes} bytes, more than limits.max_result_bytes ({limit}) allows: ask for less (a smaller range or page), or raise the limit"
+        "backend '{backend}' answered {method} with more than limits.max_result_bytes ({limit} bytes) allows ({bytes} bytes read): ask for less (a smaller range or page), or raise the limit"
     )]
     TooLarge {
         backend: Arc<str>,
@@ -91,9 +93,10 @@ pub enum HttpFailure {
     /// The answer's body broke off.
     #[error("the answer broke off: {0}")]
     Body(#[source] reqwest::Error),
-    /// The answer passed the bound the exchange reads.
+    /// The answer passed the bound the exchange reads; `read`: the bytes
+    /// it had when it stopped (or the length the backend announced).
     #[error("the answer is larger than {limit} bytes")]
-    TooLarge { limit: usize },
+    TooLarge { limit: usize, read: usize },
     /// The answer arrived but is not what the protocol says (no response
     /// to the request, an unreadable event stream, ...).
     #[error("{0}")]

@@ -329,7 +329,11 @@ async fn exchange(request: reqwest::RequestBuilder, id: &RequestId) -> Result<()
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(HttpFailure::Body)?;
         if buf.len() + chunk.len() > MAX_ANSWER {
-            return Err(HttpFailure::TooLarge { limit: MAX_ANSWER });
+            let read = buf.len() + chunk.len();
+            return Err(HttpFailure::TooLarge {
+                limit: MAX_ANSWER,
+                read,
+            });
         }
         buf.extend_from_slice(&chunk);
         if sse && sse_answers(&buf, id) {

@@ -219,6 +219,11 @@ impl Backend {
         )
     }
 
+    /// The largest answer relayed (`limits.max_result_bytes`).
+    pub fn max_result(&self) -> usize {
+        self.bounds.max_result
+    }
+
     /// How long opening a connection (handshake included) may take.
     pub fn connect_timeout(&self) -> Duration {
         self.bounds.connect

@@ -22,10 +22,6 @@ use futures::{Stream, StreamExt};
 use super::error::HttpFailure;
 pub(crate) use super::http_ping::Target;
 
-/// Largest answer read (a JSON body, or all events of one request's
-/// stream): rmcp's own bound on a JSON answer.
-const MAX_ANSWER: usize = 16 * 1024 * 1024;
-
 /// How often a stream the backend closed before answering is resumed.
 const MAX_RESUMES: usize = 8;
 
@@ -55,12 +51,15 @@ pub enum Posted {
 }
 
 /// Sends `body` (one request whose id is `id`, decoded) on `t`'s session;
-/// `keep_alive` follows the backend's setting.
+/// `keep_alive` follows the backend's setting. At most `limit` bytes of the
+/// answer are read (a JSON body, or all events of the request's stream:
+/// `limits.max_result_bytes`, as on the typed path).
 pub async fn post(
     t: &Arc<Target>,
     body: String,
     id: Arc<str>,
     keep_alive: bool,
+    limit: usize,
 ) -> Result<Posted, PostError> {
     let resp = message_post(t, body, keep_alive)
         .map_err(PostError::NotAccepted)?
@@ -83,9 +82,15 @@ pub async fn post(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
     if sse {
-        return Ok(Posted::Events(Events::new(t.clone(), id, resp, keep_alive)));
+        return Ok(Posted::Events(Events::new(
+            t.clone(),
+            id,
+            resp,
+            keep_alive,
+            limit,
+        )));
     }
-    let body = read_bounded(resp).await.map_err(PostError::Lost)?;
+    let body = read_bounded(resp, limit).await.map_err(PostError::Lost)?;
     Ok(Posted::Json { status, body })
 }
 
@@ -117,17 +122,18 @@ fn message_post(
         .body(body))
 }
 
-async fn read_bounded(resp: reqwest::Response) -> Result<Bytes, HttpFailure> {
-    let too_large = HttpFailure::TooLarge { limit: MAX_ANSWER };
-    if resp.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
-        return Err(too_large);
+async fn read_bounded(resp: reqwest::Response, limit: usize) -> Result<Bytes, HttpFailure> {
+    if let Some(n) = resp.content_length().filter(|&n| n > limit as u64) {
+        let read = usize::try_from(n).unwrap_or(usize::MAX);
+        return Err(HttpFailure::TooLarge { limit, read });
     }
     let mut body = resp.bytes_stream();
     let mut buf = bytes::BytesMut::new();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(HttpFailure::Body)?;
-        if buf.len() + chunk.len() > MAX_ANSWER {
-            return Err(too_large);
+        if buf.len() + chunk.len() > limit {
+            let read = buf.len() + chunk.len();
+            return Err(HttpFailure::TooLarge { limit, read });
         }
         buf.extend_from_slice(&chunk);
     }
@@ -136,15 +142,15 @@ async fn read_bounded(resp: reqwest::Response) -> Result<Bytes, HttpFailure> {
 
 type SseStream = std::pin::Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, HttpFailure>> + Send>>;
 
-/// The events of `resp`'s body, bounded by `MAX_ANSWER` bytes in all. A
-/// body error keeps its kind through the event parser.
-fn sse_of(resp: reqwest::Response) -> SseStream {
+/// The events of `resp`'s body, bounded by `limit` bytes in all. A body
+/// error keeps its kind through the event parser.
+fn sse_of(resp: reqwest::Response, limit: usize) -> SseStream {
     let mut read = 0usize;
     let bytes = resp.bytes_stream().map(move |chunk| {
         let chunk = chunk.map_err(HttpFailure::Body)?;
         read += chunk.len();
-        if read > MAX_ANSWER {
-            return Err(HttpFailure::TooLarge { limit: MAX_ANSWER });
+        if read > limit {
+            return Err(HttpFailure::TooLarge { limit, read });
         }
         Ok(chunk)
     });
@@ -172,19 +178,28 @@ pub struct Events {
     resumes: usize,
     answered: bool,
     keep_alive: bool,
+    /// Bytes each stream (the first, and each resumption) may carry.
+    limit: usize,
 }
 
 impl Events {
-    fn new(target: Arc<Target>, id: Arc<str>, resp: reqwest::Response, keep_alive: bool) -> Self {
+    fn new(
+        target: Arc<Target>,
+        id: Arc<str>,
+        resp: reqwest::Response,
+        keep_alive: bool,
+        limit: usize,
+    ) -> Self {
         Self {
             target,
             id,
-            stream: sse_of(resp),
+            stream: sse_of(resp, limit),
             last_event: None,
             retry: None,
             resumes: 0,
             answered: false,
             keep_alive,
+            limit,
         }
     }
 
@@ -248,7 +263,7 @@ impl Events {
             return Err(HttpFailure::Status(resp.status()));
         }
         tracing::debug!(request = %self.id, "stream resumed");
-        self.stream = sse_of(resp);
+        self.stream = sse_of(resp, self.limit);
         Ok(())
     }
 }

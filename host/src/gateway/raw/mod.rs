@@ -169,6 +169,11 @@ enum Failure {
 /// How a raw call ended, once the backend may have taken it.
 enum Ended {
     Answer(Answer),
+    /// Larger than `limits.max_result_bytes`: not read to its end.
+    TooLarge {
+        limit: usize,
+        read: usize,
+    },
     Lost(HttpFailure),
     TimedOut,
     Cancelled,
@@ -459,6 +464,10 @@ impl RawPath {
                 Ok(a) => Ended::Answer(a),
                 Err(Failure::TimedOut) => Ended::TimedOut,
                 Err(Failure::Cancelled) => Ended::Cancelled,
+                // The lane's session is sound: it answered, too much.
+                Err(Failure::Lost(HttpFailure::TooLarge { limit, read })) => {
+                    Ended::TooLarge { limit, read }
+                }
                 Err(Failure::Lost(why)) => {
                     b.drop_lane(&lane);
                     Ended::Lost(why)
@@ -521,6 +530,17 @@ impl RawPath {
                 };
                 (with_last(before, message), !tool_failed, outcome)
             }
+            Ended::TooLarge { limit, read } => {
+                let e = BackendError::TooLarge {
+                    backend: b.name.clone(),
+                    method: r.method.as_str().to_owned(),
+                    bytes: read,
+                    limit,
+                };
+                tracing::info!(backend = %b.name, error = %e, "answer not relayed");
+                let message = self.error_message(client_id, e.into_mcp());
+                (vec![message], false, Outcome::Error)
+            }
             Ended::Lost(why) => {
                 tracing::debug!(backend = %b.name, error = %why, "routed request failed");
                 let e = unavailable(&b.name, HealthState::Offline, &why.to_string());
@@ -564,7 +584,7 @@ impl RawPath {
         method: RawMethod,
         progress: Option<&Progress>,
     ) -> Result<Answer, Failure> {
-        let posted = raw_http::post(target, body, ours.clone(), b.keep_alive())
+        let posted = raw_http::post(target, body, ours.clone(), b.keep_alive(), b.max_result())
             .await
             .map_err(|e| match e {
                 PostError::NotAccepted(w) => Failure::NotAccepted(w),
