@@ -8,15 +8,20 @@ server's members, their order and its numbers, as with a streamed answer.
 Each case does the same request directly and through Vigil with the raw
 wire client of the differential suite and compares the JSON text apart from
 the documented differences (docs/gateway.md, "What a relayed answer keeps").
+
+Vigil's own answers take the same rule from the other side: JSON when the
+answer is the first message of its response (docs/gateway.md, "JSON when
+JSON will do").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from harness import Gateways, Procs, http_backend, start_python_backend
+from harness import DemoHttp, Gateways, Procs, demo_stdio_args, http_backend, start_python_backend, stdio_backend
 from reference import wire
 from reference.wire import Frame, HttpWire, normalize
 from support import DEADLINE
@@ -63,3 +68,38 @@ def test_a_json_body_backend_is_relayed_as_written(
     v_call = via.request("tools/call", args.replace('"reading"', f'"{PREFIX}reading"'))
     assert '"humidity":0.7' in d_call.text, d_call.text
     same(d_call, v_call, answers="tools/call")
+
+
+def test_vigil_answers_json_when_nothing_comes_before_the_result(
+    vigil: Gateways,
+    demo_http: Callable[..., DemoHttp],
+    demo_bin: Path,
+    http_wires: Callable[..., HttpWire],
+) -> None:
+    """A client that accepts both gets `application/json` for an answer that
+    is the first message of its response, on every path (Vigil's own list,
+    the typed path to a stdio backend, the raw path to an HTTP backend, with
+    and without a progress token), and an event stream only when something
+    comes first (the call's progress)."""
+    web = demo_http("web")
+    gw = vigil([http_backend("web", web.url), stdio_backend("local", demo_bin, demo_stdio_args("local"))])
+    w = http_wires(gw.url, "json-answers")
+    wait_for_tool(w, "web__echo")
+    wait_for_tool(w, "local__echo")
+
+    def kind(method: str, params: str | None = None) -> str:
+        answer = w.request(method, params)
+        assert '"result"' in answer.text, answer.text[:300]
+        return (answer.content_type or "").split(";")[0]
+
+    echo = '{{"name":"{}","arguments":{{"text":"hi"}}{}}}'
+    token = ',"_meta":{"progressToken":"p1"}'
+    assert kind("tools/list") == "application/json", "Vigil's own listing"
+    assert kind("tools/call", echo.format("local__echo", "")) == "application/json", "typed path"
+    assert kind("tools/call", echo.format("web__echo", "")) == "application/json", "raw path"
+    assert kind("tools/call", echo.format("web__echo", token)) == "application/json", "raw path, progress token"
+    assert kind("tools/call", echo.format("local__echo", token)) == "application/json", "typed path, progress token"
+    progress = '{"name":"web__progress","arguments":{"steps":2},"_meta":{"progressToken":"p2"}}'
+    assert kind("tools/call", progress) == "text/event-stream", "progress before the result"
+    progress_local = progress.replace("web__", "local__").replace('"p2"', '"p3"')
+    assert kind("tools/call", progress_local) == "text/event-stream", "typed path, progress before the result"
