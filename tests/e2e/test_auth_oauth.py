@@ -14,7 +14,8 @@ import hashlib
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -40,9 +41,11 @@ from test_secrets import events_hello
 from harness import (
     INITIALIZE_BODY,
     MCP_HEADERS,
+    DemoHttp,
     Gateways,
     Procs,
     demo_stdio_args,
+    http_backend,
     render_config,
     run_vigil,
     stdio_backend,
@@ -52,6 +55,8 @@ from support import (
     DEMO_TOOLS,
     SDK_READ_TIMEOUT,
     ControlApi,
+    Inbox,
+    call_error,
     call_text,
     http_session,
     poll,
@@ -418,3 +423,61 @@ async def test_an_opaque_token_is_introspected_at_the_issuer(
     assert made_up.status_code == 401, made_up.text
     assert "not active" in made_up.headers["www-authenticate"], made_up.headers
     assert RS_SECRET not in ANSI.sub("", gw.proc.stderr())
+
+
+async def test_the_same_subject_of_two_issuers_is_two_callers(
+    vigil: Gateways, demo_http: Callable[..., DemoHttp], idp: OAuthProvider, procs: Procs, tmp_path: Path
+) -> None:
+    """`svc` of one authorization server and `svc` of another: two callers.
+
+    Each has its own backend session (lane) and hears only its own logs, its
+    own rate bucket, and its own issuer in the audit. Keyed by the subject
+    alone they shared all three."""
+    with OAuthProvider(
+        tmp_path / "oauth-b",
+        procs=procs,
+        clients=[confidential_client(SVC, SVC_SECRET, groups=["ops"], scope=MCP_SCOPE)],
+        name="oauth-provider-b",
+    ) as other:
+        web = demo_http("web")
+        gw = vigil(
+            [http_backend("web", web.url)],
+            api={},
+            auth={"oauth": {"issuers": [idp.issuer, other.issuer], "required_scopes": [MCP_SCOPE]}},
+            policy=[{"principals": ["sub:svc"], "issuer": "*", "allow": ["*"], "rate": "2/min"}],
+        )
+        for provider in (idp, other):
+            provider.add_resource(gw.url, format="jwt")
+        token_a = idp.client_credentials_token(SVC, SVC_SECRET, resource=gw.url, scope=MCP_SCOPE)
+        token_b = other.client_credentials_token(SVC, SVC_SECRET, resource=gw.url, scope=MCP_SCOPE)
+        logs_a, logs_b = Inbox(), Inbox()
+        async with (
+            http_session(gw.url, headers=bearer(token_a), logging_callback=logs_a) as a,
+            http_session(gw.url, headers=bearer(token_b), logging_callback=logs_b) as b,
+        ):
+            secret = f"a-{uuid.uuid4()}"
+            await call_text(a, "web__log", {"level": "error", "message": secret})
+            await logs_a.wait_for(lambda p: secret in json.dumps(p.data), "svc of A hears its own log")
+            # Two calls use up A's 2/min; B's bucket is his own.
+            assert await call_text(a, "web__echo", {"text": "second"}) == "second"
+            err = await call_error(a, "web__echo", {"text": "third"})
+            assert err.code == -32029, f"{err.code}: {err}"
+            own = f"b-{uuid.uuid4()}"
+            await call_text(b, "web__log", {"level": "error", "message": own})
+            await logs_b.wait_for(lambda p: own in json.dumps(p.data), "svc of B hears his own log")
+            assert not any(secret in json.dumps(p.data) for p in logs_b.items), "A's log reached B"
+            assert await call_text(b, "web__echo", {"text": "second"}) == "second"
+
+        async def audited(issuer: str) -> list[dict[str, object]]:
+            async with httpx.AsyncClient(timeout=DEADLINE) as http:
+                resp = await http.get(gw.api_base + "/api/v1/audit/calls", params={"issuer": issuer})
+            assert resp.status_code == 200, resp.text
+            return resp.json()["calls"]
+
+        mine = await poll(lambda: audited(idp.issuer), lambda c: len(c) == 3, "A's three calls audited")
+        assert {(c["principal"], c["issuer"], c["outcome"]) for c in mine} == {
+            ("sub:svc", idp.issuer, "ok"),
+            ("sub:svc", idp.issuer, "rate_limited"),
+        }, mine
+        his = await poll(lambda: audited(other.issuer), lambda c: len(c) == 2, "B's two calls audited")
+        assert {(c["issuer"], c["outcome"]) for c in his} == {(other.issuer, "ok")}, his

@@ -1,10 +1,10 @@
 //! `GET /api/v1/audit/calls`: the audit of MCP calls (viewer role).
 //!
-//! Query: `principal`, `backend`, `outcome` (`ok`, `error`, `denied`,
+//! Query: `principal`, `issuer`, `backend`, `outcome` (`ok`, `error`, `denied`,
 //! `rate_limited`, `unavailable`), `since` (RFC 3339, or a duration back
 //! from now such as `10m`), `limit` (1..=10000, default 100) and `after`
 //! (a row id). Answer: `{"calls": [{"id": ..., "at": ..., "principal": ...,
-//! "session": ..., "backend": ..., "method": ..., "name": ..., "outcome":
+//! "issuer": ... (OAuth subjects only), "session": ..., "backend": ..., "method": ..., "name": ..., "outcome":
 //! ..., "duration_us": ..., "arguments": ...}, ...]}` — the newest first,
 //! or with `after` the rows of a larger id, oldest first (how `vigil audit
 //! --follow` pages forward). A bad value is a 400 naming the parameter; no
@@ -34,7 +34,7 @@ pub(super) async fn list(
 ) -> Result<Json<Calls>, ApiError> {
     let Query(raw) = q.map_err(|e| {
         ApiError::BadRequest(format!(
-            "bad query: {}; use ?principal=&backend=&outcome=&since=&limit=&after=",
+            "bad query: {}; use ?principal=&issuer=&backend=&outcome=&since=&limit=&after=",
             e.body_text()
         ))
     })?;

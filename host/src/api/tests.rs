@@ -1035,6 +1035,7 @@ fn call(
     crate::audit::CallRecord {
         at: std::time::SystemTime::now() - std::time::Duration::from_secs(3600 - n),
         principal: principal.into(),
+        issuer: None,
         session: Some("s-0a1b2c3d".into()),
         backend: backend.into(),
         method: crate::audit::Method::ToolsCall,

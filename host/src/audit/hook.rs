@@ -154,6 +154,7 @@ impl Started {
         self.audit.record(CallRecord {
             at: self.at,
             principal: self.principal.id().to_owned(),
+            issuer: self.principal.issuer().map(str::to_owned),
             session: self.session.as_deref().map(crate::redact::session_tag),
             backend: backend.to_owned(),
             method: self.method,

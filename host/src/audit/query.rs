@@ -16,6 +16,8 @@ pub const MAX_LIMIT: usize = 10_000;
 pub struct CallQuery {
     /// Exactly this principal (`key:ci-bot`, `local`).
     pub principal: Option<String>,
+    /// Exactly this issuer (of `sub:` principals).
+    pub issuer: Option<String>,
     /// Exactly this configured backend.
     pub backend: Option<String>,
     pub outcome: Option<Outcome>,
@@ -33,6 +35,7 @@ impl Default for CallQuery {
     fn default() -> Self {
         CallQuery {
             principal: None,
+            issuer: None,
             backend: None,
             outcome: None,
             since: None,
@@ -48,6 +51,7 @@ impl Default for CallQuery {
 #[serde(deny_unknown_fields)]
 pub struct RawCallQuery {
     pub principal: Option<String>,
+    pub issuer: Option<String>,
     pub backend: Option<String>,
     pub outcome: Option<String>,
     pub since: Option<String>,
@@ -90,6 +94,7 @@ impl CallQuery {
             .transpose()?;
         Ok(CallQuery {
             principal: given(raw.principal),
+            issuer: given(raw.issuer),
             backend: given(raw.backend),
             outcome,
             since,
@@ -202,6 +207,7 @@ mod tests {
         for (k, v) in pairs {
             let slot = match *k {
                 "principal" => &mut q.principal,
+                "issuer" => &mut q.issuer,
                 "backend" => &mut q.backend,
                 "outcome" => &mut q.outcome,
                 "since" => &mut q.since,
@@ -220,6 +226,7 @@ mod tests {
         let q = CallQuery::parse(
             raw(&[
                 ("principal", "key:ci"),
+                ("issuer", "https://login.example.com"),
                 ("backend", ""),
                 ("outcome", "rate_limited"),
                 ("since", "1h"),
@@ -233,6 +240,7 @@ mod tests {
             q,
             CallQuery {
                 principal: Some("key:ci".into()),
+                issuer: Some("https://login.example.com".into()),
                 backend: None,
                 outcome: Some(Outcome::RateLimited),
                 since: Some(now - Duration::from_secs(3600)),

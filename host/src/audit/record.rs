@@ -130,6 +130,10 @@ pub struct CallRecord {
     /// Who called: `local` (stdio, or no `[auth]`), `key:NAME`, ... (see
     /// [`crate::auth::Principal::id`]).
     pub principal: String,
+    /// The authorization server that vouched for a `sub:` principal (two
+    /// may each have a subject of that name); absent for keys and `local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
     /// The client session, as [`crate::redact::session_tag`] names it
     /// (`s-1a2b3c4d`); `None` for calls without a session (stdio, and
     /// 2026-07-28 clients, which have none).
@@ -208,6 +212,7 @@ mod tests {
             call: CallRecord {
                 at: SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123),
                 principal: "key:ci".into(),
+                issuer: None,
                 session: None,
                 backend: "files".into(),
                 method: Method::ToolsCall,

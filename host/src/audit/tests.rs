@@ -101,6 +101,7 @@ fn record(n: usize) -> CallRecord {
     CallRecord {
         at: SystemTime::now(),
         principal: "key:burst".into(),
+        issuer: None,
         session: None,
         backend: "demo".into(),
         method: Method::ToolsCall,

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Principal;
 use super::oauth::OAuth;
+use super::{CallerKey, Principal};
 use crate::config::TokenExchange;
 
 /// How long before it expires an exchanged token is replaced.
@@ -27,7 +27,7 @@ const CAPACITY: usize = 10_000;
 const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 const ACCESS_TOKEN: &str = "urn:ietf:params:oauth:token-type:access_token";
 
-type Key = (Arc<str>, Option<String>, Arc<str>);
+type Key = (CallerKey, Arc<str>);
 
 pub struct Exchanger {
     oauth: Arc<OAuth>,
@@ -61,11 +61,7 @@ impl Exchanger {
         backend: &Arc<str>,
         x: &TokenExchange,
     ) -> Result<String, String> {
-        let key: Key = (
-            principal.shared_id(),
-            principal.issuer().map(str::to_owned),
-            backend.clone(),
-        );
+        let key: Key = (principal.caller().clone(), backend.clone());
         if let Some((token, until)) = self.lock().get(&key)
             && Instant::now() < *until
         {

@@ -43,14 +43,48 @@ impl std::fmt::Debug for InboundToken {
     }
 }
 
+/// Who a caller is, as every per-caller structure keys it (lanes, rate
+/// buckets, MRTR state, lane logs, the audit): its id *and* the issuer
+/// that vouched for it. Two authorization servers may well each have an
+/// `alice`; they are two callers. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CallerKey {
+    /// `local` (no `[auth]`, or stdio), `key:NAME`, `sub:SUBJECT`.
+    id: Arc<str>,
+    /// The authorization server that vouched for `sub:` principals.
+    issuer: Option<Arc<str>>,
+}
+
+impl CallerKey {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn issuer(&self) -> Option<&str> {
+        self.issuer.as_deref()
+    }
+
+    /// The key as bytes no other key has (each part length-prefixed), for
+    /// what is signed over it (MRTR state).
+    pub fn unambiguous(&self) -> String {
+        let issuer = self.issuer.as_deref().unwrap_or("");
+        format!("{}:{}{}:{}", self.id.len(), self.id, issuer.len(), issuer)
+    }
+}
+
+impl std::fmt::Display for CallerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.issuer {
+            Some(issuer) => write!(f, "{} of {issuer}", self.id),
+            None => f.write_str(&self.id),
+        }
+    }
+}
+
 /// A caller of the MCP endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal {
-    /// `local` (no `[auth]`, or stdio), `key:NAME`, `sub:SUBJECT`.
-    id: Arc<str>,
-    /// The authorization server that vouched for `sub:` principals: two
-    /// issuers may well have a subject of the same name.
-    issuer: Option<Arc<str>>,
+    caller: CallerKey,
     /// What else policy may match the caller by: `group:NAME` and
     /// `scope:NAME` of its token.
     memberships: Arc<[Arc<str>]>,
@@ -69,8 +103,7 @@ impl Principal {
         static NONE: std::sync::LazyLock<Arc<[Arc<str>]>> =
             std::sync::LazyLock::new(|| Arc::from(Vec::new()));
         Principal {
-            id,
-            issuer: None,
+            caller: CallerKey { id, issuer: None },
             memberships: NONE.clone(),
         }
     }
@@ -105,26 +138,29 @@ impl Principal {
             .chain(scopes.into_iter().map(|s| format!("scope:{s}").into()))
             .collect();
         Principal {
-            id: format!("sub:{subject}").into(),
-            issuer: Some(issuer.into()),
+            caller: CallerKey {
+                id: format!("sub:{subject}").into(),
+                issuer: Some(issuer.into()),
+            },
             memberships: memberships.into(),
         }
     }
 
-    /// `local`, `key:NAME`, `sub:SUBJECT`: what the audit records and
-    /// sessions are bound to.
+    /// `local`, `key:NAME`, `sub:SUBJECT`: what policy patterns match and
+    /// people read. Not a key: two issuers may have the same id
+    /// ([`Principal::caller`]).
     pub fn id(&self) -> &str {
-        &self.id
+        &self.caller.id
     }
 
-    /// [`Principal::id`], shared (a key without an allocation).
-    pub fn shared_id(&self) -> Arc<str> {
-        self.id.clone()
+    /// Who the caller is, for every per-caller structure.
+    pub fn caller(&self) -> &CallerKey {
+        &self.caller
     }
 
     /// The issuer of a `sub:` principal's token.
     pub fn issuer(&self) -> Option<&str> {
-        self.issuer.as_deref()
+        self.caller.issuer()
     }
 
     /// The caller's `group:` and `scope:` names.
@@ -136,13 +172,13 @@ impl Principal {
     /// whatever its groups or scopes are now (a refreshed token may carry
     /// others, and still continues the caller's session).
     pub fn same_caller(&self, other: &Principal) -> bool {
-        self.id == other.id && self.issuer == other.issuer
+        self.caller == other.caller
     }
 }
 
 impl std::fmt::Display for Principal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.id)
+        self.caller.fmt(f)
     }
 }
 

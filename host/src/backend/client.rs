@@ -46,7 +46,7 @@ pub trait Downstream: Send + Sync + 'static {
     fn lane_log(
         &self,
         backend: &Arc<str>,
-        principal: &str,
+        principal: &crate::auth::CallerKey,
         params: LoggingMessageNotificationParam,
     );
     /// What a backend session for a capability set lists changed (see

@@ -31,11 +31,12 @@ use rmcp::model::LoggingMessageNotificationParam;
 use super::client::{Downstream, ListKind};
 use super::http_ping::SessionTarget;
 use super::{Backend, BackendError, Connection};
+use crate::auth::CallerKey;
 
-/// A backend's lanes, by principal id (see the module docs).
+/// A backend's lanes, by caller (see the module docs).
 #[derive(Default)]
 pub struct Lanes {
-    open: RwLock<HashMap<Arc<str>, Arc<Opened>>>,
+    open: RwLock<HashMap<CallerKey, Arc<Opened>>>,
     /// Serializes opening, so concurrent first calls open one session.
     opening: tokio::sync::Mutex<()>,
 }
@@ -65,11 +66,11 @@ impl Opened {
 }
 
 impl Lanes {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<Opened>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<CallerKey, Arc<Opened>>> {
         self.open.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<Opened>>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<CallerKey, Arc<Opened>>> {
         self.open.write().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -79,7 +80,7 @@ impl Lanes {
 /// to nothing).
 struct ForPrincipal {
     inner: Arc<dyn Downstream>,
-    principal: Arc<str>,
+    principal: CallerKey,
 }
 
 impl Downstream for ForPrincipal {
@@ -93,7 +94,7 @@ impl Downstream for ForPrincipal {
     fn lane_log(
         &self,
         backend: &Arc<str>,
-        principal: &str,
+        principal: &crate::auth::CallerKey,
         params: LoggingMessageNotificationParam,
     ) {
         self.inner.lane_log(backend, principal, params);
@@ -103,7 +104,7 @@ impl Downstream for ForPrincipal {
 impl Backend {
     /// `principal`'s lane, opened (or replaced) if need be within the
     /// connect timeout.
-    pub async fn lane(&self, principal: &str) -> Result<Arc<Opened>, BackendError> {
+    pub async fn lane(&self, principal: &CallerKey) -> Result<Arc<Opened>, BackendError> {
         if let Some(open) = self.usable_lane(principal) {
             return Ok(open);
         }
@@ -121,7 +122,7 @@ impl Backend {
             .read()
             .get(principal)
             .is_some_and(|o| o.instance == instance && o.conn.is_closed());
-        let principal: Arc<str> = principal.into();
+        let principal = principal.clone();
         let downstream = Arc::new(ForPrincipal {
             inner: self.downstream.clone(),
             principal: principal.clone(),
@@ -158,7 +159,7 @@ impl Backend {
         Ok(open)
     }
 
-    fn usable_lane(&self, principal: &str) -> Option<Arc<Opened>> {
+    fn usable_lane(&self, principal: &CallerKey) -> Option<Arc<Opened>> {
         let open = self.lanes.read().get(principal)?.clone();
         (open.instance == self.instance() && !open.conn.is_closed()).then_some(open)
     }

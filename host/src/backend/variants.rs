@@ -470,7 +470,7 @@ impl Downstream for ForVariant {
     fn lane_log(
         &self,
         backend: &Arc<str>,
-        principal: &str,
+        principal: &crate::auth::CallerKey,
         params: LoggingMessageNotificationParam,
     ) {
         self.inner.lane_log(backend, principal, params);

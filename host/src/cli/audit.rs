@@ -52,6 +52,9 @@ pub struct CallRow {
     /// Unix milliseconds.
     pub at: i64,
     pub principal: String,
+    /// The issuer of a `sub:` principal.
+    #[serde(default)]
+    pub issuer: Option<String>,
     #[serde(default)]
     pub session: Option<String>,
     #[serde(default)]
@@ -152,6 +155,7 @@ fn query(args: &AuditArgs, after: Option<i64>, limit: u64) -> Vec<(&'static str,
     let mut q = Vec::new();
     let filters = [
         ("principal", &args.principal),
+        ("issuer", &args.issuer),
         ("backend", &args.backend),
         ("outcome", &args.outcome),
         ("since", &args.since),
@@ -200,7 +204,10 @@ fn cells(r: &CallRow) -> [String; 8] {
     };
     [
         humantime::format_rfc3339_millis(crate::health::unix_ms::from_ms(r.at)).to_string(),
-        or_dash(&r.principal),
+        match &r.issuer {
+            Some(issuer) => one_line(&format!("{} of {issuer}", r.principal)),
+            None => or_dash(&r.principal),
+        },
         or_dash(&r.backend),
         or_dash(&r.method),
         or_dash(&r.outcome),
@@ -270,6 +277,7 @@ mod tests {
             id,
             at: 1_748_768_400_201,
             principal: principal.into(),
+            issuer: None,
             session: session.map(Into::into),
             backend: "files".into(),
             method: "tools/call".into(),

@@ -137,6 +137,9 @@ pub struct AuditArgs {
     /// Only this principal's calls (`key:NAME`, `local`, ...).
     #[arg(long, value_name = "PRINCIPAL")]
     pub principal: Option<String>,
+    /// Only calls of principals this `[auth.oauth]` issuer vouched for.
+    #[arg(long, value_name = "URL")]
+    pub issuer: Option<String>,
     /// Only calls to this backend (its configured name).
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,

@@ -1249,6 +1249,7 @@ fn call_record(
     crate::audit::CallRecord {
         at: crate::health::unix_ms::from_ms(T0 + n),
         principal: principal.into(),
+        issuer: None,
         session: Some(format!("s-0000000{n}")),
         backend: "alpha".into(),
         method: crate::audit::Method::ToolsCall,
@@ -1281,6 +1282,7 @@ async fn serve_calls(
 fn audit_args(addr: SocketAddr, token: &str, json: bool) -> AuditArgs {
     AuditArgs {
         principal: None,
+        issuer: None,
         backend: None,
         outcome: None,
         since: None,

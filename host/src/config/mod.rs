@@ -42,7 +42,7 @@ pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};
 pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
 pub use oauth::{Introspection, OAuthConfig, TokenExchange};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
-pub use policy::{PolicyConfig, Rate, parse_rate};
+pub use policy::{Issuer as PolicyIssuer, PolicyConfig, Rate, parse_rate};
 use raw::RawConfig;
 pub use store::StoreConfig;
 pub use telemetry::TelemetryConfig;
@@ -321,7 +321,8 @@ impl Config {
                 "gives roles to principals of OAuth access tokens, but [auth.oauth] is not configured: add [auth.oauth], or use [[api.tokens]]",
             );
         }
-        let policies = p.policies(raw.policy);
+        let issuers: &[String] = auth.oauth.as_ref().map_or(&[], |o| &o.issuers);
+        let policies = p.policies(raw.policy, issuers);
         let freshness = p.freshness(raw.freshness, health.interval);
         let poller = p.poller(raw.poller, env);
         let plugins = p.plugins(raw.plugins, path, &data_dir);

@@ -380,6 +380,46 @@ mod tests {
     }
 
     #[test]
+    fn with_two_issuers_a_policy_of_token_principals_says_whose() {
+        let base = "listen = \"127.0.0.1:8080\"\n[auth.oauth]\nissuers = [\"https://a.example\", \"https://b.example\"]\n";
+        let with = |entry: &str| {
+            load(
+                &format!("{base}[[policy]]\n{entry}\nallow = [\"*\"]\n"),
+                &[],
+            )
+        };
+        let e = with("principals = [\"sub:alice\", \"key:ci\"]").unwrap_err();
+        assert!(
+            e.contains("policy[0].issuer: missing: \"sub:alice\" name principals of OAuth tokens, and 2 issuers are configured")
+                && e.contains("issuer = one of \"https://a.example\", \"https://b.example\""),
+            "{e}"
+        );
+        let e = with("principals = [\"sub:alice\"]\nissuer = \"https://c.example\"").unwrap_err();
+        assert!(
+            e.contains("`https://c.example` is not one of [auth.oauth] issuers"),
+            "{e}"
+        );
+        // Said: one issuer, or any; keys and `*` need nothing.
+        let c = with("principals = [\"sub:alice\"]\nissuer = \"https://b.example\"").unwrap();
+        assert_eq!(
+            c.policies[0].issuer,
+            Some(super::super::PolicyIssuer::Is("https://b.example".into()))
+        );
+        let c = with("principals = [\"group:ops\"]\nissuer = \"*\"").unwrap();
+        assert_eq!(c.policies[0].issuer, Some(super::super::PolicyIssuer::Any));
+        assert!(with("principals = [\"key:ci\", \"*\"]").is_ok());
+        // One issuer: nothing to say.
+        let one = "listen = \"127.0.0.1:8080\"\n[auth.oauth]\nissuers = [\"https://a.example\"]\n[[policy]]\nprincipals = [\"sub:alice\"]\nallow = [\"*\"]\n";
+        assert!(load(one, &[]).is_ok());
+        // Without [auth.oauth] an issuer names nobody.
+        let e = load("[[policy]]\nprincipals = [\"sub:alice\"]\nissuer = \"https://a.example\"\nallow = [\"*\"]\n", &[]).unwrap_err();
+        assert!(
+            e.contains("policy[0].issuer: names an issuer, but [auth.oauth] is not configured"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn oauth_defaults_to_the_listen_url_and_the_usual_claims() {
         let c = load(
             "listen = \"127.0.0.1:8080\"\n[auth.oauth]\nissuers = [\"http://127.0.0.1:9000\"]\nrequired_scopes = [\"mcp\"]\n",

@@ -22,6 +22,7 @@ pub struct RawPolicy {
     pub deny: Vec<String>,
     pub rate: Option<String>,
     pub rate_per_tool: Option<String>,
+    pub issuer: Option<String>,
 }
 
 /// One `[[policy]]` entry, checked.
@@ -38,6 +39,19 @@ pub struct PolicyConfig {
     pub rate: Option<Rate>,
     /// Calls per principal and tool (or prompt, or resource).
     pub rate_per_tool: Option<Rate>,
+    /// Whose principals the entry names: `None` or `Some(Issuer::Any)`
+    /// for every caller its patterns match, `Some(Issuer::Is(url))` only
+    /// callers whose token that `[auth.oauth]` issuer signed.
+    pub issuer: Option<Issuer>,
+}
+
+/// `[[policy]] issuer`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Issuer {
+    /// `"*"`: the same subject of any configured issuer, said on purpose.
+    Any,
+    /// One of `[auth.oauth] issuers`.
+    Is(String),
 }
 
 /// `N/unit`: at most `count` calls per `per`, a burst of `count` allowed.
@@ -72,14 +86,21 @@ pub(super) fn principal_problem(p: &str) -> Option<String> {
 }
 
 impl Problems {
-    pub(super) fn policies(&mut self, raw: Vec<RawPolicy>) -> Vec<PolicyConfig> {
+    /// The entries, checked against `issuers` (`[auth.oauth] issuers`,
+    /// empty without it).
+    pub(super) fn policies(
+        &mut self,
+        raw: Vec<RawPolicy>,
+        issuers: &[String],
+    ) -> Vec<PolicyConfig> {
         raw.into_iter()
             .enumerate()
-            .map(|(i, r)| self.policy(&format!("policy[{i}]"), r))
+            .map(|(i, r)| self.policy(&format!("policy[{i}]"), r, issuers))
             .collect()
     }
 
-    fn policy(&mut self, at: &str, raw: RawPolicy) -> PolicyConfig {
+    fn policy(&mut self, at: &str, raw: RawPolicy, issuers: &[String]) -> PolicyConfig {
+        let issuer = self.issuer(at, &raw, issuers);
         if raw.principals.is_empty() {
             self.add(
                 format!("{at}.principals"),
@@ -118,6 +139,61 @@ impl Problems {
             deny: raw.deny,
             rate,
             rate_per_tool,
+            issuer,
+        }
+    }
+
+    /// `issuer`, checked; and with several issuers configured, an entry
+    /// naming principals of tokens (`sub:`, `group:`, `scope:`) must say
+    /// whose: `alice` of one authorization server is not `alice` of
+    /// another.
+    fn issuer(&mut self, at: &str, raw: &RawPolicy, issuers: &[String]) -> Option<Issuer> {
+        let key = format!("{at}.issuer");
+        match raw.issuer.as_deref() {
+            Some("*") => Some(Issuer::Any),
+            Some(_) if issuers.is_empty() => {
+                self.add(
+                    key,
+                    "names an issuer, but [auth.oauth] is not configured: remove it, or add [auth.oauth] with that issuer",
+                );
+                None
+            }
+            Some(i) if issuers.iter().any(|c| c == i) => Some(Issuer::Is(i.to_owned())),
+            Some(i) => {
+                self.add(
+                    key,
+                    format!(
+                        "`{i}` is not one of [auth.oauth] issuers: use one of {}, or \"*\" for any",
+                        quoted(issuers)
+                    ),
+                );
+                None
+            }
+            None if issuers.len() > 1 => {
+                let of_tokens: Vec<&String> = raw
+                    .principals
+                    .iter()
+                    .filter(|p| {
+                        ["sub:", "group:", "scope:"]
+                            .iter()
+                            .any(|k| p.starts_with(k))
+                    })
+                    .collect();
+                if !of_tokens.is_empty() {
+                    self.add(
+                        key,
+                        format!(
+                            "missing: {} name principals of OAuth tokens, and {} issuers are configured, each with its own subjects, groups and scopes: \
+                             say whose with issuer = one of {} (an entry per issuer), or issuer = \"*\" for any of them",
+                            quoted(&of_tokens),
+                            issuers.len(),
+                            quoted(issuers)
+                        ),
+                    );
+                }
+                None
+            }
+            None => None,
         }
     }
 
@@ -130,6 +206,14 @@ impl Problems {
             }
         }
     }
+}
+
+fn quoted<S: AsRef<str>>(items: &[S]) -> String {
+    items
+        .iter()
+        .map(|s| format!("\"{}\"", s.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `600/min`, `10/s`, `1000/hour`, `5000/day`.

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::auth::Principal;
+use crate::auth::{CallerKey, Principal};
 use crate::backend::pool::{Context, Pool};
 
 /// How long a caller's pool outlives its last request: as long as an idle
@@ -28,8 +28,7 @@ pub const IDLE: Duration = super::streams::IDLE;
 /// Who, and with which credentials.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
-    principal: Arc<str>,
-    issuer: Option<Arc<str>>,
+    caller: CallerKey,
     authorization: Option<String>,
 }
 
@@ -62,8 +61,7 @@ impl CallerPools {
         new_id: impl FnOnce() -> u64,
     ) -> Arc<Pool> {
         let key = Key {
-            principal: principal.shared_id(),
-            issuer: principal.issuer().map(Arc::from),
+            caller: principal.caller().clone(),
             authorization: authorization.map(str::to_owned),
         };
         let now = Instant::now();

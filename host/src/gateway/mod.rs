@@ -184,7 +184,7 @@ impl Downstream for Fanout {
     fn lane_log(
         &self,
         _backend: &Arc<str>,
-        principal: &str,
+        principal: &crate::auth::CallerKey,
         mut params: rmcp::model::LoggingMessageNotificationParam,
     ) {
         self.redactor.mask_json(&mut params.data);

@@ -35,6 +35,7 @@ use rmcp::model::*;
 use sha2::Sha256;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::auth::CallerKey;
 use crate::backend::ask::Event;
 
 /// Marks a `requestState` as Vigil's own (a 2026-07-28 backend's passes
@@ -60,14 +61,19 @@ const MAX_PARKED: usize = 10_000;
 /// principal, for the same method and name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Binding {
-    pub principal: String,
+    pub principal: CallerKey,
     pub method: &'static str,
     pub name: String,
 }
 
 impl Binding {
     fn mac_input(&self) -> String {
-        format!("{}\n{}\n{}", self.principal, self.method, self.name)
+        format!(
+            "{}\n{}\n{}",
+            self.principal.unambiguous(),
+            self.method,
+            self.name
+        )
     }
 }
 

@@ -479,7 +479,7 @@ impl FrontSession {
     ) -> super::mrtr::Round {
         let mrtr = self.gw.mrtr()?;
         let binding = Binding {
-            principal: Principal::of(&ctx.extensions).id().to_owned(),
+            principal: Principal::of(&ctx.extensions).caller().clone(),
             method: target.method,
             name: target.name,
         };

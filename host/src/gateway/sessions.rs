@@ -32,7 +32,7 @@ use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::DropGuard;
 
-use crate::auth::Principal;
+use crate::auth::{CallerKey, Principal};
 use crate::backend::Outbox;
 use crate::backend::capset::CapSet;
 use crate::backend::pool::{self, Pool};
@@ -49,8 +49,8 @@ struct Entry {
     subscriptions: HashSet<String>,
     /// Minimum level of log messages the client asked for.
     log_level: Option<LoggingLevel>,
-    /// Whose session it is (the principal's id).
-    principal: Arc<str>,
+    /// Whose session it is.
+    principal: CallerKey,
     /// Whether its calls may share its principal's lanes (see
     /// `super::fronts`): it hears what the backend says on them.
     lanes: bool,
@@ -164,7 +164,7 @@ impl Sessions {
     ) {
         let Viewer { principal, capset } = viewer;
         outbox.connect(channel.clone());
-        let principal_id: Arc<str> = principal.id().into();
+        let caller = principal.caller().clone();
         let resync = Arc::new(Notify::new());
         if !Arc::ptr_eq(&shown, &self.catalog.get()) {
             resync.notify_one();
@@ -199,7 +199,7 @@ impl Sessions {
                 outbox,
                 subscriptions: HashSet::new(),
                 log_level: None,
-                principal: principal_id,
+                principal: caller,
                 lanes,
                 pool,
                 resync,
@@ -307,11 +307,11 @@ impl Sessions {
 
     /// Relays a log message a backend sent on `principal`'s lane: to that
     /// principal's sessions that use lanes (and so set no log level).
-    pub fn lane_log(&self, principal: &str, params: LoggingMessageNotificationParam) {
+    pub fn lane_log(&self, principal: &CallerKey, params: LoggingMessageNotificationParam) {
         for e in self
             .lock()
             .values()
-            .filter(|e| e.lanes && e.log_level.is_none() && *e.principal == *principal)
+            .filter(|e| e.lanes && e.log_level.is_none() && e.principal == *principal)
         {
             e.outbox.log(params.clone());
         }

@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::auth::Principal;
+use crate::auth::{CallerKey, Principal};
 use crate::catalog::{Catalog, Kind};
-use crate::config::{PolicyConfig, Rate};
+use crate::config::{PolicyConfig, PolicyIssuer, Rate};
 
 pub use glob::matches;
 
@@ -48,8 +48,8 @@ pub struct Rule {
     /// Its place in the file (`policy[N]`).
     pub index: usize,
     pub config: PolicyConfig,
-    per_principal: Option<rate::Buckets<Arc<str>>>,
-    per_tool: Option<rate::Buckets<(Arc<str>, String)>>,
+    per_principal: Option<rate::Buckets<CallerKey>>,
+    per_tool: Option<rate::Buckets<(CallerKey, String)>>,
 }
 
 impl Rule {
@@ -62,8 +62,14 @@ impl Rule {
         }
     }
 
-    /// Whether the entry is for `p`.
+    /// Whether the entry is for `p`: one of its patterns matches, and
+    /// when it names an issuer, that issuer vouched for `p`.
     fn names(&self, p: &Principal) -> bool {
+        if let Some(PolicyIssuer::Is(issuer)) = &self.config.issuer
+            && p.issuer() != Some(issuer.as_str())
+        {
+            return false;
+        }
         self.config.principals.iter().any(|pattern| {
             pattern == "*"
                 || matches(pattern, p.id())
@@ -224,12 +230,12 @@ impl Policies {
                 retry_after,
             }
         };
-        let id = p.shared_id();
+        let caller = p.caller();
         if let Some(b) = &rule.per_principal {
-            b.take(&id).map_err(|wait| over(b.rate, false, wait))?;
+            b.take(caller).map_err(|wait| over(b.rate, false, wait))?;
         }
         if let Some(b) = &rule.per_tool {
-            b.take(&(id, name.to_owned()))
+            b.take(&(caller.clone(), name.to_owned()))
                 .map_err(|wait| over(b.rate, true, wait))?;
         }
         Ok(())

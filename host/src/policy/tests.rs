@@ -16,6 +16,7 @@ fn entry(config: &str) -> PolicyConfig {
         deny: Vec<String>,
         rate: Option<String>,
         rate_per_tool: Option<String>,
+        issuer: Option<String>,
     }
     let e: E = toml::from_str(config).unwrap();
     PolicyConfig {
@@ -24,6 +25,10 @@ fn entry(config: &str) -> PolicyConfig {
         deny: e.deny,
         rate: e.rate.map(|r| parse_rate(&r).unwrap()),
         rate_per_tool: e.rate_per_tool.map(|r| parse_rate(&r).unwrap()),
+        issuer: e.issuer.map(|i| match i.as_str() {
+            "*" => PolicyIssuer::Any,
+            _ => PolicyIssuer::Is(i),
+        }),
     }
 }
 
@@ -168,6 +173,57 @@ fn calls_are_denied_like_the_view_and_rated_per_principal_and_tool() {
         p.admit(&bob, Kind::Tool, "remote__search"),
         Ok(()),
         "bob has his own bucket"
+    );
+}
+
+#[test]
+fn the_same_subject_of_two_issuers_is_two_callers() {
+    let a = "https://a.example";
+    let b = "https://b.example";
+    let p = Policies::new(vec![
+        entry(&format!(
+            r#"principals = ["sub:alice"]
+               issuer = "{a}"
+               allow = ["files__*"]
+               rate = "1/min""#
+        )),
+        entry(&format!(
+            r#"principals = ["sub:alice"]
+               issuer = "{b}"
+               allow = ["remote__*"]
+               rate = "1/min""#
+        )),
+        entry(
+            r#"principals = ["group:ops"]
+               issuer = "*"
+               allow = ["remote__search"]"#,
+        ),
+    ]);
+    let alice_a = Principal::subject(a, "alice", [], []);
+    let alice_b = Principal::subject(b, "alice", [], []);
+    // Each is named by her own issuer's entry, and sees its tools only.
+    assert_eq!(
+        p.admit(&alice_a, Kind::Tool, "remote__search"),
+        Err(Refused::Denied)
+    );
+    assert_eq!(
+        p.admit(&alice_b, Kind::Tool, "files__read"),
+        Err(Refused::Denied)
+    );
+    // Each has her own bucket: one call a minute each.
+    assert_eq!(p.admit(&alice_a, Kind::Tool, "files__read"), Ok(()));
+    assert_eq!(p.admit(&alice_b, Kind::Tool, "remote__search"), Ok(()));
+    assert!(matches!(
+        p.admit(&alice_a, Kind::Tool, "files__read"),
+        Err(Refused::RateLimited { .. })
+    ));
+    // An entry for any issuer names the group in every one of them.
+    let ops_b = Principal::subject(b, "carol", ["ops"], []);
+    assert_eq!(p.admit(&ops_b, Kind::Tool, "remote__search"), Ok(()));
+    // A key is no issuer's subject.
+    assert_eq!(
+        p.admit(&Principal::key("alice"), Kind::Tool, "files__read"),
+        Err(Refused::Denied)
     );
 }
 

@@ -107,6 +107,8 @@ const MIGRATIONS: &[&str] = &[
      ) STRICT;
      CREATE INDEX calls_at ON calls (at);
      CREATE INDEX calls_principal_id ON calls (principal, id);",
+    // 3: the issuer of an OAuth subject (two issuers may name the same one).
+    "ALTER TABLE calls ADD COLUMN issuer TEXT;",
 ];
 
 /// The embedded [`Store`]: one SQLite connection behind a mutex.

@@ -2,7 +2,7 @@ use super::*;
 
 fn binding(principal: &str) -> Binding {
     Binding {
-        principal: principal.into(),
+        principal: crate::auth::Principal::key(principal).caller().clone(),
         method: "tools/call",
         name: "ask".into(),
     }
@@ -102,6 +102,23 @@ async fn altered_foreign_and_rebound_states_are_refused_as_forged() {
     assert_eq!(
         m.resume(&state, Some(&accept()), &binding("mallory")).err(),
         Some(Refused::Forged)
+    );
+    // The same id from another issuer is someone else too.
+    let of = |issuer| Binding {
+        principal: crate::auth::Principal::subject(issuer, "alice", [], [])
+            .caller()
+            .clone(),
+        ..b.clone()
+    };
+    let (hers, _a2, _c2) = parked(&m, &of("https://a.example"), Duration::from_secs(60)).await;
+    assert_eq!(
+        m.resume(&hers, Some(&accept()), &of("https://b.example"))
+            .err(),
+        Some(Refused::Forged)
+    );
+    assert!(
+        m.resume(&hers, Some(&accept()), &of("https://a.example"))
+            .is_ok()
     );
     assert_eq!(m.resume("vigil1.zz", None, &b).err(), Some(Refused::Forged));
     // Still resumable by its owner after all that.

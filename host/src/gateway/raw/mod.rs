@@ -424,7 +424,7 @@ impl RawPath {
         // sent once more, as on the typed path.
         let mut recovered = false;
         let (outcome, target) = loop {
-            let lane = match b.lane(who.id()).await {
+            let lane = match b.lane(who.caller()).await {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::debug!(backend = %b.name, error = %e, "no lane; the call goes the typed way");

@@ -20,15 +20,15 @@ use crate::health::unix_ms;
 pub(super) const PRUNE_CHUNK: usize = 5000;
 
 const COLUMNS: &str =
-    "id, at, principal, session, backend, method, name, outcome, duration_us, arguments";
+    "id, at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer";
 
 /// Appends `calls` in one transaction.
 pub(super) fn append(conn: &mut Connection, calls: &[CallRecord]) -> Result<(), StoreError> {
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
-            "INSERT INTO calls (at, principal, session, backend, method, name, outcome, duration_us, arguments)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO calls (at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?;
         for c in calls {
             let arguments = c.arguments.as_ref().map(|a| a.to_string());
@@ -43,6 +43,7 @@ pub(super) fn append(conn: &mut Connection, calls: &[CallRecord]) -> Result<(), 
                 // Saturates at i64::MAX µs, some 292,000 years.
                 i64::try_from(c.duration_us).unwrap_or(i64::MAX),
                 arguments,
+                c.issuer,
             ])?;
         }
     }
@@ -60,6 +61,9 @@ pub(super) fn read(conn: &Connection, q: &CallQuery) -> Result<Rows<StoredCall>,
     };
     if let Some(p) = &q.principal {
         filter(" AND principal = ?", Sql::Text(p.clone()));
+    }
+    if let Some(i) = &q.issuer {
+        filter(" AND issuer = ?", Sql::Text(i.clone()));
     }
     if let Some(b) = &q.backend {
         filter(" AND backend = ?", Sql::Text(b.clone()));
@@ -107,6 +111,7 @@ fn stored(row: &Row<'_>) -> Result<StoredCall, Unread> {
         call: CallRecord {
             at: time(row, 1, "at")?,
             principal: row.get(2)?,
+            issuer: row.get(10)?,
             session: row.get(3)?,
             backend: row.get(4)?,
             method: parsed::<Method>(row, 5, "method")?,
@@ -161,6 +166,7 @@ mod tests {
         CallRecord {
             at: at(1_700_000_000_000 + n * 1000),
             principal: principal.into(),
+            issuer: None,
             session: Some(format!("s-{n:08x}")),
             backend: backend.into(),
             method: Method::ToolsCall,
@@ -217,6 +223,28 @@ mod tests {
         let got: Vec<&CallRecord> = rows.rows.iter().map(|r| &r.call).collect();
         assert_eq!(got, [&second, &first], "newest first");
         assert_eq!(ids(&rows), [2, 1]);
+    }
+
+    #[test]
+    fn the_issuer_of_a_subject_is_kept_and_filtered_on() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let of = |n, issuer: &str| CallRecord {
+            issuer: Some(issuer.into()),
+            ..call(n, "sub:alice", "files", Outcome::Ok)
+        };
+        let (a, b) = (of(1, "https://a.example"), of(2, "https://b.example"));
+        store
+            .append_calls(&[a.clone(), b, call(3, "key:ci", "files", Outcome::Ok)])
+            .unwrap();
+        let q = CallQuery {
+            issuer: Some("https://a.example".into()),
+            ..CallQuery::default()
+        };
+        let rows = store.calls(&q).unwrap();
+        let got: Vec<&CallRecord> = rows.rows.iter().map(|r| &r.call).collect();
+        assert_eq!(got, [&a], "alice of a, not alice of b");
+        let all = store.calls(&CallQuery::default()).unwrap();
+        assert_eq!(all.rows[0].call.issuer, None, "a key has no issuer");
     }
 
     #[test]
