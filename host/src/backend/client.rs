@@ -65,6 +65,9 @@ pub struct BackendClient {
     info: ClientConfig,
     /// What the connection's backend wrote (set when it connects).
     wire: Option<Arc<Wire>>,
+    /// The backend's configured `roots`: the answer to a `roots/list` no
+    /// client that declared roots asks through a call of its own.
+    roots: Option<Arc<[Root]>>,
 }
 
 /// How long a server→client request waits for its originating call to be
@@ -94,7 +97,22 @@ impl BackendClient {
             session,
             info,
             wire: None,
+            roots: None,
         }
+    }
+
+    /// Answers `roots/list` with `uris` where no calling client that
+    /// declared roots does (the backend's `roots` key), and so declares
+    /// the `roots` capability. Nothing when `uris` is empty.
+    pub fn with_roots(mut self, uris: &[String]) -> Self {
+        if uris.is_empty() {
+            return self;
+        }
+        self.roots = Some(uris.iter().map(|u| Root::new(u.clone())).collect());
+        if self.info.capabilities.roots.is_none() {
+            self.info.capabilities.roots = Some(RootsCapabilities::default());
+        }
+        self
     }
 
     /// Reads the params of the backend's requests from `wire` (see
@@ -141,6 +159,17 @@ impl BackendClient {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Whether the call a `roots/list` belongs to is of a client that
+    /// declared roots (then its roots win over configured ones). Looked
+    /// up without waiting: outside any call there is none.
+    fn asking_client_declared_roots(&self, ctx: &RequestContext<RoleClient>) -> bool {
+        let call = match ctx.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => self.inflight.by_request(id),
+            _ => self.inflight.latest(),
+        };
+        call.is_some_and(|c| c.declared().answers("roots/list"))
     }
 
     /// Sends a server→client request to the client whose call caused it.
@@ -260,6 +289,11 @@ impl ClientHandler for BackendClient {
         &self,
         ctx: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, McpError> {
+        if let Some(roots) = &self.roots
+            && !self.asking_client_declared_roots(&ctx)
+        {
+            return Ok(ListRootsResult::new(roots.to_vec()));
+        }
         let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
         match self.forward(&ctx, request).await? {
             ClientResult::ListRootsResult(r) => Ok(r),

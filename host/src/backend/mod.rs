@@ -331,7 +331,8 @@ impl Backend {
             self.downstream.clone(),
             None,
             None,
-        );
+        )
+        .with_roots(&self.config.roots);
         let relay = Relay::spawn(
             self.inflight.clone(),
             self.downstream.clone(),
@@ -437,7 +438,8 @@ impl Backend {
             own.downstream.clone(),
             own.session,
             own.capabilities,
-        );
+        )
+        .with_roots(&self.config.roots);
         let relay = Relay::spawn(
             inflight.clone(),
             own.downstream,

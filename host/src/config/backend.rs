@@ -164,6 +164,11 @@ pub struct BackendConfig {
     /// `probes`: probe plugins run against this backend, each on its own
     /// schedule, feeding its health like the built-in probe.
     pub probes: Vec<super::PluginProbe>,
+    /// `roots`: the roots (`file://` URIs) Vigil answers the backend's
+    /// `roots/list` with when no client that declared roots is asking
+    /// through a call of its own (the shared session declares `roots` for
+    /// them).
+    pub roots: Vec<String>,
     /// The values `${NAME}` references took from the environment, wherever
     /// they went (`args` and `url` included): secrets to mask like header
     /// values.
@@ -390,6 +395,7 @@ impl Problems {
                 return None;
             }
         };
+        let roots = self.roots(at, &b.roots);
         (self.0.len() == before).then_some(BackendConfig {
             name,
             transport,
@@ -403,8 +409,29 @@ impl Problems {
             token_exchange,
             session_idle,
             probes,
+            roots,
             substituted,
         })
+    }
+
+    /// `roots` as `file://` URIs: each an absolute path or such a URI.
+    fn roots(&mut self, at: &str, raw: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, r) in raw.iter().enumerate() {
+            let uri = if r.starts_with("file://") {
+                url::Url::parse(r).ok().filter(|u| u.scheme() == "file")
+            } else {
+                url::Url::from_file_path(r).ok()
+            };
+            match uri {
+                Some(u) => out.push(u.to_string()),
+                None => self.add(
+                    format!("{at}.roots[{i}]"),
+                    format!("`{r}` is neither an absolute path nor a file:// URI: write roots = [\"/srv/docs\"]"),
+                ),
+            }
+        }
+        out
     }
 
     /// `b` with the `${NAME}` references of its `command`, `args`, `env`,

@@ -153,4 +153,6 @@ pub struct RawBackend {
     pub restart: Option<RawRestart>,
     #[serde(default)]
     pub probes: Vec<toml::Table>,
+    #[serde(default)]
+    pub roots: Vec<String>,
 }

@@ -115,6 +115,26 @@ fn bad_values_say_how_to_fix() {
 }
 
 #[test]
+fn roots_are_absolute_paths_or_file_uris() {
+    let backend = |roots: &str| {
+        format!(
+            "[[backends]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"fs\"\nroots = {roots}\n"
+        )
+    };
+    let c = parse(&backend(r#"["/srv/docs", "file:///srv/my%20notes"]"#)).unwrap();
+    assert_eq!(
+        c.backends[0].roots,
+        ["file:///srv/docs", "file:///srv/my%20notes"]
+    );
+    let e = err(&backend(r#"["docs", "https://example.com/x"]"#));
+    assert!(
+        e.contains("backends[0].roots[0]: `docs` is neither an absolute path nor a file:// URI")
+            && e.contains("backends[0].roots[1]: `https://example.com/x` is neither"),
+        "{e}"
+    );
+}
+
+#[test]
 fn keys_of_the_other_transport_are_refused() {
     let e = err(r#"
         [[backends]]
