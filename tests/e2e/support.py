@@ -461,3 +461,20 @@ def find_run(transitions: list[dict[str, Any]], states: list[str], start: int = 
         if all((transitions[i + k]["from"], transitions[i + k]["to"]) == step for k, step in enumerate(steps)):
             return i
     return None
+
+
+#: A control-API viewer token for tests that read `/metrics`.
+METRICS_VIEWER = {"name": "watcher", "token": "viewer-token-0123456789abcdef", "role": "viewer"}
+
+
+def forwarded_of(metrics: str) -> dict[tuple[str, str], float]:
+    """`vigil_requests_forwarded_total` by (method, path) in a `/metrics` text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(metrics):
+        for s in family.samples:
+            if s.name == "vigil_requests_forwarded_total":
+                out[(s.labels["method"], s.labels["path"])] = s.value
+    return out
+

@@ -1244,3 +1244,21 @@ def test_inspector_cli_second_client_is_shown_its_own_roots(lab: Lab, procs: Pro
     assert "file:///second-client" in direct, f"the server did not get the Inspector's roots directly: {direct}"
     second = inspector_with_roots(procs, lab, "vigil-second", via, SECOND_ROOTS, *call)
     assert_same_result(direct, second, answers="tools/call", what="the second client's get-roots-list")
+
+
+@pytest.mark.parametrize("front", FRONTS)
+@pytest.mark.parametrize("capabilities", ["none", "all"])
+def test_gzip_session_resource_reads_at_once(lab: Lab, front: str, capabilities: str) -> None:
+    """The session resource `gzip-file-as-resource` links to is readable by its session right after the call,
+    as directly: before any `resources/list_changed` was acted on."""
+    caps = CAPABILITY_SETS[capabilities]
+    uri = "demo://resource/session/now.txt.gz"
+    args = compact_json({"name": "now.txt.gz", "data": GZIP_INPUT, "outputType": "resourceLink"})
+    d = lab.direct(wire.everything(), caps)
+    v = lab.through(front, wire.everything(), caps)
+    d.request("tools/call", call_params("gzip-file-as-resource", args))
+    v.request("tools/call", call_params("gzip-file-as-resource", args, prefix(wire.everything())))
+    params = compact_json({"uri": uri})
+    assert_same(d.request("resources/read", params), v.request("resources/read", params), answers="resources/read",
+                what="the resources/read result right after the call")  # fmt: skip
+

@@ -23,14 +23,22 @@ import anyio
 import httpx
 import pytest
 from mcp import types
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness import DemoHttp, Gateways, Vigil, demo_stdio_args, http_backend, stdio_backend
-from support import DEADLINE, Inbox, call_error, call_text, http_session, text_of
+from support import (
+    DEADLINE,
+    METRICS_VIEWER,
+    Inbox,
+    call_error,
+    call_text,
+    forwarded_of,
+    http_session,
+    text_of,
+)
 
 pytestmark = pytest.mark.anyio
 
-VIEWER = {"name": "watcher", "token": "viewer-token-0123456789abcdef", "role": "viewer"}
+VIEWER = METRICS_VIEWER
 METHODS = ("tools/call", "resources/read", "prompts/get", "completion/complete")
 ACCEPT = "application/json, text/event-stream"
 
@@ -49,12 +57,7 @@ async def forwarded(gw: Vigil) -> dict[tuple[str, str], float]:
     async with httpx.AsyncClient(timeout=DEADLINE) as client:
         resp = await client.get(f"{gw.api_base}/metrics", headers={"Authorization": f"Bearer {VIEWER['token']}"})
     assert resp.status_code == 200, resp.text[:500]
-    out: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(resp.text):
-        for s in family.samples:
-            if s.name == "vigil_requests_forwarded_total":
-                out[(s.labels["method"], s.labels["path"])] = s.value
-    return out
+    return forwarded_of(resp.text)
 
 
 def moved(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:

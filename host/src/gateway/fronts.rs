@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use rmcp::model::ClientCapabilities;
 use tokio_util::sync::CancellationToken;
 
+use super::links::Links;
+
 /// One client session, as the raw path sees it.
 pub struct Front {
     /// Whether nothing per session can flow on its calls: the client
@@ -21,16 +23,24 @@ pub struct Front {
     raw: AtomicBool,
     /// Raw calls in flight, by the client's request id as written.
     inflight: Mutex<HashMap<String, CancellationToken>>,
+    /// The session's resource links (its `FrontSession`'s, shared).
+    links: Arc<Links>,
 }
 
 impl Front {
-    fn new(capabilities: Option<&ClientCapabilities>) -> Self {
+    fn new(capabilities: Option<&ClientCapabilities>, links: Arc<Links>) -> Self {
         let plain = capabilities
             .is_some_and(|c| c.sampling.is_none() && c.elicitation.is_none() && c.roots.is_none());
         Self {
             raw: AtomicBool::new(plain),
             inflight: Mutex::default(),
+            links,
         }
+    }
+
+    /// The resources this session's calls linked to (see `links.rs`).
+    pub fn links(&self) -> &Links {
+        &self.links
     }
 
     /// Whether this session's calls may take the raw path.
@@ -100,9 +110,14 @@ pub struct Fronts {
 
 impl Fronts {
     /// Enters the session its client knows as `id`, whose client declared
-    /// `capabilities`.
-    pub fn enter(&self, id: &str, capabilities: Option<&ClientCapabilities>) -> Arc<Front> {
-        let front = Arc::new(Front::new(capabilities));
+    /// `capabilities`; `links` are the session's (see `links.rs`).
+    pub fn enter(
+        &self,
+        id: &str,
+        capabilities: Option<&ClientCapabilities>,
+        links: Arc<Links>,
+    ) -> Arc<Front> {
+        let front = Arc::new(Front::new(capabilities, links));
         self.by_id
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -136,19 +151,19 @@ mod tests {
 
     #[test]
     fn only_clients_that_declared_nothing_per_session_go_raw() {
-        assert!(Front::new(Some(&caps(serde_json::json!({})))).raw());
+        assert!(Front::new(Some(&caps(serde_json::json!({}))), Arc::default()).raw());
         for declared in [
             serde_json::json!({"sampling": {}}),
             serde_json::json!({"elicitation": {}}),
             serde_json::json!({"roots": {"listChanged": true}}),
         ] {
             assert!(
-                !Front::new(Some(&caps(declared.clone()))).raw(),
+                !Front::new(Some(&caps(declared.clone())), Arc::default()).raw(),
                 "{declared}"
             );
         }
-        assert!(!Front::new(None).raw(), "no handshake seen");
-        let f = Front::new(Some(&caps(serde_json::json!({}))));
+        assert!(!Front::new(None, Arc::default()).raw(), "no handshake seen");
+        let f = Front::new(Some(&caps(serde_json::json!({}))), Arc::default());
         f.set_log_level();
         assert!(!f.raw(), "a log level is per session");
     }
@@ -156,7 +171,7 @@ mod tests {
     #[test]
     fn a_cancellation_reaches_the_call_in_flight_until_it_ends() {
         let fronts = Fronts::default();
-        let f = fronts.enter("s1", Some(&caps(serde_json::json!({}))));
+        let f = fronts.enter("s1", Some(&caps(serde_json::json!({}))), Arc::default());
         assert!(Arc::ptr_eq(&fronts.get("s1").unwrap(), &f));
         let call = f.start("7");
         assert!(f.busy());

@@ -52,6 +52,9 @@ pub struct FrontSession {
     watches: std::sync::Mutex<HashMap<String, Hold>>,
     /// A `subscriptions/listen` request's catalog when it was acknowledged.
     listen_shown: std::sync::OnceLock<Arc<Catalog>>,
+    /// The resources its calls linked to (`links.rs`); the raw path's
+    /// `Front` shares them.
+    links: Arc<super::links::Links>,
 }
 
 /// The client's own credentials on this request, if it came over HTTP:
@@ -127,6 +130,7 @@ impl FrontSession {
             front: std::sync::OnceLock::new(),
             watches: Default::default(),
             listen_shown: std::sync::OnceLock::new(),
+            links: Arc::default(),
         }
     }
 
@@ -805,7 +809,7 @@ impl ServerHandler for FrontSession {
                 .and_then(|v| v.to_str().ok())
             {
                 let caps = ctx.peer.peer_info().map(|i| i.capabilities.clone());
-                let front = self.gw.fronts.enter(id, caps.as_ref());
+                let front = self.gw.fronts.enter(id, caps.as_ref(), self.links.clone());
                 let _ = self.front.set((id.into(), front));
             }
             let lanes = self.front.get().is_some_and(|(_, f)| f.raw());
@@ -924,6 +928,9 @@ impl ServerHandler for FrontSession {
             admission::record_call(&b, ok, took);
         }
         audit.finish(&route.backend, &result);
+        if let Ok(v) = &result {
+            self.links.learn(&route.backend, v);
+        }
         let mut r = CallToolResult::success(Vec::new());
         r.meta = Some(self.gw.answers().keep(result?));
         Ok(CallToolResponse::Complete(r))
@@ -939,7 +946,8 @@ impl ServerHandler for FrontSession {
                 .audit()
                 .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions)
         })?;
-        let backend = match Self::uri_backend(&*self.catalog(&ctx).await, &p.uri) {
+        let routed = Self::uri_backend(&*self.catalog(&ctx).await, &p.uri);
+        let backend = match routed.or_else(|e| self.links.backend_of(&p.uri).ok_or(e)) {
             Ok(b) => b,
             Err(e) => {
                 self.forget_stream(&ctx);

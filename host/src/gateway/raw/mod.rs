@@ -347,8 +347,12 @@ impl RawPath {
                 Some(route) => (route.backend.clone(), Some(route.name.clone())),
                 None => return Handled::Typed(None),
             },
-            Target::Uri => match catalog.route_uri(&r.name) {
-                Some(b) => (b.clone(), None),
+            Target::Uri => match catalog
+                .route_uri(&r.name)
+                .cloned()
+                .or_else(|| front.links().backend_of(&r.name))
+            {
+                Some(b) => (b, None),
                 None => return Handled::Typed(None),
             },
         };
@@ -523,6 +527,9 @@ impl RawPath {
                 ..
             }) => {
                 let message = result.unwrap_or_default();
+                if r.method == RawMethod::ToolsCall {
+                    front.links().learn_text(&b.name, &message);
+                }
                 let outcome = if tool_failed {
                     Outcome::Error
                 } else {
