@@ -44,7 +44,7 @@ pub use error::BackendError;
 pub use inflight::{FrontCall, Inflight, StreamClosed};
 pub use lane::Opened as OpenLane;
 pub use lifecycle::Era;
-pub use listing::ListLimits;
+pub use listing::{ListLimits, StartDeadline};
 pub use outbox::Outbox;
 pub use reach::reach;
 pub use set::{BackendSet, CurrentSet};
