@@ -42,6 +42,7 @@ from support import (
     poll,
     short,
     tool_names,
+    wait_for_tools,
 )
 
 pytestmark = pytest.mark.anyio
@@ -353,3 +354,37 @@ async def test_a_client_that_never_reads_holds_up_no_one_else(vigil: Gateways) -
             # ... it dropped them from A's queue, and counted them.
             assert await metric(gw.api_base, "vigil_relay_dropped_total") > 50_000
 
+
+async def test_a_chatty_backend_does_not_fill_the_log(vigil: Gateways) -> None:
+    """Before: rmcp logged each notification with its payload at INFO (20,200 lines, 10 MiB in 10 s)."""
+    gw = vigil([hostile("chatty", "--log-rate", "2000", "--grow-on-relist")], api={})
+    await ControlApi(gw.api_base).wait_state("chatty", "running")
+    await poll(
+        lambda: anyio.to_thread.run_sync(gw.proc.stderr),
+        lambda text: "flood sent 20000" in text,
+        "20,000 notifications sent",
+        timeout=2 * DEADLINE,
+    )
+    log = gw.proc.stderr()
+    quoting = [line for line in log.splitlines() if "flood message" in line]
+    print(f"after 20,000 notifications: {len(log) / MiB:.2f} MiB of log, {len(quoting)} lines quoting them")
+    # At `info,vigil=debug` (the harness's level): Vigil's own DEBUG line,
+    # one a second at most, and none of rmcp's.
+    assert len(quoting) <= 100, f"{len(quoting)} log lines quote the notifications: {short(quoting[:3])}"
+    assert not any("received notification" in line for line in quoting), short(quoting[:3])
+    assert len(log) < 1 * MiB, f"{len(log) / MiB:.1f} MiB of log"
+    # A change the backend announces still gets its line.
+    async with http_session(gw.url) as s:
+        await s.set_logging_level("error")
+        assert await call_text(s, "chatty__relist") == "ok"
+        await wait_for_tools(s, {"chatty__extra1"})
+
+    def change_lines() -> list[str]:
+        return [
+            line
+            for line in gw.proc.stderr().splitlines()
+            if "capabilities changed on re-listing" in line and "chatty" in line
+        ]
+
+    lines = await poll(lambda: anyio.to_thread.run_sync(change_lines), bool, "the change's log line")
+    assert len(lines) == 1 and "INFO" in lines[0], short(lines)

@@ -106,6 +106,7 @@ pub async fn connect(
                 AsyncRwTransport::new_client(stdout, stdin),
                 relay.clone(),
                 wire.clone(),
+                backend.clone(),
             );
             let slot = Slot::new(transport);
             let started = lifecycle::begin(
@@ -147,6 +148,7 @@ pub async fn connect(
                         StreamableHttpClientTransport::with_client(http, cfg.clone()),
                         relay.clone(),
                         wire.clone(),
+                        backend.clone(),
                     )),
                     Err(e) => {
                         built = Some(e.to_string());

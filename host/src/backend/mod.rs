@@ -14,6 +14,7 @@ pub mod capset;
 pub mod client;
 mod connection;
 pub mod error;
+mod heard;
 mod http_ping;
 pub mod inflight;
 mod kept_post;
