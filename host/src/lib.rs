@@ -37,7 +37,8 @@
 //! let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
 //! let redactor = vigil::redact::Redactor::default();
 //! let gw = vigil::gateway::Gateway::start(config, None, redactor, &tracker, shutdown.clone()).await?;
-//! vigil::gateway::http::serve(gw, shutdown).await?;
+//! let cap = vigil::limits::Cap::configured(gw.config.limits.mcp.connections);
+//! vigil::gateway::http::serve(gw, cap, shutdown).await?;
 //! # Ok(()) }
 //! ```
 

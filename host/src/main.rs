@@ -402,8 +402,15 @@ async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> 
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "serving with the current open-file limit"),
     }
+    let caps = vigil::limits::ConnectionCaps::fit(
+        vigil::limits::open_files(),
+        config.backends.len(),
+        config.limits.mcp.connections,
+        config.limits.api.connections,
+    );
+    caps.log();
     let store = open_store(&config).await?;
-    let result = serve(config, store, redactor, stdio, &tracker, &shutdown).await;
+    let result = serve(config, caps, store, redactor, stdio, &tracker, &shutdown).await;
     shutdown.cancel();
     tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait())
@@ -419,6 +426,7 @@ async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> 
 /// until `shutdown` (or the end of stdio).
 async fn serve(
     config: Config,
+    caps: vigil::limits::ConnectionCaps,
     store: Option<std::sync::Arc<dyn vigil::store::Store>>,
     redactor: vigil::redact::Redactor,
     stdio: bool,
@@ -435,6 +443,7 @@ async fn serve(
         startup.gateway.api_tokens(),
     )
     .with_limits(startup.gateway.config.limits.api)
+    .with_cap(caps.api)
     .with_oauth(startup.gateway.oauth());
     let api_shutdown = shutdown.clone();
     tracker.spawn(async move {
@@ -449,7 +458,7 @@ async fn serve(
     if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await
     } else {
-        gateway::http::serve(gw, shutdown.clone())
+        gateway::http::serve(gw, caps.mcp, shutdown.clone())
             .await
             .map_err(Into::into)
     }

@@ -26,13 +26,24 @@ from harness import (
     PY_BACKENDS,
     Gateways,
     Procs,
+    cmdline,
     demo_stdio_args,
+    descendants,
     pids_with_arg,
     rss_bytes,
     start_python_backend,
     stdio_backend,
 )
-from support import DEADLINE, ControlApi, call_text, http_session, poll, short, tool_names
+from support import (
+    DEADLINE,
+    ControlApi,
+    call_text,
+    http_session,
+    poll,
+    short,
+    tool_names,
+    wait_for_tools,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -80,6 +91,94 @@ async def test_a_start_whose_listing_never_comes_fails_and_ends_in_quarantine(
     # The other backend serves throughout.
     async with http_session(gw.url) as s:
         assert await call_text(s, "alpha__echo", {"text": "still here"}) == "still here"
+
+
+#: What a start ends with when its first listing outlasts `connect_timeout = "2s"`, however long the request timeout.
+START_DEADLINE = (
+    "listing capabilities failed: backend 'mute': tools/list: "
+    "no answer to page 1 within the start's 2s (connect_timeout)"
+)
+
+
+@pytest.mark.parametrize(
+    ("transport", "flags"),
+    [
+        ("stdio", ["--hang-list-after", "0"]),
+        ("stdio", ["--bad-list", "invalid-utf8"]),
+        ("stdio", ["--bad-list", "huge-line"]),
+        ("http", ["--hang-list-after", "0"]),
+    ],
+    ids=["never-answers", "invalid-utf8", "line-too-long", "http-never-answers"],
+)
+async def test_a_first_listing_that_never_comes_fails_the_start_at_the_connect_timeout(
+    vigil: Gateways, procs: Procs, transport: str, flags: list[str]
+) -> None:
+    """Before: it stayed `starting` for the whole request timeout (60 s by default, 300 s here), not connect_timeout."""
+    if transport == "stdio":
+        backend = hostile("mute", *flags)
+    else:
+        server = start_python_backend(procs, "mute", "hostile_http.py", flags)
+        backend = {"name": "mute", "transport": "http", "url": server.url}
+    gw = vigil(
+        [backend],
+        api={},
+        request_timeout="300s",
+        connect_timeout="2s",
+        startup_timeout="1s",
+        restart=FAST_RESTARTS,
+    )
+    api = ControlApi(gw.api_base)
+    detail = await api.wait_for(
+        "mute", lambda d: any(START_DEADLINE in r for r in reasons(d)), "a start failed at the connect timeout"
+    )
+    assert detail["state"] != "running", short(detail)
+    if transport == "stdio":
+        # Each start fails the same way, until quarantine.
+        detail = await api.wait_state("mute", "quarantined")
+        assert START_DEADLINE in (detail["quarantine_reason"] or ""), short(detail)
+
+
+def hostile_pids(gw_pid: int) -> list[int]:
+    """The hostile stdio backends `gw_pid` runs now."""
+    return [p for p in descendants(gw_pid) if str(HOSTILE_STDIO) in cmdline(p)]
+
+
+async def test_an_operator_is_answered_while_a_start_hangs(vigil: Gateways) -> None:
+    """Before: a restart sent while the first listing hung got no answer until the request timeout ended the start."""
+    gw = vigil(
+        [hostile("mute", "--hang-list-after", "0")],
+        api={},
+        # Longer than any wait here: only a supervisor that answers during a start passes.
+        request_timeout="300s",
+        connect_timeout="300s",
+        startup_timeout="1s",
+        restart={"base": "100ms", "max": "200ms", "jitter": 0.0},
+    )
+    api = ControlApi(gw.api_base)
+
+    def listings_seen() -> int:
+        return gw.proc.stderr().count("tools/list #1")
+
+    def backend_pids() -> list[int]:
+        return hostile_pids(gw.proc.pid)
+
+    await poll(lambda: anyio.to_thread.run_sync(listings_seen), lambda n: n >= 1, "the first listing to come")
+    assert (await api.instance("mute"))["state"] == "starting"
+    # 1. A restart is answered, and ends the start it interrupts: the old
+    #    process goes, a new one is started and lists again.
+    with anyio.fail_after(DEADLINE):
+        resp = await api.act("mute", "restart")
+    assert resp.status_code == 200, resp.text
+    await poll(lambda: anyio.to_thread.run_sync(listings_seen), lambda n: n >= 2, "the new process's first listing")
+    detail = await api.instance("mute")
+    assert detail["state"] == "starting" and detail["restart_count"] == 1, short(detail)
+    await poll(lambda: anyio.to_thread.run_sync(backend_pids), lambda p: len(p) == 1, "one backend process")
+    # 2. A quarantine is answered too, and stops the start.
+    with anyio.fail_after(DEADLINE):
+        resp = await api.act("mute", "quarantine", {"reason": "hangs at start"})
+    assert resp.status_code == 200, resp.text
+    await api.wait_state("mute", "quarantined")
+    await poll(lambda: anyio.to_thread.run_sync(backend_pids), lambda p: not p, "no backend process")
 
 
 async def test_a_relisting_that_hangs_leaves_probes_and_operators_in_charge(vigil: Gateways, tmp_path: Path) -> None:
@@ -254,3 +353,38 @@ async def test_a_client_that_never_reads_holds_up_no_one_else(vigil: Gateways) -
             assert grown < 16 * MiB, f"vigil grew by {grown / MiB:.1f} MiB while a client did not read"
             # ... it dropped them from A's queue, and counted them.
             assert await metric(gw.api_base, "vigil_relay_dropped_total") > 50_000
+
+
+async def test_a_chatty_backend_does_not_fill_the_log(vigil: Gateways) -> None:
+    """Before: rmcp logged each notification with its payload at INFO (20,200 lines, 10 MiB in 10 s)."""
+    gw = vigil([hostile("chatty", "--log-rate", "2000", "--grow-on-relist")], api={})
+    await ControlApi(gw.api_base).wait_state("chatty", "running")
+    await poll(
+        lambda: anyio.to_thread.run_sync(gw.proc.stderr),
+        lambda text: "flood sent 20000" in text,
+        "20,000 notifications sent",
+        timeout=2 * DEADLINE,
+    )
+    log = gw.proc.stderr()
+    quoting = [line for line in log.splitlines() if "flood message" in line]
+    print(f"after 20,000 notifications: {len(log) / MiB:.2f} MiB of log, {len(quoting)} lines quoting them")
+    # At `info,vigil=debug` (the harness's level): Vigil's own DEBUG line,
+    # one a second at most, and none of rmcp's.
+    assert len(quoting) <= 100, f"{len(quoting)} log lines quote the notifications: {short(quoting[:3])}"
+    assert not any("received notification" in line for line in quoting), short(quoting[:3])
+    assert len(log) < 1 * MiB, f"{len(log) / MiB:.1f} MiB of log"
+    # A change the backend announces still gets its line.
+    async with http_session(gw.url) as s:
+        await s.set_logging_level("error")
+        assert await call_text(s, "chatty__relist") == "ok"
+        await wait_for_tools(s, {"chatty__extra1"})
+
+    def change_lines() -> list[str]:
+        return [
+            line
+            for line in gw.proc.stderr().splitlines()
+            if "capabilities changed on re-listing" in line and "chatty" in line
+        ]
+
+    lines = await poll(lambda: anyio.to_thread.run_sync(change_lines), bool, "the change's log line")
+    assert len(lines) == 1 and "INFO" in lines[0], short(lines)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import socket
 import time
@@ -165,6 +166,82 @@ async def test_the_control_api_answers_while_mcp_is_saturated(vigil: Gateways, d
         s.close()
     async with http_session(gw.url) as s:
         assert await call_text(s, "alpha__echo", {"text": "back"}) == "back"
+
+
+def answered(s: socket.socket) -> bytes | None:
+    """What Vigil wrote on `s` so far (b"" for a close without a word); None while it wrote nothing (no wait)."""
+    ready, _, _ = select.select([s], [], [], 0)
+    if not ready:
+        return None
+    data = b""
+    try:
+        while chunk := s.recv(65536, socket.MSG_DONTWAIT):
+            data += chunk
+    except BlockingIOError:
+        return data or None
+    except OSError:
+        pass
+    return data
+
+
+async def test_idle_connections_cannot_take_the_descriptors_clients_and_the_api_need(
+    vigil: Gateways, demo_bin: Path
+) -> None:
+    """Before: under a low open-file limit, idle sockets took every descriptor (the cap, 4,096, ignored it).
+
+    New clients and the control API got no answer, and sockets that sent nothing stayed open until idle_timeout.
+    """
+    gw = vigil([stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))], api={}, open_files=512)
+    # More idle sockets than Vigil has descriptors, with the default limits.
+    hogs = [connect(gw.port) for _ in range(600)]
+    # The control API answers.
+    api = ControlApi(gw.api_base)
+    with anyio.fail_after(DEADLINE):
+        assert [i["name"] for i in await api.instances()] == ["alpha"]
+    # Vigil said at start which cap it chose, and why.
+    caps = [line for line in gw.proc.stderr().splitlines() if "connection caps lowered" in line]
+    assert len(caps) == 1, short(caps)
+    found = re.search(r"mcp_connections=(\d+)", caps[0])
+    assert found and "open_files=512" in caps[0], caps[0]
+    cap = int(found.group(1))
+    assert cap < 512, caps[0]
+    # /mcp holds `cap` of them; the others are answered 503 naming the
+    # limit and why it is lower than configured (or, past the refusals
+    # being written at once, just closed).
+    await poll(
+        lambda: anyio.to_thread.run_sync(metric, gw.api_base, "vigil_connections", 'listener="mcp"'),
+        lambda n: n == cap,
+        f"/mcp holding {cap} connections",
+    )
+    refused: list[bytes] = []
+    turned_away: list[socket.socket] = []
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline and len(turned_away) < 600 - cap:
+        for s in list(hogs):
+            data = answered(s)
+            if data is not None:
+                hogs.remove(s)
+                turned_away.append(s)
+                if data:
+                    refused.append(data)
+        time.sleep(0.1)
+    assert len(turned_away) == 600 - cap, f"{len(turned_away)} of {600 - cap} connections past the cap turned away"
+    assert len(hogs) == cap
+    assert refused and all(r.startswith(b"HTTP/1.1 503 Service Unavailable") for r in refused), short(refused[:3])
+    body = json.loads(refused[0].decode().split("\r\n\r\n", 1)[1])
+    why = f"limits.connections = 4096, lowered to {cap} to fit the open-file limit of 512"
+    assert why in body["error"]["message"], body
+    # A new MCP client is answered (refused while the cap is full).
+    r = await anyio.to_thread.run_sync(initialize, gw.port)
+    assert r.status_code in (200, 503), r.text
+    # The held sockets sent nothing: each is closed at read_timeout (10 s
+    # by default), not at idle_timeout (60 s).
+    await anyio.to_thread.run_sync(wait_all_closed, hogs, "connections that sent nothing")
+    assert metric(gw.api_base, "vigil_connections_cut_total", 'listener="mcp",reason="read_timeout"') >= cap
+    async with http_session(gw.url) as session:
+        assert await call_text(session, "alpha__echo", {"text": "served"}) == "served"
+    for sock in hogs + turned_away:
+        sock.close()
 
 
 def initialize(port: int) -> httpx.Response:

@@ -78,6 +78,9 @@ pub struct ApiState {
     pub failed_tokens: FailedTokens,
     /// `[limits] api_connections` and the listener timeouts.
     pub limits: crate::config::ListenerLimits,
+    /// The connections the listener holds: `api_connections`, fitted to
+    /// the open-file limit (see [`crate::limits::ConnectionCaps`]).
+    pub cap: crate::limits::Cap,
     /// `[auth.oauth]`'s validator, for `[api] roles`.
     pub oauth: Option<Arc<crate::auth::oauth::OAuth>>,
     /// `[api] roles`: roles of OAuth principals.
@@ -103,6 +106,9 @@ impl ApiState {
             allowed_origins: api.allowed_origins.clone(),
             failed_tokens: api.failed_tokens,
             limits: crate::config::LimitsConfig::default().api,
+            cap: crate::limits::Cap::configured(
+                crate::config::LimitsConfig::default().api.connections,
+            ),
             oauth: None,
             roles: api.roles.clone(),
         }
@@ -117,6 +123,14 @@ impl ApiState {
     /// With the listener bounds of `[limits]` (the defaults otherwise).
     pub fn with_limits(mut self, limits: crate::config::ListenerLimits) -> Self {
         self.limits = limits;
+        self.cap = crate::limits::Cap::configured(limits.connections);
+        self
+    }
+
+    /// Holding at most `cap` connections (`api_connections` fitted to the
+    /// open-file limit; as configured otherwise).
+    pub fn with_cap(mut self, cap: crate::limits::Cap) -> Self {
+        self.cap = cap;
         self
     }
 }
@@ -229,11 +243,14 @@ pub async fn serve_on(
     } else {
         tracing::info!(%address, tokens = tokens.len(), "serving the control API");
     }
-    let limits = state.limits;
+    let limits = crate::config::ListenerLimits {
+        connections: state.cap.connections,
+        ..state.limits
+    };
     let refusal = serde_json::json!({
         "error": format!(
-            "the control API is at its connection limit (limits.api_connections = {}): retry in a moment, or raise the limit",
-            limits.connections
+            "the control API is at its connection limit ({}): retry in a moment, or raise the limit",
+            state.cap.describe("api_connections")
         ),
     });
     // The listener gives every request its peer address (`ConnectInfo`),

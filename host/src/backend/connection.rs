@@ -22,6 +22,7 @@ use super::http_ping::{self, Direct, SessionTarget};
 use super::inflight::{CAPABILITIES_KEY, FrontCall, Inflight};
 use super::lifecycle::{self, Slot};
 use super::listen;
+use super::listing::StartDeadline;
 use super::stream_watch::WatchedHttp;
 use super::tap::{Relay, Tapped};
 use super::wire::{Answer, KeepJson, Wire, WireRead};
@@ -105,6 +106,7 @@ pub async fn connect(
                 AsyncRwTransport::new_client(stdout, stdin),
                 relay.clone(),
                 wire.clone(),
+                backend.clone(),
             );
             let slot = Slot::new(transport);
             let started = lifecycle::begin(
@@ -146,6 +148,7 @@ pub async fn connect(
                         StreamableHttpClientTransport::with_client(http, cfg.clone()),
                         relay.clone(),
                         wire.clone(),
+                        backend.clone(),
                     )),
                     Err(e) => {
                         built = Some(e.to_string());
@@ -602,11 +605,28 @@ impl Connection {
     /// Lists everything the backend declared at the handshake, each page
     /// within the request timeout and the whole within `[limits]`.
     pub async fn list_catalog(&self) -> Result<BackendCatalog, BackendError> {
+        self.list_within(None).await
+    }
+
+    /// [`Self::list_catalog`] for a fresh instance's first listing, which
+    /// is part of its start: no page waits past the start's `deadline`.
+    pub async fn list_first(
+        &self,
+        deadline: StartDeadline,
+    ) -> Result<BackendCatalog, BackendError> {
+        self.list_within(Some(deadline)).await
+    }
+
+    async fn list_within(
+        &self,
+        start: Option<StartDeadline>,
+    ) -> Result<BackendCatalog, BackendError> {
         let none = CancellationToken::new();
         super::listing::list_catalog(
             &self.backend,
             &self.capabilities(),
             self.request_timeout,
+            start,
             self.list_limits,
             |request| self.relay(request, None, &none),
         )

@@ -6,7 +6,9 @@
 //! backend that never answers, or pages without end, fails the listing
 //! with a reason naming the method and the limit, instead of holding its
 //! caller forever or growing Vigil's memory without bound. The caller keeps
-//! the catalog it had.
+//! the catalog it had. A fresh instance's first listing is part of its
+//! start and also ends by the start's deadline ([`StartDeadline`],
+//! `connect_timeout`), however long `request_timeout` is.
 //!
 //! Each page's result comes as the backend wrote it (see `wire`): the
 //! entries are kept as JSON ([`Entry`]), so clients see every member the
@@ -15,6 +17,8 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use rmcp::model::{
     ClientRequest, ListPromptsRequest, ListResourceTemplatesRequest, ListResourcesRequest,
@@ -63,11 +67,23 @@ fn page_request(kind: EntryKind, cursor: Option<String>) -> ClientRequest {
     }
 }
 
+/// When a start must be over: the first listing of a fresh instance is
+/// part of its start, so no page of it waits past this, whatever the
+/// backend's `request_timeout` (a backend that never answers its first
+/// `tools/list` fails its start here instead of staying `starting`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartDeadline {
+    pub at: Instant,
+    /// `connect_timeout`, which set `at`: named when it is what ran out.
+    pub connect_timeout: Duration,
+}
+
 /// What one listing has taken so far, checked against the limits.
 struct Budget<'a> {
     backend: &'a Arc<str>,
     limits: ListLimits,
     timeout: Duration,
+    start: Option<StartDeadline>,
     items: usize,
     bytes: usize,
 }
@@ -145,8 +161,37 @@ impl Budget<'_> {
         Ok((items, next))
     }
 
-    /// Every page of one list method, each within the timeout, its items
-    /// as the backend wrote them.
+    /// How long the next page may take, and the reason to give when it
+    /// does not come: the request timeout, or what is left of the start.
+    fn page_wait(&self, page: u32) -> (Duration, String) {
+        let per_request = (
+            self.timeout,
+            format!(
+                "no answer to page {page} within {} (request_timeout)",
+                humantime::format_duration(self.timeout)
+            ),
+        );
+        match self.start {
+            Some(start) => {
+                let left = start.at.saturating_duration_since(Instant::now());
+                if left < self.timeout {
+                    (
+                        left,
+                        format!(
+                            "no answer to page {page} within the start's {} (connect_timeout)",
+                            humantime::format_duration(start.connect_timeout)
+                        ),
+                    )
+                } else {
+                    per_request
+                }
+            }
+            None => per_request,
+        }
+    }
+
+    /// Every page of one list method, each within the timeout (and the
+    /// start's deadline), its items as the backend wrote them.
     async fn all_pages<F, Fut>(
         &mut self,
         kind: EntryKind,
@@ -161,17 +206,10 @@ impl Budget<'_> {
         let mut cursor: Option<String> = None;
         for page in 1..=self.limits.pages {
             let request = page_request(kind, cursor.take());
-            let answer = match tokio::time::timeout(self.timeout, fetch(request)).await {
+            let (wait, why) = self.page_wait(page);
+            let answer = match tokio::time::timeout(wait, fetch(request)).await {
                 Ok(answer) => answer?,
-                Err(_) => {
-                    return Err(self.refused(
-                        method,
-                        format!(
-                            "no answer to page {page} within {} (request_timeout)",
-                            humantime::format_duration(self.timeout)
-                        ),
-                    ));
-                }
+                Err(_) => return Err(self.refused(method, why)),
             };
             let (items, next) = self.read_page(kind, answer)?;
             self.take(method, &items)?;
@@ -214,12 +252,14 @@ fn serialized_len<T: Serialize>(item: &T) -> usize {
 }
 
 /// Lists every kind the backend declared in `caps`, within `timeout` per
-/// page and `limits` for the whole listing; `fetch` sends one page's
-/// request and returns its result as the backend wrote it.
+/// page, by `start` (a fresh instance's first listing) and within `limits`
+/// for the whole listing; `fetch` sends one page's request and returns its
+/// result as the backend wrote it.
 pub async fn list_catalog<F, Fut>(
     backend: &Arc<str>,
     caps: &ServerCapabilities,
     timeout: Duration,
+    start: Option<StartDeadline>,
     limits: ListLimits,
     fetch: F,
 ) -> Result<BackendCatalog, BackendError>
@@ -231,6 +271,7 @@ where
         backend,
         limits,
         timeout,
+        start,
         items: 0,
         bytes: 0,
     };
@@ -257,6 +298,7 @@ mod tests {
             backend,
             limits,
             timeout: Duration::from_secs(1),
+            start: None,
             items: 0,
             bytes: 0,
         }
@@ -412,6 +454,51 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "backend 'b': prompts/list: no answer to page 1 within 1s (request_timeout)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_ends_its_first_listing_at_its_deadline() {
+        // A 60 s request timeout and a start with 2 s left: the page waits
+        // 2 s, not 60 s, and the reason names connect_timeout.
+        let b: Arc<str> = "b".into();
+        let mut budget = budget(&b, ListLimits::default());
+        budget.timeout = Duration::from_secs(60);
+        budget.start = Some(StartDeadline {
+            at: Instant::now() + Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(10),
+        });
+        let began = Instant::now();
+        let err = budget
+            .all_pages(EntryKind::Tool, &|_| {
+                std::future::pending::<Result<Value, BackendError>>()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(began.elapsed(), Duration::from_secs(2));
+        assert_eq!(
+            err.to_string(),
+            "backend 'b': tools/list: no answer to page 1 within the start's 10s (connect_timeout)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_with_time_left_keeps_the_request_timeout_per_page() {
+        let b: Arc<str> = "b".into();
+        let mut budget = budget(&b, ListLimits::default());
+        budget.start = Some(StartDeadline {
+            at: Instant::now() + Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+        });
+        let err = budget
+            .all_pages(EntryKind::Tool, &|_| {
+                std::future::pending::<Result<Value, BackendError>>()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "backend 'b': tools/list: no answer to page 1 within 1s (request_timeout)"
         );
     }
 

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::client::Downstream;
+use super::heard::Heard;
 use super::inflight::{Inflight, LogRecipients};
 use super::wire::{KeepJson, Wire};
 use crate::background::Background;
@@ -188,11 +189,18 @@ pub struct Tapped<T> {
     inner: T,
     relay: Relay,
     wire: Arc<Wire>,
+    /// Every notification, in the DEBUG log (rate-limited).
+    heard: Heard,
 }
 
 impl<T> Tapped<T> {
-    pub fn new(inner: T, relay: Relay, wire: Arc<Wire>) -> Self {
-        Self { inner, relay, wire }
+    pub fn new(inner: T, relay: Relay, wire: Arc<Wire>, backend: Arc<str>) -> Self {
+        Self {
+            inner,
+            relay,
+            wire,
+            heard: Heard::new(backend),
+        }
     }
 }
 
@@ -221,6 +229,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
             return None;
         };
         if let JsonRpcMessage::Notification(n) = &message {
+            self.heard.notification(&n.notification);
             let item = match &n.notification {
                 ServerNotification::ProgressNotification(p) => {
                     let written = serde_json::to_value(&p.params.progress_token)

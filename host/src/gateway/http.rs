@@ -197,8 +197,14 @@ async fn guard_request(
     }
 }
 
-/// Serves until `shutdown`, within `[limits]` (see [`crate::listener`]).
-pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> std::io::Result<()> {
+/// Serves until `shutdown`, within `[limits]` (see [`crate::listener`])
+/// and holding at most `cap` connections (`limits.connections` fitted to
+/// the open-file limit, see [`crate::limits::ConnectionCaps`]).
+pub async fn serve(
+    gw: Arc<Gateway>,
+    cap: crate::limits::Cap,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     let auth = &gw.config.auth;
     if let Some(o) = &auth.oauth {
         tracing::info!(
@@ -227,15 +233,18 @@ pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> std::io::Re
     }
     let tcp = tokio::net::TcpListener::bind(gw.config.listen).await?;
     tracing::info!(address = %tcp.local_addr()?, "serving MCP over streamable HTTP at /mcp");
-    let limits = gw.config.limits.mcp;
+    let limits = crate::config::ListenerLimits {
+        connections: cap.connections,
+        ..gw.config.limits.mcp
+    };
     let refusal = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
         "error": {
             "code": -32000,
             "message": format!(
-                "Vigil is at its connection limit for /mcp (limits.connections = {}): retry in a moment, close connections you do not use, or raise the limit",
-                limits.connections
+                "Vigil is at its connection limit for /mcp ({}): retry in a moment, close connections you do not use, or raise the limit",
+                cap.describe("connections")
             ),
         }
     });

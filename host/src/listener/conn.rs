@@ -44,7 +44,9 @@ pub(super) struct State {
     /// Requests whose answer is not finished.
     pub(super) active: AtomicUsize,
     /// When the bytes of a request head began to arrive with no request in
-    /// flight (HTTP/1 only).
+    /// flight (HTTP/1 only); for a new connection, when it opened: its
+    /// first request is due within `read_timeout` of that, so one that
+    /// sends nothing is not kept until `idle_timeout`.
     head_since: AtomicU64,
     /// When a write began to wait for the client to take data.
     stalled_since: AtomicU64,
@@ -59,7 +61,7 @@ impl State {
             opened: Instant::now(),
             last: AtomicU64::new(0),
             active: AtomicUsize::new(0),
-            head_since: AtomicU64::new(NONE),
+            head_since: AtomicU64::new(0),
             stalled_since: AtomicU64::new(NONE),
             checked: AtomicBool::new(false),
             h2: AtomicBool::new(false),
@@ -76,6 +78,9 @@ impl State {
         self.last.store(now, Ordering::Release);
         if !self.checked.swap(true, Ordering::AcqRel) && data.starts_with(b"PRI * HTTP/2") {
             self.h2.store(true, Ordering::Release);
+            // HTTP/2 streams are timed as in flight or idle, not by head.
+            self.head_since.store(NONE, Ordering::Release);
+            return;
         }
         if self.active.load(Ordering::Acquire) == 0 && !self.h2.load(Ordering::Acquire) {
             let _ =
@@ -116,7 +121,8 @@ impl State {
 /// Why the watchdog ends a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Cut {
-    /// A request head still incomplete after `read_timeout`.
+    /// A request head still incomplete after `read_timeout`, or a new
+    /// connection's first request not begun by then.
     SlowHead,
     /// Nothing in flight and nothing received for `idle_timeout`.
     Idle,
@@ -317,8 +323,39 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_silent_connection_is_cut_at_the_idle_timeout() {
+    async fn a_connection_that_sends_nothing_is_cut_at_the_read_timeout() {
+        // Before: kept until the idle timeout (60 s), holding a descriptor
+        // and a place under the connection cap.
         let state = State::new();
+        let started = Instant::now();
+        assert_eq!(watchdog(&state, limits()).await, Cut::SlowHead);
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(10) && waited <= Duration::from_secs(11),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_head_is_timed_from_the_connections_opening() {
+        let state = State::new();
+        tokio::time::advance(Duration::from_secs(8)).await;
+        state.received(b"GET / HTTP/1.1\r\n");
+        let started = Instant::now();
+        assert_eq!(watchdog(&state, limits()).await, Cut::SlowHead);
+        assert!(
+            started.elapsed() <= Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_alive_connection_between_requests_is_cut_at_the_idle_timeout() {
+        let state = State::new();
+        state.received(b"GET /mcp HTTP/1.1\r\n\r\n");
+        state.request_started();
+        state.request_ended();
         let started = Instant::now();
         assert_eq!(watchdog(&state, limits()).await, Cut::Idle);
         assert!(started.elapsed() >= Duration::from_secs(60));
@@ -352,6 +389,11 @@ mod tests {
         state.received(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
         assert_eq!(state.head_since.load(Ordering::Acquire), NONE);
         let state = State::new();
+        state.received(b"POST /mcp HTTP/1.1\r\n");
+        assert_ne!(state.head_since.load(Ordering::Acquire), NONE);
+        state.request_started();
+        state.request_ended();
+        assert_eq!(state.head_since.load(Ordering::Acquire), NONE);
         state.received(b"POST /mcp HTTP/1.1\r\n");
         assert_ne!(state.head_since.load(Ordering::Acquire), NONE);
     }

@@ -5,9 +5,12 @@
 //! - at most `connections` open at once; one more is answered
 //!   `503 Service Unavailable` (the body names the limit) and closed, so
 //!   what a flood of connections costs is bounded, and the control API
-//!   keeps its own room while `/mcp` is full;
+//!   keeps its own room while `/mcp` is full. The caps are fitted to the
+//!   open-file limit at start ([`crate::limits::ConnectionCaps`]), so held
+//!   connections cannot take the descriptors everything else needs;
 //! - a request's head and body must arrive within `read_timeout`
-//!   (slowloris);
+//!   (slowloris), and a new connection's first request must: one that
+//!   sends nothing is closed then, not at `idle_timeout`;
 //! - a connection with no request in flight and nothing received for
 //!   `idle_timeout` is closed;
 //! - a client that takes none of an answer for `write_timeout` is cut
@@ -37,7 +40,9 @@ use crate::log_limit::LogLimit;
 /// How long a connection refused at the cap gets to take its 503.
 const REFUSAL_WRITE: Duration = Duration::from_secs(1);
 /// Refusals written at once; past this a refused connection is just closed.
-const REFUSALS_IN_FLIGHT: usize = 64;
+/// Each holds a descriptor for up to [`REFUSAL_WRITE`]: counted in the
+/// reserve the caps leave (see [`crate::limits::ConnectionCaps`]).
+pub(crate) const REFUSALS_IN_FLIGHT: usize = 64;
 /// How long shutdown waits for open connections to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 

@@ -10,18 +10,19 @@
 
 mod plugin_probes;
 mod probe;
+mod start;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+use start::StartFailure;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::backend::{
-    Backend, BackendError, BackendUpdate, Command, CommandReply, Connection, reach,
-};
+use crate::backend::{Backend, BackendError, BackendUpdate, Command, CommandReply, Connection};
 use crate::catalog::BackendCatalog;
 use crate::health::machine::{Action, Input, Machine, Step};
 use crate::health::policy::jitter_unit;
@@ -29,7 +30,7 @@ use crate::health::published::Publisher;
 use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Status, Transition};
 use crate::runtime::process::StderrTail;
-use crate::runtime::{Endpoint, Exit, Runtime, RuntimeError, Started};
+use crate::runtime::{Exit, Runtime};
 use crate::store::{InstanceRecord, StoreWriter};
 
 /// Where the supervisor is in its loop.
@@ -81,19 +82,6 @@ const EARLY_PROBE_GAP: Duration = Duration::from_millis(250);
 /// to listen again before a refused probe takes it offline; a crash is
 /// still seen this soon instead of at the next tick.
 const STREAM_BREAK_GRACE: Duration = Duration::from_millis(500);
-
-/// A started instance, once its endpoint is in use.
-struct Instance {
-    exited: oneshot::Receiver<Exit>,
-    id: String,
-}
-
-/// Why a start attempt failed.
-enum StartFailure {
-    /// The runtime's machinery failed: not the backend's fault.
-    Infrastructure(String),
-    Backend(String),
-}
 
 impl Supervisor {
     pub fn backend_name(&self) -> &Arc<str> {
@@ -201,9 +189,30 @@ impl Supervisor {
             return None;
         }
         self.apply(Input::Starting);
-        let attempt = tokio::select! {
-            r = self.start_instance() => r,
-            _ = shutdown.cancelled() => return None,
+        // The attempt runs beside the loop, like a re-listing: an operator
+        // command is answered while a backend takes its time to start, and
+        // one that ends the attempt (restart, quarantine) drops it before
+        // the instance is stopped.
+        let mut attempt = Box::pin(
+            start::Start {
+                backend: self.backend.clone(),
+                runtime: self.runtime.clone(),
+                stderr: self.stderr.clone(),
+            }
+            .run(),
+        );
+        let attempt = loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return None,
+                r = &mut attempt => break r,
+                Some((cmd, reply)) = commands.recv() => {
+                    if let Some(action) = self.answer(cmd, reply) {
+                        drop(attempt);
+                        return Some(self.act(Some(action)).await);
+                    }
+                }
+            }
         };
         match attempt {
             Ok((conn, instance, catalog)) => {
@@ -235,121 +244,14 @@ impl Supervisor {
                     Instant::now() + self.backend.config.health.interval,
                 ))
             }
-            Err(StartFailure::Backend(reason)) => {
+            Err(StartFailure::Backend { reason, exit }) => {
+                if exit.is_some() {
+                    self.last_exit = exit;
+                }
                 let step = self.apply(Input::StartFailed(reason));
                 Some(self.act(step.action).await)
             }
         }
-    }
-
-    /// Opens the shared connection. When the runtime says a fresh instance
-    /// may not accept connections yet ([`Runtime::binds_after_start`]), a
-    /// refused connection is retried until `connect_timeout`, unless the
-    /// instance exits meanwhile (then its exit comes with the error, taken
-    /// from `exited`, which must not be polled again). Otherwise one
-    /// attempt.
-    async fn connect(
-        &self,
-        endpoint: Endpoint,
-        exited: &mut oneshot::Receiver<Exit>,
-    ) -> Result<Option<Connection>, (BackendError, Option<Exit>)> {
-        const PAUSE: Duration = Duration::from_millis(100);
-        let retry = self.runtime.binds_after_start();
-        let (url, headers) = match endpoint {
-            Endpoint::Http { url, headers } if retry => (url, headers),
-            endpoint => return self.attach(endpoint).await.map_err(|e| (e, None)),
-        };
-        let deadline = Instant::now() + self.backend.connect_timeout();
-        loop {
-            let endpoint = Endpoint::Http {
-                url: url.clone(),
-                headers: headers.clone(),
-            };
-            match self.attach(endpoint).await {
-                Err(e @ BackendError::Refused { .. }) if Instant::now() + PAUSE < deadline => {
-                    tracing::debug!(backend = %self.backend.name, error = %e, "connection refused; the container may still be binding its port");
-                    tokio::select! {
-                        _ = tokio::time::sleep(PAUSE) => {}
-                        exit = &mut *exited => return Err((e, exit.ok())),
-                    }
-                }
-                other => return other.map_err(|e| (e, None)),
-            }
-        }
-    }
-
-    /// Opens the shared connection over `endpoint`. A `forward_auth`
-    /// backend gets none (Vigil has no credentials of its own for it): its
-    /// endpoint only has to answer (see `backend::reach`).
-    async fn attach(&self, endpoint: Endpoint) -> Result<Option<Connection>, BackendError> {
-        match endpoint {
-            Endpoint::Http { url, headers } if self.backend.forwards_auth() => reach(
-                &self.backend.name,
-                &url,
-                &headers,
-                self.backend.connect_timeout(),
-            )
-            .await
-            .map(|_| None),
-            endpoint => self
-                .backend
-                .open_shared_connection(endpoint, self.stderr.clone())
-                .await
-                .map(Some),
-        }
-    }
-
-    /// Starts the runtime, connects, lists (each client session lists a
-    /// `forward_auth` backend itself: its shared catalog is empty).
-    async fn start_instance(
-        &mut self,
-    ) -> Result<(Option<Connection>, Instance, BackendCatalog), StartFailure> {
-        let started = self.runtime.start().await.map_err(|e| match e {
-            RuntimeError::Infrastructure(m) => StartFailure::Infrastructure(m),
-            RuntimeError::Failed(m) => StartFailure::Backend(m),
-        })?;
-        let Started {
-            endpoint,
-            mut exited,
-            id,
-        } = started;
-        let conn = match self.connect(endpoint, &mut exited).await {
-            Ok(c) => c,
-            Err((e, early_exit)) => {
-                // A process that died during the handshake explains it best;
-                // its exit also flushes the stderr we quote.
-                let exit = match early_exit {
-                    Some(exit) => Some(exit),
-                    None => tokio::time::timeout(Duration::from_millis(500), &mut exited)
-                        .await
-                        .ok()
-                        .and_then(Result::ok),
-                };
-                let why = match exit {
-                    Some(exit) => {
-                        self.last_exit = Some(exit.summary.clone());
-                        format!("{} during the MCP handshake", exit.summary)
-                    }
-                    None => e.to_string(),
-                };
-                let _ = self.runtime.stop().await;
-                return Err(StartFailure::Backend(self.with_stderr(why)));
-            }
-        };
-        let Some(conn) = conn else {
-            return Ok((None, Instance { exited, id }, BackendCatalog::default()));
-        };
-        let catalog = match conn.list_catalog().await {
-            Ok(c) => c,
-            Err(e) => {
-                conn.close().await;
-                let _ = self.runtime.stop().await;
-                return Err(StartFailure::Backend(format!(
-                    "listing capabilities failed: {e}"
-                )));
-            }
-        };
-        Ok((Some(conn), Instance { exited, id }, catalog))
     }
 
     /// Serves a ready instance until it goes down (returns the next phase)
@@ -523,6 +425,13 @@ impl Supervisor {
     /// Executes an operator command; `Some(phase)` when it changes what the
     /// supervisor does next.
     async fn command(&mut self, cmd: Command, reply: CommandReply) -> Option<Phase> {
+        let action = self.answer(cmd, reply)?;
+        Some(self.act(Some(action)).await)
+    }
+
+    /// Feeds an operator command to the machine and answers it; the action
+    /// it calls for, if any (not yet carried out: see [`Self::act`]).
+    fn answer(&mut self, cmd: Command, reply: CommandReply) -> Option<Action> {
         let input = match cmd {
             Command::Restart { principal } => Input::OperatorRestart { principal },
             Command::Quarantine { principal, reason } => Input::OperatorQuarantine {
@@ -535,10 +444,7 @@ impl Supervisor {
             Ok(step) => {
                 self.after_step(&step);
                 let _ = reply.send(Ok(self.status()));
-                match step.action {
-                    Some(_) => Some(self.act(step.action).await),
-                    None => None,
-                }
+                step.action
             }
             Err(refused) => {
                 let _ = reply.send(Err(refused.0));
@@ -673,12 +579,7 @@ impl Supervisor {
 
     /// Adds the last stderr line of a process backend to a reason.
     fn with_stderr(&self, reason: String) -> String {
-        match self.stderr.as_ref().and_then(|t| t.last()) {
-            Some(line) if !reason.contains("stderr") => {
-                format!("{reason} (last stderr line: {line})")
-            }
-            _ => reason,
-        }
+        start::with_stderr(self.stderr.as_ref(), reason)
     }
 }
 

@@ -4,6 +4,7 @@ Raw JSON-RPC lines on stdin/stdout (no SDK, so it can break the rules):
 
     python hostile_stdio.py [--hang-list-after N] [--bad-list MODE]
                             [--endless-pages] [--log-rate N]
+                            [--grow-on-relist]
 
 - Answers `initialize` (tools with `listChanged`, logging), `ping`,
   `tools/call` of `echo {text}` (answers `text`) and of `relist` (sends
@@ -17,6 +18,9 @@ Raw JSON-RPC lines on stdin/stdout (no SDK, so it can break the rules):
 - `--log-rate N`: from `notifications/initialized` on, sends about N
   `notifications/message` per second for as long as it runs, and says on
   stderr every 10,000 (`flood sent K`).
+- `--grow-on-relist`: each call of `relist` first adds a tool (`extra1`,
+  `extra2`, ...) to what `tools/list` answers, so the change it announces
+  is a real one.
 
 Every `tools/list` it receives is counted on stderr (`tools/list #K`).
 """
@@ -78,10 +82,12 @@ def main() -> None:
     parser.add_argument("--bad-list", choices=["invalid-utf8", "huge-line"], default=None)
     parser.add_argument("--endless-pages", action="store_true")
     parser.add_argument("--log-rate", type=int, default=0)
+    parser.add_argument("--grow-on-relist", action="store_true")
     args = parser.parse_args()
 
     listings = 0
     page = 0
+    extras: list[dict] = []
     for raw in sys.stdin.buffer:
         try:
             msg = json.loads(raw)
@@ -135,13 +141,17 @@ def main() -> None:
                 {
                     "jsonrpc": "2.0",
                     "id": mid,
-                    "result": {"tools": [tool("echo", "Echoes text"), tool("relist", "Announces a list change")]},
+                    "result": {
+                        "tools": [tool("echo", "Echoes text"), tool("relist", "Announces a list change"), *extras]
+                    },
                 }
             )
         elif method == "tools/call":
             params = msg.get("params", {})
             name = params.get("name")
             if name == "relist":
+                if args.grow_on_relist:
+                    extras.append(tool(f"extra{len(extras) + 1}", "Added by relist"))
                 send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
                 text = "ok"
             elif name == "echo":
