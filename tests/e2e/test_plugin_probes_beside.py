@@ -172,8 +172,11 @@ async def test_a_hanging_probe_holds_up_neither_exits_nor_commands(
     assert re.search(r"plugin call failed.*plugin=hanging-probe.*deadline of 10s", log), "no WARN naming the deadline"
     good = hung["good-probe"]
     assert good["state"] == "active" and good["failures"] == 0 and good["calls"] > 0, good
+    # A probe plugin that failed leaves the state `unknown` until the next
+    # probe (it says nothing about the backend): wait for that probe.
+    await api.wait_state("demo", "running")
     served = await api.instance("demo")
-    assert served["state"] == "running" and served["restart_count"] == 0, served
+    assert served["restart_count"] == 0, served
 
     assert_served(report)
     assert report.peak_rss <= report.start_rss + RSS_GROWTH, report
