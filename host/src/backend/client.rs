@@ -141,11 +141,7 @@ impl BackendClient {
     async fn front_call(&self, ctx: &RequestContext<RoleClient>) -> Result<FrontCall, McpError> {
         let deadline = tokio::time::Instant::now() + ASSOCIATION_GRACE;
         loop {
-            let found = match ctx.extensions.get::<InboundStreamOrigin>() {
-                Some(InboundStreamOrigin::OutboundRequest(id)) => self.inflight.by_request(id),
-                _ => self.inflight.latest(),
-            };
-            if let Some(call) = found {
+            if let Some(call) = self.call_of(ctx) {
                 return Ok(call);
             }
             if tokio::time::Instant::now() >= deadline {
@@ -161,15 +157,21 @@ impl BackendClient {
         }
     }
 
+    /// The client call a server→client request belongs to, as registered
+    /// now: the request whose stream it came on, else the latest call.
+    fn call_of(&self, ctx: &RequestContext<RoleClient>) -> Option<FrontCall> {
+        match ctx.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => self.inflight.by_request(id),
+            _ => self.inflight.latest(),
+        }
+    }
+
     /// Whether the call a `roots/list` belongs to is of a client that
     /// declared roots (then its roots win over configured ones). Looked
     /// up without waiting: outside any call there is none.
     fn asking_client_declared_roots(&self, ctx: &RequestContext<RoleClient>) -> bool {
-        let call = match ctx.extensions.get::<InboundStreamOrigin>() {
-            Some(InboundStreamOrigin::OutboundRequest(id)) => self.inflight.by_request(id),
-            _ => self.inflight.latest(),
-        };
-        call.is_some_and(|c| c.declared().answers("roots/list"))
+        self.call_of(ctx)
+            .is_some_and(|c| c.declared().answers("roots/list"))
     }
 
     /// Sends a server→client request to the client whose call caused it.
