@@ -108,6 +108,7 @@ pub struct Metrics {
     pub rate_limited: Family<PrincipalLabel, Counter>,
     pub audit_dropped: Family<ReasonLabel, Counter>,
     pub forwarded: Family<ForwardLabel, Counter>,
+    pub instances: Family<BackendLabel, Gauge>,
 }
 
 /// The process's metrics.
@@ -137,6 +138,7 @@ pub fn get() -> &'static Metrics {
         sessions_refused: Counter::default(),
         audit_dropped: Family::default(),
         forwarded: Family::default(),
+        instances: Family::default(),
     })
 }
 
@@ -274,6 +276,14 @@ impl Metrics {
 
     /// A routed `method` request went to its backend by `path` (`raw` or
     /// `typed`).
+    /// `delta` instances of `backend` run for one client began (1) or
+    /// ended (-1) (`share`).
+    pub fn instances(&self, backend: &str, delta: i64) {
+        self.instances
+            .get_or_create(&backend_label(backend))
+            .inc_by(delta);
+    }
+
     pub fn forwarded(&self, method: &'static str, path: &'static str) {
         self.forwarded
             .get_or_create(&ForwardLabel { method, path })
@@ -390,6 +400,11 @@ impl Metrics {
             "audit_dropped",
             "Call-audit records not stored, by reason: queue_full (the store did not keep up), shut_down, write_failed",
             self.audit_dropped.clone(),
+        );
+        r.register(
+            "backend_instances",
+            "Instances of a backend run for one client session or caller (share = \"session\" or \"principal\") live now",
+            self.instances.clone(),
         );
         r.register(
             "requests_forwarded",

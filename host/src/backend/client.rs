@@ -41,6 +41,22 @@ pub trait Downstream: Send + Sync + 'static {
     );
     /// A `notifications/resources/updated`; `session` as for [`Self::log`].
     fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String);
+    /// A `notifications/message` of an instance run for `caller`
+    /// (`instances.rs`): for that caller's sessions.
+    fn caller_log(
+        &self,
+        backend: &Arc<str>,
+        caller: &crate::auth::CallerKey,
+        params: LoggingMessageNotificationParam,
+    );
+    /// A `notifications/resources/updated` of an instance run for
+    /// `caller`: for that caller's sessions subscribed to `uri`.
+    fn caller_resource_updated(
+        &self,
+        backend: &Arc<str>,
+        caller: &crate::auth::CallerKey,
+        uri: String,
+    );
     /// A `notifications/message` on the lane of `principal` (see
     /// `lane.rs`): for that principal's client sessions that use lanes.
     fn lane_log(
@@ -68,6 +84,9 @@ pub struct BackendClient {
     /// The backend's configured `roots`: the answer to a `roots/list` no
     /// client that declared roots asks through a call of its own.
     roots: Option<Arc<[Root]>>,
+    /// The one client an instance of its own serves (`instances.rs`):
+    /// asked `roots/list` when the server asks outside any call.
+    client: Option<rmcp::Peer<rmcp::RoleServer>>,
 }
 
 /// How long a server→client request waits for its originating call to be
@@ -98,7 +117,19 @@ impl BackendClient {
             info,
             wire: None,
             roots: None,
+            client: None,
         }
+    }
+
+    /// Asks `client` (the one client this connection serves) for its
+    /// roots when the server asks outside any call of it, if the client
+    /// declared roots.
+    pub fn with_client(mut self, client: Option<rmcp::Peer<rmcp::RoleServer>>) -> Self {
+        self.client = client.filter(|p| {
+            p.peer_info()
+                .is_some_and(|i| i.capabilities.roots.is_some())
+        });
+        self
     }
 
     /// Answers `roots/list` with `uris` where no calling client that
@@ -230,6 +261,35 @@ impl BackendClient {
     }
 }
 
+impl BackendClient {
+    /// Asks the one client of this connection for its roots, outside any
+    /// call (from a task of its own, as [`Self::forward`] does).
+    async fn ask_own_client(
+        &self,
+        client: &rmcp::Peer<rmcp::RoleServer>,
+        ctx: &RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, McpError> {
+        tracing::debug!(backend = %self.backend, "asking the instance's own client for its roots");
+        let peer = client.clone();
+        let mut send = tokio::spawn(async move {
+            peer.send_request(ServerRequest::ListRootsRequest(ListRootsRequest::default()))
+                .await
+        });
+        tokio::select! {
+            r = &mut send => match r {
+                Ok(Ok(ClientResult::ListRootsResult(r))) => Ok(r),
+                Ok(Ok(_)) => unexpected("roots/list"),
+                Ok(Err(e)) => Err(service_error(&self.backend, e)),
+                Err(e) => Err(McpError::internal_error(format!("asking the client failed: {e}"), None)),
+            },
+            _ = ctx.ct.cancelled() => {
+                send.abort();
+                Err(McpError::internal_error("cancelled by the backend", None))
+            }
+        }
+    }
+}
+
 /// The method of a server→client request whose params the wire keeps.
 fn relayed_method(request: &ServerRequest) -> Option<&'static str> {
     Some(match request {
@@ -295,6 +355,11 @@ impl ClientHandler for BackendClient {
             && !self.asking_client_declared_roots(&ctx)
         {
             return Ok(ListRootsResult::new(roots.to_vec()));
+        }
+        if let Some(client) = &self.client
+            && self.call_of(&ctx).is_none()
+        {
+            return self.ask_own_client(client, &ctx).await;
         }
         let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
         match self.forward(&ctx, request).await? {

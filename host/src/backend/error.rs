@@ -63,6 +63,16 @@ pub enum BackendError {
         bytes: usize,
         limit: usize,
     },
+    /// A client needs an instance of its own (`share`) and as many as
+    /// `limits.max_instances` allows are live.
+    #[error(
+        "backend '{backend}' runs a process per client (share = \"{share}\") and {limit} instances are live, the most limits.max_instances allows: close sessions that are done with it, or raise limits.max_instances"
+    )]
+    TooManyInstances {
+        backend: Arc<str>,
+        share: &'static str,
+        limit: usize,
+    },
     /// The backend answered with a JSON-RPC error; passed through as is.
     #[error("{}", .0.message)]
     Mcp(McpError),

@@ -17,6 +17,7 @@ pub mod error;
 mod heard;
 mod http_ping;
 pub mod inflight;
+pub mod instances;
 mod kept_post;
 mod lane;
 mod lifecycle;
@@ -147,6 +148,21 @@ pub struct Backend {
     pub call_metrics: crate::metrics::CallMetrics,
     commands: mpsc::UnboundedSender<(Command, CommandReply)>,
     command_rx: Mutex<Option<mpsc::UnboundedReceiver<(Command, CommandReply)>>>,
+    /// Set on an instance run for one client (`instances.rs`).
+    owned: Option<OwnedBy>,
+}
+
+/// A fresh [`Backend::uid`].
+fn next_uid() -> u64 {
+    static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whose instance a backend is, when it is one client's.
+struct OwnedBy {
+    /// The configured backend's [`Backend::uid`].
+    parent_uid: u64,
+    owner: instances::Owner,
 }
 
 /// How long a client session's new connection (or a lane) waits for its
@@ -161,10 +177,9 @@ impl Backend {
         background: Background,
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
-        static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Arc::new(Self {
             name: config.name.as_str().into(),
-            uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            uid: next_uid(),
             stats: CallStats::new(config.health.window),
             call_metrics: crate::metrics::get().calls_of(&config.name),
             config,
@@ -183,7 +198,65 @@ impl Backend {
             learned: lifecycle::Learned::default(),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
+            owned: None,
         })
+    }
+
+    /// A new instance of this backend for one client, named `id` (see
+    /// `instances.rs`): the same command, bounds and policies; its calls
+    /// counted under this backend's name.
+    fn instance_for(self: &Arc<Self>, id: &str, owner: instances::Owner) -> Arc<Self> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let downstream = Arc::new(instances::ForOwner {
+            inner: self.downstream.clone(),
+            parent: self.name.clone(),
+            session: owner.session,
+            caller: owner.caller.clone(),
+            instance: std::sync::OnceLock::new(),
+        });
+        let mut config = self.config.clone();
+        config.name = id.to_owned();
+        config.share = crate::config::Share::All;
+        let child = Arc::new(Self {
+            name: id.into(),
+            uid: next_uid(),
+            stats: CallStats::new(config.health.window),
+            call_metrics: self.call_metrics.clone(),
+            config,
+            bounds: self.bounds,
+            downstream: downstream.clone(),
+            background: self.background.clone(),
+            shared: RwLock::new(None),
+            lanes: lane::Lanes::default(),
+            variants: variants::Variants::default(),
+            status: Published::new(Status::initial()),
+            inflight: Arc::default(),
+            refresh: Notify::new(),
+            listings: tokio::sync::watch::Sender::new(0),
+            listing: std::sync::atomic::AtomicBool::new(false),
+            instances: std::sync::atomic::AtomicU64::new(0),
+            learned: lifecycle::Learned::default(),
+            commands: tx,
+            command_rx: Mutex::new(Some(rx)),
+            owned: Some(OwnedBy {
+                parent_uid: self.uid,
+                owner,
+            }),
+        });
+        let _ = downstream.instance.set(Arc::downgrade(&child));
+        child
+    }
+
+    /// The [`Backend::uid`] of the configured backend this is an instance
+    /// of (its own for a configured backend).
+    fn parent_uid(&self) -> u64 {
+        self.owned.as_ref().map_or(self.uid, |o| o.parent_uid)
+    }
+
+    /// Whether clients are served by instances of their own (`share` is
+    /// not `"all"`; never for such an instance itself).
+    pub fn owns_instances(&self) -> bool {
+        self.owned.is_none() && self.config.share != crate::config::Share::All
     }
 
     /// Whether client sessions get their own connection to this backend.
@@ -326,14 +399,16 @@ impl Backend {
         endpoint: Endpoint,
         stderr: Option<StderrTail>,
     ) -> Result<Connection, BackendError> {
+        let owner = self.owned.as_ref().map(|o| &o.owner);
         let client = BackendClient::new(
             self.name.clone(),
             self.inflight.clone(),
             self.downstream.clone(),
-            None,
-            None,
+            owner.and_then(|o| o.session),
+            owner.and_then(|o| o.capabilities.clone()),
         )
-        .with_roots(&self.config.roots);
+        .with_roots(&self.config.roots)
+        .with_client(owner.and_then(|o| o.client.clone()));
         let relay = Relay::spawn(
             self.inflight.clone(),
             self.downstream.clone(),
@@ -348,7 +423,11 @@ impl Backend {
             self.inflight.clone(),
             relay,
             self.bounds,
-            self.opening(true, false, &self.config.protocol),
+            self.opening(
+                true,
+                owner.is_some_and(|o| o.for_handshake_client),
+                &self.config.protocol,
+            ),
             stderr,
         )
         .await

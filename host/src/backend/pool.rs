@@ -28,6 +28,7 @@ use tokio::sync::Notify;
 
 use super::Era;
 use super::capset::CapSet;
+use super::instances::{Lease, Owner};
 use super::set::CurrentSet;
 use super::{Backend, BackendError, Connection};
 use crate::auth::exchange::Exchanger;
@@ -45,6 +46,8 @@ pub struct Context {
     pub exchanger: Option<Arc<Exchanger>>,
     /// What each capability set sees (shared by every pool).
     pub views: super::views::Views,
+    /// The instances run for one client (`share`).
+    pub instances: Arc<super::instances::Instances>,
 }
 
 impl Context {
@@ -59,6 +62,10 @@ impl Context {
 
 pub struct Pool {
     session: u64,
+    /// A sessionless caller's pool (`caller_pools`), not a session's.
+    sessionless: bool,
+    /// The session's client (instances of its own ask it for roots).
+    client: Mutex<Option<rmcp::Peer<rmcp::RoleServer>>>,
     ctx: Arc<Context>,
     /// The client's `Authorization` header as last seen on its requests
     /// (with `[auth.oauth]`: `Bearer` and the token it authenticated with).
@@ -91,6 +98,8 @@ struct Slot {
     /// `forward_auth`: what this session listed (read without waiting for
     /// a handshake or listing in progress).
     catalog: Mutex<Option<Arc<BackendCatalog>>>,
+    /// `share` other than `"all"`: the client's own instance.
+    lease: Mutex<Option<Arc<Lease>>>,
     /// Completed listings, for single-flight re-listing.
     listings: AtomicU64,
     /// Held by the one listing in flight. Apart from `state`, so a slow
@@ -125,9 +134,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Pool {
+    /// A client session's pool.
     pub fn new(session: u64, ctx: Arc<Context>) -> Arc<Self> {
+        Self::make(session, false, ctx)
+    }
+
+    /// A sessionless caller's pool (numbered `id`).
+    pub fn for_caller(id: u64, ctx: Arc<Context>) -> Arc<Self> {
+        Self::make(id, true, ctx)
+    }
+
+    fn make(session: u64, sessionless: bool, ctx: Arc<Context>) -> Arc<Self> {
         Arc::new(Self {
             session,
+            sessionless,
+            client: Mutex::default(),
             ctx,
             auth: Mutex::default(),
             principal: Mutex::new(crate::auth::Principal::local()),
@@ -176,6 +197,61 @@ impl Pool {
         }
     }
 
+    /// The session's client, asked for its roots by instances of its own
+    /// outside any call.
+    pub fn know_client(&self, peer: &rmcp::Peer<rmcp::RoleServer>) {
+        let mut c = lock(&self.client);
+        if c.is_none() && !self.sessionless {
+            *c = Some(peer.clone());
+        }
+    }
+
+    /// What one of this pool's instances lists changed: its sessions
+    /// re-derive their lists.
+    pub fn own_changed(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+        for w in lock(&self.wakers).iter().filter_map(Weak::upgrade) {
+            w.notify_one();
+        }
+    }
+
+    /// The connection to this client's own instance of `b` (`share`),
+    /// started on first use.
+    async fn instance_connection(
+        self: &Arc<Self>,
+        b: &Arc<Backend>,
+    ) -> Result<Arc<Connection>, BackendError> {
+        let slot = self.slot(b);
+        let lease = {
+            let mut held = lock(&slot.lease);
+            match held.as_ref().filter(|l| l.of(b)) {
+                Some(l) => l.clone(),
+                None => {
+                    let capset = self.capset();
+                    let owner = Owner {
+                        session: (!self.sessionless).then_some(self.session),
+                        caller: lock(&self.principal).caller().clone(),
+                        capabilities: lock(&self.capabilities).clone(),
+                        for_handshake_client: !capset.is_modern(),
+                        client: lock(&self.client).clone(),
+                    };
+                    let l = Arc::new(self.ctx.instances.acquire(b, owner, self)?);
+                    *held = Some(l.clone());
+                    l
+                }
+            }
+        };
+        let within = b.connect_timeout() + b.bounds.request;
+        lease.connection(within).await
+    }
+
+    /// Whether this client holds an instance of its own of `b`.
+    pub fn has_instance(&self, b: &Backend) -> bool {
+        lock(&self.slots)
+            .get(&b.name)
+            .is_some_and(|s| lock(&s.lease).as_ref().is_some_and(|l| l.of(b)))
+    }
+
     /// The client's capability set (empty until its capabilities are seen).
     pub fn capset(&self) -> CapSet {
         lock(&self.capset).clone()
@@ -194,6 +270,7 @@ impl Pool {
             listing: tokio::sync::Mutex::new(()),
             last_used: Mutex::new(Instant::now()),
             failed: Mutex::default(),
+            lease: Mutex::default(),
         });
         slots.insert(b.name.clone(), s.clone());
         s
@@ -205,6 +282,19 @@ impl Pool {
     /// free again, so requests never wait on it; a caller that needs what
     /// it lists (`listed`) waits for it (bounded by the listing's limits).
     pub async fn connection(
+        self: &Arc<Self>,
+        b: &Arc<Backend>,
+        listed: bool,
+    ) -> Result<Arc<Connection>, BackendError> {
+        if b.owns_instances() {
+            return self.instance_connection(b).await;
+        }
+        self.session_connection(b, listed).await
+    }
+
+    /// [`Pool::connection`] to a backend that gives each client session
+    /// a backend session of its own (HTTP).
+    async fn session_connection(
         &self,
         b: &Arc<Backend>,
         listed: bool,
@@ -373,7 +463,7 @@ impl Pool {
             .cloned()
             .collect();
         let opens = due.iter().map(|b| async move {
-            if let Err(e) = self.connection(b, true).await {
+            if let Err(e) = self.session_connection(b, true).await {
                 tracing::debug!(backend = %b.name, session = self.session, error = %e, "could not open the session's connection");
                 self.record_listing(b, &self.slot(b), Err(e));
             }
@@ -425,10 +515,17 @@ impl Pool {
             slots
                 .iter()
                 .filter(|(name, slot)| {
-                    set.get(name)
-                        .is_some_and(|b| b.uid == slot.uid && b.forwards_auth())
+                    set.get(name).is_some_and(|b| {
+                        b.uid == slot.uid && (b.forwards_auth() || b.owns_instances())
+                    })
                 })
-                .filter_map(|(name, slot)| lock(&slot.catalog).clone().map(|c| (name.clone(), c)))
+                .filter_map(|(name, slot)| {
+                    let own = match &*lock(&slot.lease) {
+                        Some(lease) => lease.catalog(),
+                        None => lock(&slot.catalog).clone(),
+                    };
+                    own.map(|c| (name.clone(), c))
+                })
                 .collect()
         };
         if own.is_empty() {
@@ -447,6 +544,10 @@ impl Pool {
             if let Some(c) = s.state.lock().await.conn.clone() {
                 out.push(c);
             }
+            let lease = lock(&s.lease).clone();
+            if let Some(c) = lease.and_then(|l| l.shared()) {
+                out.push(c);
+            }
         }
         out
     }
@@ -460,10 +561,21 @@ impl Pool {
     }
 
     /// Closes `forward_auth` connections unused for their backend's
-    /// `session_idle` and not busy now. Their catalogs stay.
+    /// `session_idle` and not busy now (their catalogs stay), and lets go
+    /// of instances of its own unused as long, or of a backend the config
+    /// no longer has as it was (the instance stops with its last lease).
     pub fn reap_idle(&self, now: Instant) {
         let set = self.ctx.backends.get();
         for (name, slot) in lock(&self.slots).iter() {
+            let mut lease = lock(&slot.lease);
+            if let Some(l) = lease.as_ref() {
+                let current = set.get(name).filter(|b| l.of(b));
+                if current.is_none_or(|b| l.idle_for(now) >= b.config.session_idle) {
+                    tracing::debug!(backend = %name, instance = %l.id(), session = self.session, "letting go of an idle instance");
+                    *lease = None;
+                }
+            }
+            drop(lease);
             let Some(b) = set.get(name).filter(|b| b.forwards_auth()) else {
                 continue;
             };
@@ -517,9 +629,10 @@ pub async fn reap_idle(
         let pause = match pools() {
             None => return,
             Some(pools) => {
-                let shortest = backends
-                    .get()
-                    .forwarded()
+                let set = backends.get();
+                let shortest = set
+                    .iter()
+                    .filter(|b| b.forwards_auth() || b.owns_instances())
                     .map(|b| b.config.session_idle)
                     .min();
                 if shortest.is_some() {

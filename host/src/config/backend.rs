@@ -92,6 +92,32 @@ impl Protocol {
     }
 }
 
+/// Who shares one instance of a backend (`share`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Share {
+    /// `"all"` (default): one instance (process, container, remote
+    /// server) for every client; per-session state lives in backend
+    /// sessions where the transport has them (HTTP).
+    #[default]
+    All,
+    /// `"principal"` (stdio): one process per caller (`CallerKey`), shared
+    /// by that caller's sessions.
+    Principal,
+    /// `"session"` (stdio): one process per client session (a 2026-07-28
+    /// client, which has no session, gets one per caller).
+    Session,
+}
+
+impl Share {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Share::All => "all",
+            Share::Principal => "principal",
+            Share::Session => "session",
+        }
+    }
+}
+
 /// What runs the backend (see `crate::runtime`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeKind {
@@ -158,9 +184,12 @@ pub struct BackendConfig {
     /// `token_exchange`: with `[auth.oauth]`, the token a `forward_auth`
     /// backend gets is traded for its own audience (RFC 8693).
     pub token_exchange: Option<super::oauth::TokenExchange>,
-    /// `session_idle` (with `forward_auth`): a session's connection unused
-    /// this long is closed (reopened on its next use). Default `10m`.
+    /// `session_idle` (with `forward_auth`, or `share` other than
+    /// `"all"`): a session's connection or instance unused this long is
+    /// closed (reopened on its next use). Default `10m`.
     pub session_idle: Duration,
+    /// `share` (stdio): who shares one process of the backend.
+    pub share: Share,
     /// `probes`: probe plugins run against this backend, each on its own
     /// schedule, feeding its health like the built-in probe.
     pub probes: Vec<super::PluginProbe>,
@@ -247,6 +276,18 @@ impl Problems {
             );
         }
         let probes = self.probes(at, b.probes.clone());
+        let share = match b.share.as_deref() {
+            None | Some("all") => Share::All,
+            Some("principal") => Share::Principal,
+            Some("session") => Share::Session,
+            Some(other) => {
+                self.add(
+                    format!("{at}.share"),
+                    format!("`{other}` is not a sharing mode: use \"all\" (one process for everyone, the default), \"principal\" (one per caller) or \"session\" (one per client session)"),
+                );
+                Share::All
+            }
+        };
         let runtime_name = b.runtime.clone();
         let (transport, runtime) = match b.transport.as_deref() {
             Some("stdio") => {
@@ -259,9 +300,15 @@ impl Problems {
                         ("keep_alive", b.keep_alive.is_some()),
                         ("forward_auth", b.forward_auth.is_some()),
                         ("token_exchange", token_exchange.is_some()),
-                        ("session_idle", b.session_idle.is_some()),
                     ],
                 );
+                if share == Share::All {
+                    self.refuse(
+                        at,
+                        "only applies to transport = \"http\" with forward_auth, or with share = \"session\" or \"principal\"",
+                        [("session_idle", b.session_idle.is_some())],
+                    );
+                }
                 match runtime_name.as_deref() {
                     None | Some("process") => {}
                     Some(other) => self.add(format!("{at}.runtime"), format!("`{other}` does not run stdio backends: use runtime = \"process\" (the default) or transport = \"http\"")),
@@ -315,6 +362,12 @@ impl Problems {
                     "does not apply to http backends",
                     [("cwd", b.cwd.is_some())],
                 );
+                if share != Share::All {
+                    self.add(
+                        format!("{at}.share"),
+                        "applies to stdio backends only: an http backend already gives each client session a backend session of its own; remove share, or run the server over stdio",
+                    );
+                }
                 if forward_auth
                     && let Some(k) = b
                         .headers
@@ -408,6 +461,7 @@ impl Problems {
             passthrough,
             token_exchange,
             session_idle,
+            share,
             probes,
             roots,
             substituted,

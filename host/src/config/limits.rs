@@ -21,6 +21,7 @@ pub struct RawLimits {
     pub relay_queue: Option<u32>,
     pub max_result_bytes: Option<u64>,
     pub max_sessions: Option<u32>,
+    pub max_instances: Option<u32>,
     pub connections: Option<u32>,
     pub api_connections: Option<u32>,
     pub read_timeout: Option<String>,
@@ -80,6 +81,11 @@ pub struct LimitsConfig {
     /// `max_sessions`: client sessions at once (HTTP sessions and open
     /// `subscriptions/listen` streams). Default 2,048.
     pub max_sessions: usize,
+    /// `max_instances`: backend instances run for one client or caller
+    /// (`share = "session"` / `"principal"`) live at once, over every
+    /// backend; the next is refused with an error naming this key.
+    /// Default 64.
+    pub max_instances: usize,
     /// The `/mcp` listener: `connections` (default 4,096), `read_timeout`
     /// (10s), `idle_timeout` (60s), `write_timeout` (30s).
     pub mcp: ListenerLimits,
@@ -127,6 +133,8 @@ impl Problems {
         ) as usize;
         let max_sessions =
             at_least("max_sessions", raw.max_sessions.map(u64::from), 1, 2_048) as usize;
+        let max_instances =
+            at_least("max_instances", raw.max_instances.map(u64::from), 1, 64) as usize;
         let connections =
             at_least("connections", raw.connections.map(u64::from), 1, 4_096) as usize;
         let api_connections = at_least(
@@ -149,6 +157,7 @@ impl Problems {
             relay_queue,
             max_result_bytes,
             max_sessions,
+            max_instances,
             mcp: listener(connections),
             api: listener(api_connections),
         }

@@ -34,7 +34,7 @@ pub use api::{ApiConfig, ApiRoles, ApiToken, FailedTokens, Role};
 pub use audit::AuditConfig;
 pub use auth::{ApiKey, AuthConfig};
 pub use backend::{
-    BackendConfig, ContainerSpec, Protocol, RuntimeKind, Transport, is_backend_name,
+    BackendConfig, ContainerSpec, Protocol, RuntimeKind, Share, Transport, is_backend_name,
 };
 pub use error::{ConfigError, ConfigErrorKind, Problem};
 pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};

@@ -143,6 +143,7 @@ pub struct RawBackend {
     pub forward_auth: Option<RawForwardAuth>,
     pub token_exchange: Option<super::oauth::RawTokenExchange>,
     pub session_idle: Option<String>,
+    pub share: Option<String>,
     pub runtime: Option<String>,
     pub image: Option<String>,
     #[serde(default)]

@@ -79,7 +79,7 @@ impl CallerPools {
         {
             entries.remove(&oldest);
         }
-        let pool = Pool::new(new_id(), self.ctx.clone());
+        let pool = Pool::for_caller(new_id(), self.ctx.clone());
         entries.insert(
             key,
             Entry {

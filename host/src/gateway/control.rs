@@ -34,8 +34,11 @@ impl Gateway {
         }
     }
 
+    /// A configured backend, or an instance run for one client
+    /// (`NAME.s7`).
     fn find(&self, name: &str) -> Result<std::sync::Arc<Backend>, ControlError> {
         self.backend(name)
+            .or_else(|| self.pool_context.instances.find(name))
             .ok_or_else(|| ControlError::NotFound(name.to_owned()))
     }
 
@@ -58,7 +61,7 @@ impl Control for Gateway {
     }
 
     fn report(&self, name: &str) -> Option<InstanceReport> {
-        self.backend(name).map(|b| Self::report(&b, &b.status()))
+        self.find(name).ok().map(|b| Self::report(&b, &b.status()))
     }
 
     fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<crate::health::Transition>> {
@@ -70,8 +73,10 @@ impl Control for Gateway {
     }
 
     fn instances(&self) -> Vec<InstanceReport> {
+        let own = self.pool_context.instances.all();
         self.backends()
             .iter()
+            .chain(own.iter())
             .map(|b| Self::report(b, &b.status()))
             .collect()
     }

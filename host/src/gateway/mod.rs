@@ -194,6 +194,23 @@ impl Downstream for Fanout {
     fn variant_listed(&self, _backend: &Arc<str>) {
         self.sessions.resync_all();
     }
+    fn caller_log(
+        &self,
+        _backend: &Arc<str>,
+        caller: &crate::auth::CallerKey,
+        mut params: rmcp::model::LoggingMessageNotificationParam,
+    ) {
+        self.redactor.mask_json(&mut params.data);
+        self.sessions.caller_log(caller, params)
+    }
+    fn caller_resource_updated(
+        &self,
+        _backend: &Arc<str>,
+        caller: &crate::auth::CallerKey,
+        uri: String,
+    ) {
+        self.sessions.caller_resource_updated(caller, uri);
+    }
 }
 
 /// What starting and stopping supervisors after launch needs.
@@ -299,6 +316,7 @@ impl Gateway {
                 .clone()
                 .map(|o| Arc::new(crate::auth::exchange::Exchanger::new(o))),
             views: Default::default(),
+            instances: crate::backend::instances::Instances::new(config.limits.max_instances),
         });
         let sessions = Sessions::new(
             catalog.clone(),
@@ -383,6 +401,12 @@ impl Gateway {
             shutdown: shutdown.clone(),
             stops: Mutex::default(),
         });
+        let weak = Arc::downgrade(&gw);
+        gw.pool_context
+            .instances
+            .set_spawn(Box::new(move |child, updates| {
+                weak.upgrade()?.spawn_instance(child, updates)
+            }));
         let sanitizer = gw.sanitizer();
         let supervisors: Vec<Supervisor> = gw
             .backends()
@@ -767,6 +791,34 @@ impl Gateway {
         spawner
             .tracker
             .spawn(tracing::Instrument::instrument(supervisor.run(stop), span));
+    }
+
+    /// Runs the supervisor of an instance run for one client
+    /// (`backend::instances`), reporting to `updates`, on the event bus
+    /// and never to the store (the instance ends with its client); the
+    /// token stops it.
+    fn spawn_instance(
+        &self,
+        child: Arc<Backend>,
+        updates: mpsc::UnboundedSender<BackendUpdate>,
+    ) -> Option<CancellationToken> {
+        let spawner = self.spawner.get()?;
+        if spawner.shutdown.is_cancelled() {
+            return None;
+        }
+        let outlets = Outlets {
+            updates,
+            store: None,
+            ..spawner.outlets.clone()
+        };
+        let supervisor = self.supervisor_for(&child, None, outlets, self.sanitizer());
+        let stop = spawner.shutdown.child_token();
+        let span = tracing::info_span!("supervisor", backend = %child.name);
+        spawner.tracker.spawn(tracing::Instrument::instrument(
+            supervisor.run(stop.clone()),
+            span,
+        ));
+        Some(stop)
     }
 
     /// The reason sanitizer every supervisor uses (it masks with the

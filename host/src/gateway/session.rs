@@ -78,6 +78,7 @@ fn observe(pool: &Pool, extensions: &rmcp::model::Extensions, peer: &rmcp::Peer<
     pool.observe(authorization(extensions), Principal::of(extensions), || {
         peer.peer_info().map(|i| i.capabilities.clone())
     });
+    pool.know_client(peer);
 }
 
 impl FrontSession {
@@ -184,7 +185,9 @@ impl FrontSession {
         if !is_modern(ctx) {
             return None;
         }
-        self.gw.backends().forwarded().next()?;
+        let set = self.gw.backends();
+        set.iter()
+            .find(|b| b.forwards_auth() || b.owns_instances())?;
         ctx.extensions.get::<http::request::Parts>()?;
         Some(self.gw.caller_pool(
             &Principal::of(&ctx.extensions),
@@ -234,7 +237,10 @@ impl FrontSession {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, McpError> {
         let registered = self.registered.load(Ordering::Acquire);
-        if (backend.per_session() && registered) || backend.forwards_auth() {
+        if (backend.per_session() && registered)
+            || backend.forwards_auth()
+            || backend.owns_instances()
+        {
             let pool = self
                 .own_pool(ctx)
                 .ok_or_else(|| needs_session(&backend.name))?;
@@ -1105,6 +1111,11 @@ impl ServerHandler for FrontSession {
             // 2026-07-28 removed `logging/setLevel` (a level travels with
             // each request there).
             if shared.capabilities().logging.is_none() || shared.era() == Era::Modern {
+                continue;
+            }
+            // Not worth starting a client's own instance for (its log
+            // messages reach this client filtered at its level anyway).
+            if b.owns_instances() && !self.pool.has_instance(&b) {
                 continue;
             }
             let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(

@@ -317,6 +317,29 @@ impl Sessions {
         }
     }
 
+    /// Relays a log message of an instance run for `caller` (`share =
+    /// "principal"`): to that caller's sessions whose level admits it.
+    pub fn caller_log(&self, caller: &CallerKey, params: LoggingMessageNotificationParam) {
+        for e in self.lock().values().filter(|e| {
+            e.principal == *caller
+                && e.log_level
+                    .is_none_or(|min| crate::backend::outbox::admits(min, params.level))
+        }) {
+            e.outbox.log(params.clone());
+        }
+    }
+
+    /// Relays a resource update of an instance run for `caller`: to that
+    /// caller's sessions subscribed to `uri` and listen streams.
+    pub fn caller_resource_updated(&self, caller: &CallerKey, uri: String) {
+        for e in self.lock().values().filter(|e| {
+            e.principal == *caller
+                && (e.subscriptions.contains(&uri) || matches!(e.channel, Channel::Listen(_)))
+        }) {
+            e.outbox.resource_updated(uri.clone());
+        }
+    }
+
     /// Relays `notifications/resources/updated` to `session`, or to the
     /// sessions subscribed to `uri` and every listen stream (whose sink
     /// drops URIs it did not ask for). Only queues.
@@ -549,6 +572,7 @@ mod tests {
             },
             exchanger: None,
             views: Default::default(),
+            instances: crate::backend::instances::Instances::new(4),
         });
         Sessions::new(
             current.clone(),
