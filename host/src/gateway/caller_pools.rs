@@ -120,6 +120,7 @@ mod tests {
             },
             exchanger: None,
             views: Default::default(),
+            instances: crate::backend::instances::Instances::new(1),
         };
         CallerPools::new(Arc::new(ctx), max)
     }

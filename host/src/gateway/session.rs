@@ -1115,7 +1115,7 @@ impl ServerHandler for FrontSession {
             }
             // Not worth starting a client's own instance for (its log
             // messages reach this client filtered at its level anyway).
-            if b.owns_instances() && !self.pool.has_instance(&b) {
+            if b.owns_instances() && !self.pool.has_instance(b) {
                 continue;
             }
             let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(
