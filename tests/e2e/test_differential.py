@@ -58,7 +58,7 @@ from reference.wire import (
     StdioWire,
     normalize,
 )
-from support import DEADLINE, http_session, stdio_session, wait_for_tools
+from support import DEADLINE, http_session, short, stdio_session, wait_for_tools
 
 FRONTS = ["http", "stdio"]
 
@@ -190,11 +190,14 @@ class Lab:
         server: Server,
         capabilities: str = NO_CAPABILITIES,
         handlers: dict[str, wire.Handler] | None = None,
+        share: str | None = None,
     ) -> StdioWire | HttpWire:
-        """Vigil in front of `server` (a stdio backend), reached over `front`, once it lists the server's tools."""
+        """Vigil in front of `server` (a stdio backend, `share` if given), reached over `front`, once it lists the server's tools."""
         backend = stdio_backend(server.name, server.command, server.args)
         if server.env:
             backend["env"] = server.env
+        if share is not None:
+            backend["share"] = share
         if front == "http":
             gw = self.gateways([backend], naming="prefix")
             w: StdioWire | HttpWire = HttpWire(
@@ -202,7 +205,7 @@ class Lab:
             )
             self.wires.append(w)
         else:
-            config = self.stdio_config(server, "handshake")
+            config = self.stdio_config(server, "handshake", share)
             env = {"RUST_LOG": os.environ.get("VIGIL_E2E_RUST_LOG", "info,vigil=debug"), "RUST_BACKTRACE": "1"}
             w = self._stdio("vigil-stdio", [str(self.vigil_bin), "stdio", "--config", str(config)], env, handlers)
         w.initialize(capabilities)
@@ -225,11 +228,13 @@ class Lab:
         wait_listed(ready, prefix(server))
         return gw.url
 
-    def stdio_config(self, server: Server, label: str) -> Path:
-        """A config for `vigil stdio` in front of `server` (prefix naming)."""
+    def stdio_config(self, server: Server, label: str, share: str | None = None) -> Path:
+        """A config for `vigil stdio` in front of `server` (prefix naming, `share` if given)."""
         backend = stdio_backend(server.name, server.command, server.args)
         if server.env:
             backend["env"] = server.env
+        if share is not None:
+            backend["share"] = share
         top = {
             "listen": f"127.0.0.1:{free_port()}",
             "naming": "prefix",
@@ -757,6 +762,33 @@ def test_gzip_session_resource_read(lab: Lab, front: str) -> None:
     params = compact_json({"uri": uri})
     assert_same(d.request("resources/read", params), v.request("resources/read", params), answers="resources/read",
                 what="the resources/read result")  # fmt: skip
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_session_resource_of_a_per_session_server(lab: Lab, front: str) -> None:
+    """With `share = "session"` the resource `gzip-file-as-resource` registers is its session's: listed to it
+    after `resources/list_changed` and read as directly; another client (HTTP front) neither lists nor reads it."""
+    uri = "demo://resource/session/diff.txt.gz"
+    args = compact_json({"name": "diff.txt.gz", "data": GZIP_INPUT, "outputType": "resourceLink"})
+    d = lab.direct(wire.everything())
+    v = lab.through(front, wire.everything(), share="session")
+    d.request("tools/call", call_params("gzip-file-as-resource", args))
+    v.request("tools/call", call_params("gzip-file-as-resource", args, prefix(wire.everything())))
+    wait_until_listed(v, "resources/list", "resources", lambda uris: uri in uris, uri)
+    params = compact_json({"uri": uri})
+    assert_same(d.request("resources/read", params), v.request("resources/read", params), answers="resources/read",
+                what="the resources/read result")  # fmt: skip
+    if front != "http":
+        return
+    assert isinstance(v, HttpWire)
+    other = HttpWire(v.url, deadline=DEADLINE, log=lab.dir / "wire-vigil-http-other.log")
+    lab.wires.append(other)
+    other.initialize(NO_CAPABILITIES)
+    listed = wire.parse(other.request("resources/list").text)
+    uris = [item.get("uri").value for item in listed.get("result").get("resources")]
+    assert uri not in uris, "another session lists the session's resource"
+    read = wire.parse(other.request("resources/read", params).text)
+    assert read.get("error") is not None, f"another session read the session's resource: {short(str(read))}"
 
 
 # === the Python SDK over the HTTP front ===

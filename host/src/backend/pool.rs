@@ -490,11 +490,15 @@ impl Pool {
     pub async fn derive_for(&self, shared: Arc<Catalog>, capset: &CapSet) -> Arc<Catalog> {
         let shared = self.ctx.view(shared, capset).await;
         // The common case, on every session of every fan-out: no
-        // forward_auth backend, nothing more to derive.
-        if self.ctx.backends.get().forwarded().next().is_none() {
+        // forward_auth backend and no instance of a client's own, nothing
+        // more to derive.
+        let set = self.ctx.backends.get();
+        if !set.has_own_catalogs() {
             return shared;
         }
-        self.ensure(&shared).await;
+        if set.forwarded().next().is_some() {
+            self.ensure(&shared).await;
+        }
         self.view(shared)
     }
 

@@ -33,6 +33,9 @@ pub struct BackendSet {
     /// Indexes of the `forward_auth` backends (looked at on every session
     /// resync; most sets have none).
     forwarded: Vec<usize>,
+    /// Whether some client has a catalog of its own of some backend
+    /// (`forward_auth`, or an instance of its own: `share`).
+    own_catalogs: bool,
     /// The set as the catalog registry sees it (names, uids, order).
     roster: Roster,
 }
@@ -47,6 +50,9 @@ impl BackendSet {
         let forwarded = (0..list.len())
             .filter(|i| list[*i].forwards_auth())
             .collect();
+        let own_catalogs = list
+            .iter()
+            .any(|b| b.forwards_auth() || b.owns_instances());
         let roster = Roster::new(list.iter().map(|b| Member {
             name: b.name.clone(),
             uid: b.uid,
@@ -56,6 +62,7 @@ impl BackendSet {
             list,
             by_name,
             forwarded,
+            own_catalogs,
             roster,
         }
     }
@@ -63,6 +70,13 @@ impl BackendSet {
     /// What the catalog registry applies updates against.
     pub fn roster(&self) -> &Roster {
         &self.roster
+    }
+
+    /// Whether a client may have a catalog of its own of some backend:
+    /// only then is there more to a session's view than its capability
+    /// set's (`Pool::derive`).
+    pub fn has_own_catalogs(&self) -> bool {
+        self.own_catalogs
     }
 
     /// The `forward_auth` backends, in file order.

@@ -812,3 +812,71 @@ fn unknown_protocol_names_the_key_and_the_choices() {
         "{e}"
     );
 }
+
+#[test]
+fn share_is_a_stdio_choice_with_its_idle_time_and_a_cap() {
+    let c = parse(
+        r#"
+        [limits]
+        max_instances = 5
+        [[backends]]
+        name = "mem"
+        transport = "stdio"
+        command = "x"
+        share = "session"
+        session_idle = "2m"
+        [[backends]]
+        name = "who"
+        transport = "stdio"
+        command = "x"
+        share = "principal"
+        [[backends]]
+        name = "all"
+        transport = "stdio"
+        command = "x"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.limits.max_instances, 5);
+    assert_eq!(c.backends[0].share, Share::Session);
+    assert_eq!(c.backends[0].session_idle, Duration::from_secs(120));
+    assert_eq!(c.backends[1].share, Share::Principal);
+    assert_eq!(c.backends[2].share, Share::All);
+    assert_eq!(parse("").unwrap().limits.max_instances, 64);
+
+    let e = err(r#"
+        [[backends]]
+        name = "h"
+        transport = "http"
+        url = "http://127.0.0.1:3902/mcp"
+        share = "session"
+        "#);
+    assert!(
+        e.contains("backends[0].share") && e.contains("stdio backends only"),
+        "{e}"
+    );
+    let e = err(r#"
+        [[backends]]
+        name = "s"
+        transport = "stdio"
+        command = "x"
+        share = "client"
+        "#);
+    assert!(
+        e.contains("backends[0].share") && e.contains("\"principal\""),
+        "{e}"
+    );
+    let e = err(r#"
+        [[backends]]
+        name = "s"
+        transport = "stdio"
+        command = "x"
+        session_idle = "1m"
+        "#);
+    assert!(
+        e.contains("backends[0].session_idle") && e.contains("share = \"session\""),
+        "{e}"
+    );
+    let e = err("[limits]\nmax_instances = 0\n");
+    assert!(e.contains("limits.max_instances"), "{e}");
+}

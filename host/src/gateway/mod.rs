@@ -916,7 +916,7 @@ impl Gateway {
         self.mcp_keys.required()
             || self.oauth.is_some()
             || self.policies.configured()
-            || self.backends().forwarded().next().is_some()
+            || self.backends().has_own_catalogs()
     }
 
     /// The `[[policy]]` set in force.

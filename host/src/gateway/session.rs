@@ -185,9 +185,9 @@ impl FrontSession {
         if !is_modern(ctx) {
             return None;
         }
-        let set = self.gw.backends();
-        set.iter()
-            .find(|b| b.forwards_auth() || b.owns_instances())?;
+        if !self.gw.backends().has_own_catalogs() {
+            return None;
+        }
         ctx.extensions.get::<http::request::Parts>()?;
         Some(self.gw.caller_pool(
             &Principal::of(&ctx.extensions),
