@@ -50,9 +50,7 @@ impl BackendSet {
         let forwarded = (0..list.len())
             .filter(|i| list[*i].forwards_auth())
             .collect();
-        let own_catalogs = list
-            .iter()
-            .any(|b| b.forwards_auth() || b.owns_instances());
+        let own_catalogs = list.iter().any(|b| b.forwards_auth() || b.owns_instances());
         let roster = Roster::new(list.iter().map(|b| Member {
             name: b.name.clone(),
             uid: b.uid,

@@ -10,6 +10,10 @@
 //! connection never carries another's token, and a refreshed token opens
 //! afresh).
 //!
+//! The same caller's requests also share the resource links its calls
+//! returned (`links.rs`): a read of a resource its backend session made
+//! goes to that session, as a handshake-era session's does.
+//!
 //! A pool nobody used for [`IDLE`] is dropped with its connections; at
 //! most `[limits] max_sessions` are kept (the least recently used goes
 //! first), like the sessions of handshake-era clients.
@@ -33,8 +37,15 @@ struct Key {
 }
 
 struct Entry {
-    pool: Arc<Pool>,
+    caller: Caller,
     last_used: Instant,
+}
+
+/// What a sessionless caller's requests share.
+#[derive(Clone)]
+pub struct Caller {
+    pub pool: Arc<Pool>,
+    pub links: Arc<super::links::Links>,
 }
 
 pub struct CallerPools {
@@ -59,7 +70,7 @@ impl CallerPools {
         principal: &Principal,
         authorization: Option<&str>,
         new_id: impl FnOnce() -> u64,
-    ) -> Arc<Pool> {
+    ) -> Caller {
         let key = Key {
             caller: principal.caller().clone(),
             authorization: authorization.map(str::to_owned),
@@ -68,7 +79,7 @@ impl CallerPools {
         let mut entries = self.lock();
         if let Some(e) = entries.get_mut(&key) {
             e.last_used = now;
-            return e.pool.clone();
+            return e.caller.clone();
         }
         entries.retain(|_, e| now.duration_since(e.last_used) < IDLE);
         if entries.len() >= self.max
@@ -79,15 +90,18 @@ impl CallerPools {
         {
             entries.remove(&oldest);
         }
-        let pool = Pool::for_caller(new_id(), self.ctx.clone());
+        let caller = Caller {
+            pool: Pool::for_caller(new_id(), self.ctx.clone()),
+            links: Arc::default(),
+        };
         entries.insert(
             key,
             Entry {
-                pool: pool.clone(),
+                caller: caller.clone(),
                 last_used: now,
             },
         );
-        pool
+        caller
     }
 
     /// Every pool in use (for the poller and the idle reaper); drops those
@@ -96,7 +110,7 @@ impl CallerPools {
         let now = Instant::now();
         let mut entries = self.lock();
         entries.retain(|_, e| now.duration_since(e.last_used) < IDLE);
-        entries.values().map(|e| e.pool.clone()).collect()
+        entries.values().map(|e| e.caller.pool.clone()).collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
@@ -134,14 +148,16 @@ mod tests {
             n
         };
         let alice = Principal::key("alice");
-        let a1 = p.get(&alice, Some("Bearer one"), &mut id);
+        let a1 = p.get(&alice, Some("Bearer one"), &mut id).pool;
         assert!(Arc::ptr_eq(
             &a1,
-            &p.get(&alice, Some("Bearer one"), &mut id)
+            &p.get(&alice, Some("Bearer one"), &mut id).pool
         ));
-        let a2 = p.get(&alice, Some("Bearer two"), &mut id);
+        let a2 = p.get(&alice, Some("Bearer two"), &mut id).pool;
         assert!(!Arc::ptr_eq(&a1, &a2), "other credentials, other pool");
-        let b1 = p.get(&Principal::key("bob"), Some("Bearer one"), &mut id);
+        let b1 = p
+            .get(&Principal::key("bob"), Some("Bearer one"), &mut id)
+            .pool;
         assert!(
             !Arc::ptr_eq(&a1, &b1),
             "another caller with the same header"
@@ -162,11 +178,14 @@ mod tests {
             Principal::key("b"),
             Principal::key("c"),
         );
-        let first = p.get(&a, None, &mut id);
+        let first = p.get(&a, None, &mut id).pool;
         p.get(&b, None, &mut id);
         p.get(&a, None, &mut id); // a is used again: b is now the oldest
         p.get(&c, None, &mut id);
         assert_eq!(p.pools().len(), 2);
-        assert!(Arc::ptr_eq(&first, &p.get(&a, None, &mut id)), "a was kept");
+        assert!(
+            Arc::ptr_eq(&first, &p.get(&a, None, &mut id).pool),
+            "a was kept"
+        );
     }
 }

@@ -739,13 +739,13 @@ impl Gateway {
         pools
     }
 
-    /// The pool a sessionless request of `principal` with `authorization`
-    /// reaches `forward_auth` backends through (see `caller_pools`).
-    fn caller_pool(
+    /// What a sessionless request of `principal` with `authorization`
+    /// shares with that caller's others (see `caller_pools`).
+    fn caller(
         &self,
         principal: &crate::auth::Principal,
         authorization: Option<&str>,
-    ) -> Arc<Pool> {
+    ) -> caller_pools::Caller {
         self.caller_pools.get(principal, authorization, || {
             self.next_session.fetch_add(1, Ordering::Relaxed)
         })

@@ -174,25 +174,54 @@ impl FrontSession {
 
     /// The pool this request reaches backends through with the client's
     /// own connections: the session's once it is registered; for a
-    /// sessionless (2026-07-28) request over HTTP, its caller's
-    /// (`caller_pools`), when some backend forwards credentials; otherwise
-    /// none (shared connections only; a session's requests before it is
-    /// registered, `initialize` among them).
+    /// sessionless (2026-07-28) request, its caller's ([`Self::modern_pool`])
+    /// when some client may have catalogs of its own (`forward_auth`,
+    /// `share`); otherwise none (shared connections only; a session's
+    /// requests before it is registered, `initialize` among them).
     fn own_pool(&self, ctx: &RequestContext<RoleServer>) -> Option<Arc<Pool>> {
         if self.registered.load(Ordering::Acquire) {
             return Some(self.pool.clone());
         }
-        if !is_modern(ctx) {
-            return None;
-        }
         if !self.gw.backends().has_own_catalogs() {
             return None;
         }
+        self.modern_pool(ctx)
+    }
+
+    /// The pool of a 2026-07-28 request (`None` for another): over HTTP
+    /// its caller's (`caller_pools`), over stdio the one client's.
+    fn modern_pool(&self, ctx: &RequestContext<RoleServer>) -> Option<Arc<Pool>> {
+        if !is_modern(ctx) {
+            return None;
+        }
+        Some(match self.modern_caller(ctx) {
+            Some(caller) => caller.pool,
+            None => self.pool.clone(),
+        })
+    }
+
+    /// What a 2026-07-28 request over HTTP shares with its caller's others.
+    fn modern_caller(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Option<super::caller_pools::Caller> {
+        if !is_modern(ctx) || self.registered.load(Ordering::Acquire) {
+            return None;
+        }
         ctx.extensions.get::<http::request::Parts>()?;
-        Some(self.gw.caller_pool(
+        Some(self.gw.caller(
             &Principal::of(&ctx.extensions),
             authorization(&ctx.extensions),
         ))
+    }
+
+    /// The resource links this request's client was given (`links.rs`):
+    /// its session's, or a sessionless caller's.
+    fn links(&self, ctx: &RequestContext<RoleServer>) -> Arc<super::links::Links> {
+        match self.modern_caller(ctx) {
+            Some(caller) => caller.links,
+            None => self.links.clone(),
+        }
     }
 
     /// What the caller of `ctx` may see of this session's catalog
@@ -250,7 +279,22 @@ impl FrontSession {
                 .await
                 .map_err(|e| e.into_mcp());
         }
-        if let Some(variant) = backend.variant(&self.capset(ctx)).await {
+        let variant = backend.variant(&self.capset(ctx)).await;
+        // A 2026-07-28 client of a backend that answers it in the
+        // handshake era only: on a backend session of its caller, never
+        // one shared with other callers (what a backend keeps per session
+        // stays that caller's).
+        if backend.per_session()
+            && !matches!(&variant, Some(Ok(v)) if v.conn.era() == Era::Modern)
+            && let Some(pool) = self.modern_pool(ctx)
+        {
+            observe(&pool, &ctx.extensions, &ctx.peer);
+            return pool
+                .connection(backend, false)
+                .await
+                .map_err(|e| e.into_mcp());
+        }
+        if let Some(variant) = variant {
             return variant.map(|v| v.conn).map_err(|e| e.into_mcp());
         }
         backend.shared().ok_or_else(|| down(backend))
@@ -935,7 +979,7 @@ impl ServerHandler for FrontSession {
         }
         audit.finish(&route.backend, &result);
         if let Ok(v) = &result {
-            self.links.learn(&route.backend, v);
+            self.links(&ctx).learn(&route.backend, v);
         }
         let mut r = CallToolResult::success(Vec::new());
         r.meta = Some(self.gw.answers().keep(result?));
@@ -953,7 +997,7 @@ impl ServerHandler for FrontSession {
                 .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions)
         })?;
         let routed = Self::uri_backend(&*self.catalog(&ctx).await, &p.uri);
-        let backend = match routed.or_else(|e| self.links.backend_of(&p.uri).ok_or(e)) {
+        let backend = match routed.or_else(|e| self.links(&ctx).backend_of(&p.uri).ok_or(e)) {
             Ok(b) => b,
             Err(e) => {
                 self.forget_stream(&ctx);
