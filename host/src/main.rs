@@ -328,7 +328,12 @@ fn main() -> ExitCode {
             &config.api.tokens,
             &config.auth.keys,
             &config.backends,
-        ) {
+        )
+        .into_iter()
+        .chain(vigil::gateway::isolation::pinned(
+            &config.auth,
+            &config.backends,
+        )) {
             eprintln!("warning: {warning}");
         }
         return ExitCode::SUCCESS;
@@ -454,6 +459,11 @@ async fn serve(
         }
     });
     let gw = startup.settle(tracker).await?;
+    if !stdio {
+        for warning in gw.isolation_warnings() {
+            tracing::warn!("{warning}");
+        }
+    }
     tracker.spawn(gateway::reload_trigger::run(gw.clone(), shutdown.clone()));
     if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await

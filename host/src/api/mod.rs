@@ -91,6 +91,11 @@ pub enum ControlError {
 /// What the API may read and do. `principal` is the acting token's name.
 pub trait Control: Send + Sync + 'static {
     fn instances(&self) -> Vec<InstanceReport>;
+    /// What an operator should know about how the instances are served
+    /// (say, clients sharing a backend session without `[auth]`).
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The plugin directory (`None`: plugins are off) and its plugins.
     fn plugins(&self) -> (Option<String>, Vec<crate::plugins::PluginInfo>) {
         (None, Vec::new())

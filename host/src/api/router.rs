@@ -2,7 +2,7 @@
 //!
 //! | route | role | answer |
 //! |---|---|---|
-//! | `GET /api/v1/health/instances` | viewer | `{"instances": [InstanceReport, ...]}` |
+//! | `GET /api/v1/health/instances` | viewer | `{"instances": [InstanceReport, ...], "warnings": [...]}` (warnings only when some) |
 //! | `GET /api/v1/health/instances/{id}` | viewer | `InstanceDetail` (report + transitions + last exit) |
 //! | `POST /api/v1/health/instances/{id}/restart` | operator | the updated `InstanceReport` |
 //! | `POST /api/v1/health/instances/{id}/quarantine` | operator | same; optional body `{"reason": "..."}` |
@@ -270,11 +270,15 @@ pub async fn serve_on(
 #[derive(Serialize)]
 struct Instances {
     instances: Vec<InstanceReport>,
+    /// Present only when there is something to say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }
 
 async fn list(State(s): St) -> Json<Instances> {
     Json(Instances {
         instances: s.control.instances(),
+        warnings: s.control.warnings(),
     })
 }
 

@@ -150,6 +150,9 @@ pub struct Backend {
     command_rx: Mutex<Option<mpsc::UnboundedReceiver<(Command, CommandReply)>>>,
     /// Set on an instance run for one client (`instances.rs`).
     owned: Option<OwnedBy>,
+    /// The instance (see `instances`) on which a 2026-07-28 client was
+    /// served over a handshake-era session of its caller.
+    bridged: std::sync::atomic::AtomicU64,
 }
 
 /// A fresh [`Backend::uid`].
@@ -199,6 +202,7 @@ impl Backend {
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
             owned: None,
+            bridged: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -238,6 +242,7 @@ impl Backend {
             learned: lifecycle::Learned::default(),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
+            bridged: std::sync::atomic::AtomicU64::new(0),
             owned: Some(OwnedBy {
                 parent_uid: self.uid,
                 owner,
@@ -251,6 +256,18 @@ impl Backend {
     /// of (its own for a configured backend).
     fn parent_uid(&self) -> u64 {
         self.owned.as_ref().map_or(self.uid, |o| o.parent_uid)
+    }
+
+    /// A 2026-07-28 client is served over a handshake-era session of its
+    /// caller (the backend did not answer it in its era).
+    pub fn note_bridged(&self) {
+        self.bridged
+            .store(self.instance() + 1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`Backend::note_bridged`] happened on the current instance.
+    pub fn bridges_modern(&self) -> bool {
+        self.bridged.load(std::sync::atomic::Ordering::Relaxed) == self.instance() + 1
     }
 
     /// Whether clients are served by instances of their own (`share` is

@@ -418,12 +418,20 @@ async fn status(args: &ApiArgs, now: SystemTime) -> Output {
         .map(|r| r.name.clone())
         .collect();
     let (exit, closing) = tally("not serving", &down, rows.len());
+    let warnings: String = value
+        .get("warnings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|w| format!("\nwarning: {w}\n"))
+        .collect();
     let stdout = if args.json {
         pretty(&value)
     } else if rows.is_empty() {
         "no backends configured\n".to_owned()
     } else {
-        table::render(&rows, now) + &closing
+        table::render(&rows, now) + &closing + &warnings
     };
     Output::ok(exit, stdout)
 }

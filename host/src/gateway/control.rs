@@ -52,6 +52,15 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Where clients would share a backend's per-session state for want of
+    /// `[auth]` (`isolation.rs`).
+    pub fn isolation_warnings(&self) -> Vec<String> {
+        let authenticated = self.mcp_keys.required() || self.oauth.is_some();
+        super::isolation::running(authenticated, self.backends().iter())
+    }
+}
+
 impl Control for Gateway {
     fn plugins(&self) -> (Option<String>, Vec<crate::plugins::PluginInfo>) {
         match Gateway::plugins(self) {
@@ -79,6 +88,10 @@ impl Control for Gateway {
             .chain(own.iter())
             .map(|b| Self::report(b, &b.status()))
             .collect()
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.isolation_warnings()
     }
 
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>> {

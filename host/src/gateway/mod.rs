@@ -24,6 +24,7 @@ mod discovery;
 mod fronts;
 pub mod http;
 mod http_errors;
+pub mod isolation;
 mod links;
 mod mrtr;
 mod raw;

@@ -288,6 +288,7 @@ impl FrontSession {
             && !matches!(&variant, Some(Ok(v)) if v.conn.era() == Era::Modern)
             && let Some(pool) = self.modern_pool(ctx)
         {
+            backend.note_bridged();
             observe(&pool, &ctx.extensions, &ctx.peer);
             return pool
                 .connection(backend, false)
