@@ -10,6 +10,12 @@
 //! no request travels with another session's credentials and one session's
 //! refresh never changes another's catalog.
 //!
+//! A stdio backend with `share` other than `"all"` gives the client a
+//! process of its own instead (`instances.rs`): the pool holds its lease,
+//! routes through it and shows what it lists, and lets go of it when the
+//! pool is dropped (the session ended) or it sat unused for
+//! `session_idle`.
+//!
 //! A connection is reopened when it closed, when the backend came up as a
 //! new instance, when the client's `Authorization` changed, or after a
 //! reload replaced the backend. A `forward_auth` connection unused for the
