@@ -418,3 +418,139 @@ impl super::Downstream for ForOwner {
         self.resource_updated(&self.parent, None, uri);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Bounds, Downstream, ListKind, ListLimits};
+    use rmcp::model::LoggingMessageNotificationParam as Log;
+
+    struct Nowhere;
+
+    impl Downstream for Nowhere {
+        fn list_changed(&self, _: &Arc<str>, _: ListKind) {}
+        fn log(&self, _: &Arc<str>, _: Option<u64>, _: Log) {}
+        fn resource_updated(&self, _: &Arc<str>, _: Option<u64>, _: String) {}
+        fn caller_log(&self, _: &Arc<str>, _: &CallerKey, _: Log) {}
+        fn caller_resource_updated(&self, _: &Arc<str>, _: &CallerKey, _: String) {}
+        fn lane_log(&self, _: &Arc<str>, _: &CallerKey, _: Log) {}
+    }
+
+    fn backend(share: &str) -> Arc<Backend> {
+        let toml = format!(
+            "[[backends]]\nname = \"mem\"\ntransport = \"stdio\"\ncommand = \"x\"\nshare = \"{share}\"\n"
+        );
+        let config = crate::config::Config::parse(&toml, std::path::Path::new("vigil.toml"))
+            .unwrap()
+            .backends
+            .remove(0);
+        let bounds = Bounds {
+            connect: Duration::from_secs(1),
+            request: Duration::from_secs(1),
+            list: ListLimits::default(),
+            max_result: 1 << 20,
+        };
+        Backend::new(
+            config,
+            bounds,
+            Arc::new(Nowhere),
+            crate::background::Background::detached(),
+        )
+    }
+
+    fn owner(session: Option<u64>, caller: &str) -> Owner {
+        Owner {
+            session,
+            caller: crate::auth::Principal::key(caller).caller().clone(),
+            capabilities: None,
+            for_handshake_client: true,
+            client: None,
+        }
+    }
+
+    /// A registry whose supervisors are not run: each spawn is recorded
+    /// by the token that would stop it.
+    fn registry(max: usize) -> (Arc<Instances>, Arc<Mutex<Vec<CancellationToken>>>) {
+        let r = Instances::new(max);
+        let spawned: Arc<Mutex<Vec<CancellationToken>>> = Arc::default();
+        let seen = spawned.clone();
+        r.set_spawn(Box::new(move |_child, _updates| {
+            let t = CancellationToken::new();
+            lock(&seen).push(t.clone());
+            Some(t)
+        }));
+        (r, spawned)
+    }
+
+    fn pool(r: &Arc<Instances>) -> Arc<Pool> {
+        Pool::new(
+            1,
+            Arc::new(super::super::pool::Context {
+                backends: Default::default(),
+                naming: crate::config::Naming::Prefix {
+                    separator: "__".into(),
+                },
+                exchanger: None,
+                views: Default::default(),
+                instances: r.clone(),
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn one_instance_per_session_named_by_it_and_stopped_with_its_last_lease() {
+        let (r, spawned) = registry(4);
+        let b = backend("session");
+        let p = pool(&r);
+        let first = r.acquire(&b, owner(Some(7), "alice"), &p).unwrap();
+        let again = r.acquire(&b, owner(Some(7), "alice"), &p).unwrap();
+        let other = r.acquire(&b, owner(Some(8), "alice"), &p).unwrap();
+        assert_eq!(&**first.id(), "mem.s7");
+        assert_eq!(
+            first.id(),
+            again.id(),
+            "the same session, the same instance"
+        );
+        assert_eq!(&**other.id(), "mem.s8");
+        assert_eq!(lock(&spawned).len(), 2);
+        assert_eq!(r.count_of("mem"), 2);
+        assert!(r.find("mem.s7").is_some());
+        drop(first);
+        assert!(!lock(&spawned)[0].is_cancelled(), "a lease is still held");
+        drop(again);
+        assert!(lock(&spawned)[0].is_cancelled(), "the last lease stops it");
+        assert!(r.find("mem.s7").is_none());
+        assert!(!lock(&spawned)[1].is_cancelled());
+        drop(other);
+        assert_eq!(r.count_of("mem"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_caller_shares_one_instance_and_the_cap_refuses_the_next() {
+        let (r, spawned) = registry(2);
+        let b = backend("principal");
+        let p = pool(&r);
+        let a1 = r.acquire(&b, owner(Some(1), "alice"), &p).unwrap();
+        let a2 = r.acquire(&b, owner(Some(2), "alice"), &p).unwrap();
+        assert_eq!(a1.id(), a2.id(), "share = principal: one per caller");
+        assert!(a1.id().starts_with("mem.p"), "{}", a1.id());
+        let _bob = r.acquire(&b, owner(Some(3), "bob"), &p).unwrap();
+        let refused = r.acquire(&b, owner(Some(4), "carol"), &p).err().unwrap();
+        assert!(
+            matches!(refused, BackendError::TooManyInstances { limit: 2, .. }),
+            "{refused}"
+        );
+        assert!(refused.to_string().contains("limits.max_instances"));
+        assert_eq!(lock(&spawned).len(), 2);
+        // A session-mode backend's sessionless client is served per caller.
+        let s = backend("session");
+        drop(a1);
+        drop(a2);
+        let sessionless = r.acquire(&s, owner(None, "alice"), &p).unwrap();
+        assert!(
+            sessionless.id().starts_with("mem.p"),
+            "{}",
+            sessionless.id()
+        );
+    }
+}
