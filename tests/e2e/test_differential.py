@@ -37,6 +37,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -212,17 +213,26 @@ class Lab:
         wait_listed(w, prefix(server))
         return w
 
-    def vigil_url(self, server: Server) -> str:
+    def vigil_url(self, server: Server, share: str | None = None, keys: dict[str, str] | None = None) -> str:
         """`vigil serve` in front of `server`: the URL of its `/mcp`, once it lists the server's tools.
 
         A capability-less handshake-era session waits for the listing (a
-        2026-07-28 client has no session to be told of changes on).
+        2026-07-28 client has no session to be told of changes on). `share`
+        goes on the backend; `keys` (name: key) make `[[auth.keys]]`, and
+        the waiting session uses the first.
         """
         backend = stdio_backend(server.name, server.command, server.args)
         if server.env:
             backend["env"] = server.env
-        gw = self.gateways([backend], naming="prefix")
-        ready = HttpWire(gw.url, deadline=DEADLINE, log=self.dir / "wire-vigil-http-ready.log")
+        if share is not None:
+            backend["share"] = share
+        extra: dict[str, Any] = {}
+        if keys:
+            extra["auth"] = {"keys": [{"name": n, "key_env": f"VIGIL_KEY_{n.upper()}"} for n in keys]}
+            extra["env"] = {f"VIGIL_KEY_{n.upper()}": k for n, k in keys.items()}
+        gw = self.gateways([backend], naming="prefix", **extra)
+        headers = {"Authorization": f"Bearer {next(iter(keys.values()))}"} if keys else None
+        ready = HttpWire(gw.url, deadline=DEADLINE, headers=headers, log=self.dir / "wire-vigil-http-ready.log")
         self.wires.append(ready)
         ready.initialize(NO_CAPABILITIES)
         wait_listed(ready, prefix(server))
@@ -905,6 +915,43 @@ MODERN_READS = {
         ("gzip-file-as-resource", compact_json({"name": "diff.txt.gz", "data": GZIP_INPUT, "outputType": "resource"})),
     ),
 }
+
+
+def test_modern_session_resource_stays_with_its_caller(lab: Lab) -> None:
+    """Two 2026-07-28 callers (API keys) of server-everything with `share = "session"`: the resource one of them
+    makes is read at once as directly and listed to it; the other caller neither lists nor reads it."""
+    uri = "demo://resource/session/diff.txt.gz"
+    made_by = ("gzip-file-as-resource", compact_json({"name": "diff.txt.gz", "data": GZIP_INPUT, "outputType": "resourceLink"}))
+    keys = {"alice": "k-alice-" + "a1" * 16, "bob": "k-bob-" + "b2" * 16}
+    d = lab.direct(wire.everything())
+    url = lab.vigil_url(wire.everything(), share="session", keys=keys)
+    callers: dict[str, ModernHttpWire] = {}
+    for who, key in keys.items():
+        w = ModernHttpWire(url, NO_CAPABILITIES, deadline=DEADLINE, log=lab.dir / f"wire-vigil-modern-{who}.log")
+        w.extra_headers = {"Authorization": f"Bearer {key}"}
+        lab.wires.append(w)
+        callers[who] = w
+    alice, bob = callers["alice"], callers["bob"]
+    d.request("tools/call", call_params(*made_by))
+    alice.request("tools/call", call_params(*made_by, prefix(wire.everything())))
+    params = compact_json({"uri": uri})
+    assert_same(
+        d.request("resources/read", params), alice.request("resources/read", params), answers="resources/read",
+        revision=MODERN, what="the maker's resources/read result (2026-07-28)",
+    )  # fmt: skip
+
+    def listed(w: ModernHttpWire) -> list[str]:
+        msg = wire.parse(w.request("resources/list").text)
+        return [item.get("uri").value for item in msg.get("result").get("resources")]
+
+    # A 2026-07-28 client is told of no change: it lists again, within the deadline.
+    deadline = time.monotonic() + DEADLINE
+    while uri not in listed(alice):
+        assert time.monotonic() < deadline, f"{uri} never listed to its maker"
+        time.sleep(0.05)
+    assert uri not in listed(bob), "another caller lists the resource"
+    read = wire.parse(bob.request("resources/read", params).text)
+    assert read.get("error") is not None, f"another caller read the resource: {short(str(read))}"
 
 
 @pytest.mark.parametrize("front", FRONTS)

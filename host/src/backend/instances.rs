@@ -267,6 +267,7 @@ async fn follow(instance: Weak<Instance>, mut reports: mpsc::UnboundedReceiver<B
                 .is_none_or(|old| *old != *listed);
             if changed {
                 let pools: Vec<_> = lock(&i.pools).iter().filter_map(Weak::upgrade).collect();
+                tracing::debug!(instance = %i.id, pools = pools.len(), "instance listing changed");
                 for p in pools {
                     p.own_changed();
                 }
@@ -374,8 +375,9 @@ pub(super) struct ForOwner {
 }
 
 impl super::Downstream for ForOwner {
-    fn list_changed(&self, _backend: &Arc<str>, _kind: super::ListKind) {
+    fn list_changed(&self, _backend: &Arc<str>, kind: super::ListKind) {
         if let Some(b) = self.instance.get().and_then(Weak::upgrade) {
+            tracing::debug!(instance = %b.name, ?kind, "instance announced a list change; re-listing it");
             b.request_refresh();
         }
     }
