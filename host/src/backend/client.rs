@@ -65,6 +65,9 @@ pub trait Downstream: Send + Sync + 'static {
         principal: &crate::auth::CallerKey,
         params: LoggingMessageNotificationParam,
     );
+    /// What `caller`'s lane lists changed (`lane.rs`): that caller's
+    /// sessions that use lanes re-derive their lists.
+    fn lane_listed(&self, _backend: &Arc<str>, _caller: &crate::auth::CallerKey) {}
     /// What a backend session for a capability set lists changed (see
     /// `variants.rs`): the sessions of that set re-derive their lists.
     fn variant_listed(&self, _backend: &Arc<str>) {}

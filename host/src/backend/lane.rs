@@ -15,6 +15,11 @@
 //! lane's principal that uses lanes ([`Downstream::lane_log`]), as a stdio
 //! backend's reaches every client of its one session.
 //!
+//! What a lane lists beyond the shared listing (a resource the backend made
+//! for that session) is shown to the same sessions: the lane is re-listed
+//! when it announces a list change, and its extras join their view
+//! ([`Backend::lane_listing`], `BackendCatalog::with_extras`).
+//!
 //! A lane from an earlier instance of the backend, or one whose connection
 //! ended, is replaced on the next use; one the raw path found stale (the
 //! backend forgot its session) is dropped with [`Backend::drop_lane`].
@@ -48,6 +53,8 @@ pub struct Opened {
     /// Re-initializations of the session already reported by
     /// [`Opened::recovered`].
     reported: std::sync::atomic::AtomicU64,
+    /// What the lane listed when it last announced a list change.
+    listing: std::sync::Mutex<Option<Arc<crate::catalog::BackendCatalog>>>,
 }
 
 impl Opened {
@@ -81,11 +88,41 @@ impl Lanes {
 struct ForPrincipal {
     inner: Arc<dyn Downstream>,
     principal: CallerKey,
+    backend: std::sync::Weak<Backend>,
 }
 
 impl Downstream for ForPrincipal {
     fn list_changed(&self, backend: &Arc<str>, kind: ListKind) {
         self.inner.list_changed(backend, kind);
+        // The change may be this session's alone: list it again, so its
+        // clients see what it lists beyond the shared listing.
+        let Some(b) = self.backend.upgrade() else {
+            return;
+        };
+        let (inner, principal, name) =
+            (self.inner.clone(), self.principal.clone(), backend.clone());
+        b.background.clone().spawn(async move {
+            let Some(open) = b.usable_lane(&principal) else {
+                return;
+            };
+            match open.conn.list_catalog().await {
+                Ok(listed) => {
+                    let listed = Arc::new(listed);
+                    let changed = open
+                        .listing
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .replace(listed.clone())
+                        .is_none_or(|old| *old != *listed);
+                    if changed {
+                        inner.lane_listed(&name, &principal);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(backend = %name, %principal, error = %e, "re-listing a lane failed; its last listing stays");
+                }
+            }
+        });
     }
     fn log(&self, backend: &Arc<str>, _: Option<u64>, params: LoggingMessageNotificationParam) {
         self.inner.lane_log(backend, &self.principal, params);
@@ -120,7 +157,10 @@ impl Downstream for ForPrincipal {
 impl Backend {
     /// `principal`'s lane, opened (or replaced) if need be within the
     /// connect timeout.
-    pub async fn lane(&self, principal: &CallerKey) -> Result<Arc<Opened>, BackendError> {
+    pub async fn lane(
+        self: &Arc<Self>,
+        principal: &CallerKey,
+    ) -> Result<Arc<Opened>, BackendError> {
         if let Some(open) = self.usable_lane(principal) {
             return Ok(open);
         }
@@ -142,6 +182,7 @@ impl Backend {
         let downstream = Arc::new(ForPrincipal {
             inner: self.downstream.clone(),
             principal: principal.clone(),
+            backend: Arc::downgrade(self),
         });
         // Lanes carry the raw path's calls, which handshake-era clients make.
         let own = super::Own {
@@ -170,9 +211,20 @@ impl Backend {
             conn,
             instance,
             reported,
+            listing: Default::default(),
         });
         self.lanes.write().insert(principal, open.clone());
         Ok(open)
+    }
+
+    /// What `caller`'s lane of the current instance listed when it last
+    /// announced a change (none before).
+    pub fn lane_listing(&self, caller: &CallerKey) -> Option<Arc<crate::catalog::BackendCatalog>> {
+        let open = self.usable_lane(caller)?;
+        open.listing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn usable_lane(&self, principal: &CallerKey) -> Option<Arc<Opened>> {

@@ -454,17 +454,19 @@ impl Backend {
     /// capabilities so the backend only asks for what the client can do.
     /// `authorization` (the client's own header, `forward_auth` backends
     /// only) is sent on every request of the connection.
+    /// `downstream`, when given, wraps the backend's (see `pool.rs`).
     pub async fn open_session_connection(
         &self,
         session: u64,
         capabilities: Option<ClientCapabilities>,
         authorization: Option<&str>,
         client_era: Era,
+        downstream: Option<Arc<dyn Downstream>>,
     ) -> Result<Connection, BackendError> {
         let own = Own {
             session: Some(session),
             capabilities,
-            downstream: self.downstream.clone(),
+            downstream: downstream.unwrap_or_else(|| self.downstream.clone()),
             listen: self.forwards_auth(),
             for_handshake_client: client_era == Era::Handshake,
         };

@@ -67,9 +67,14 @@ impl Context {
 }
 
 pub struct Pool {
+    /// Itself (for what its connections call back).
+    me: Weak<Pool>,
     session: u64,
     /// A sessionless caller's pool (`caller_pools`), not a session's.
     sessionless: bool,
+    /// The session's calls share its caller's lanes (`lane.rs`): it sees
+    /// what they list beyond the shared listing.
+    lanes: std::sync::atomic::AtomicBool,
     /// The session's client (instances of its own ask it for roots).
     client: Mutex<Option<rmcp::Peer<rmcp::RoleServer>>>,
     ctx: Arc<Context>,
@@ -91,6 +96,14 @@ pub struct Pool {
     /// The resync workers of the session and of its listen streams, woken
     /// when an own catalog changed.
     wakers: Mutex<Vec<Weak<Notify>>>,
+}
+
+/// What a client listed of a backend itself ([`Pool::view`]).
+enum Own {
+    /// Its whole catalog of the backend (`forward_auth`, its own instance).
+    Replaces(Arc<BackendCatalog>),
+    /// What its backend session lists, of which the extras are shown.
+    Adds(Arc<BackendCatalog>),
 }
 
 /// A view and what it was derived from: (shared snapshot, version).
@@ -151,9 +164,11 @@ impl Pool {
     }
 
     fn make(session: u64, sessionless: bool, ctx: Arc<Context>) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             session,
             sessionless,
+            lanes: Default::default(),
             client: Mutex::default(),
             ctx,
             auth: Mutex::default(),
@@ -212,8 +227,14 @@ impl Pool {
         }
     }
 
-    /// What one of this pool's instances lists changed: its sessions
-    /// re-derive their lists.
+    /// Whether the session's calls share its caller's lanes (set when it
+    /// is registered).
+    pub fn use_lanes(&self, on: bool) {
+        self.lanes.store(on, Ordering::Release);
+    }
+
+    /// What one of this pool's instances, its own backend sessions or its
+    /// caller's lanes list changed: its sessions re-derive their lists.
     pub fn own_changed(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);
         for w in lock(&self.wakers).iter().filter_map(Weak::upgrade) {
@@ -330,8 +351,17 @@ impl Pool {
         } else {
             Era::Handshake
         };
+        // Its own list changes may be this session's alone: listed again
+        // through it, they add to what the session sees (`Pool::view`).
+        let downstream = (!b.forwards_auth()).then(|| {
+            Arc::new(ForSession {
+                inner: b.downstream.clone(),
+                pool: self.me.clone(),
+                backend: Arc::downgrade(b),
+            }) as Arc<dyn super::Downstream>
+        });
         let opened = b
-            .open_session_connection(self.session, caps, auth.as_deref(), era)
+            .open_session_connection(self.session, caps, auth.as_deref(), era, downstream)
             .await;
         *lock(&slot.failed) = opened
             .is_err()
@@ -392,7 +422,7 @@ impl Pool {
         let had = lock(&slot.catalog).is_some();
         let next = match listed {
             Ok(c) => Some(c),
-            Err(e) if had => {
+            Err(e) if had && b.forwards_auth() => {
                 tracing::warn!(backend = %b.name, session = self.session, error = %e, "listing through the session's own connection failed; the session no longer sees the backend's tools");
                 None
             }
@@ -496,10 +526,10 @@ impl Pool {
     pub async fn derive_for(&self, shared: Arc<Catalog>, capset: &CapSet) -> Arc<Catalog> {
         let shared = self.ctx.view(shared, capset).await;
         // The common case, on every session of every fan-out: no
-        // forward_auth backend and no instance of a client's own, nothing
-        // more to derive.
+        // forward_auth backend, no instance of a client's own, and nothing
+        // its backend sessions listed themselves: nothing more to derive.
         let set = self.ctx.backends.get();
-        if !set.has_own_catalogs() {
+        if !set.has_own_catalogs() && self.version.load(Ordering::Acquire) == 0 {
             return shared;
         }
         if set.forwarded().next().is_some() {
@@ -508,40 +538,55 @@ impl Pool {
         self.view(shared)
     }
 
+    /// `shared` with this client's own listings in place: a
+    /// `forward_auth` backend's or its own instance's replace the shared
+    /// entry; what its own backend session of an HTTP backend (or its
+    /// caller's lane, when its calls take lanes) listed adds its extras
+    /// (`BackendCatalog::with_extras`).
     fn view(&self, shared: Arc<Catalog>) -> Arc<Catalog> {
         let version = self.version.load(Ordering::Acquire);
-        let own: HashMap<Arc<str>, Arc<BackendCatalog>> = {
-            let slots = lock(&self.slots);
-            if slots.is_empty() {
-                return shared;
+        if let Some((s, v, view)) = &*lock(&self.cache)
+            && Arc::ptr_eq(s, &shared)
+            && *v == version
+        {
+            return view.clone();
+        }
+        let set = self.ctx.backends.get();
+        let mut own: HashMap<Arc<str>, Own> = HashMap::new();
+        for (name, slot) in lock(&self.slots).iter() {
+            let Some(b) = set.get(name).filter(|b| b.uid == slot.uid) else {
+                continue;
+            };
+            let listed = match &*lock(&slot.lease) {
+                Some(lease) => lease.catalog(),
+                None => lock(&slot.catalog).clone(),
+            };
+            if let Some(c) = listed {
+                let mine = if b.forwards_auth() || b.owns_instances() {
+                    Own::Replaces(c)
+                } else {
+                    Own::Adds(c)
+                };
+                own.insert(name.clone(), mine);
             }
-            if let Some((s, v, view)) = &*lock(&self.cache)
-                && Arc::ptr_eq(s, &shared)
-                && *v == version
-            {
-                return view.clone();
+        }
+        if self.lanes.load(Ordering::Acquire) {
+            let caller = lock(&self.principal).caller().clone();
+            for b in set.iter().filter(|b| b.per_session() && !b.forwards_auth()) {
+                if let Some(c) = b.lane_listing(&caller) {
+                    own.entry(b.name.clone()).or_insert(Own::Adds(c));
+                }
             }
-            let set = self.ctx.backends.get();
-            slots
-                .iter()
-                .filter(|(name, slot)| {
-                    set.get(name).is_some_and(|b| {
-                        b.uid == slot.uid && (b.forwards_auth() || b.owns_instances())
-                    })
-                })
-                .filter_map(|(name, slot)| {
-                    let own = match &*lock(&slot.lease) {
-                        Some(lease) => lease.catalog(),
-                        None => lock(&slot.catalog).clone(),
-                    };
-                    own.map(|c| (name.clone(), c))
-                })
-                .collect()
-        };
+        }
         if own.is_empty() {
             return shared;
         }
-        let view = Arc::new(shared.with_own(&self.ctx.naming, |n| own.get(n).cloned()));
+        let view = Arc::new(
+            shared.with_own(&self.ctx.naming, |n, entry| match own.get(n)? {
+                Own::Replaces(c) => Some(c.clone()),
+                Own::Adds(c) => Some(Arc::new(entry.with_extras(c))),
+            }),
+        );
         *lock(&self.cache) = Some((shared, version, view.clone()));
         view
     }
@@ -602,6 +647,63 @@ impl Pool {
                 }
             }
         }
+    }
+}
+
+/// Where a session's own connection to an HTTP backend sends what is not
+/// an answer: as the backend's other connections do, and its list
+/// changes also re-list it for the session (what a backend made for that
+/// session alone shows in its lists, see [`Pool::view`]).
+struct ForSession {
+    inner: Arc<dyn super::Downstream>,
+    pool: Weak<Pool>,
+    backend: Weak<Backend>,
+}
+
+impl super::Downstream for ForSession {
+    fn list_changed(&self, backend: &Arc<str>, kind: super::ListKind) {
+        self.inner.list_changed(backend, kind);
+        let (Some(pool), Some(b)) = (self.pool.upgrade(), self.backend.upgrade()) else {
+            return;
+        };
+        b.background.clone().spawn(async move {
+            pool.relist(&b).await;
+        });
+    }
+    fn log(
+        &self,
+        backend: &Arc<str>,
+        session: Option<u64>,
+        params: rmcp::model::LoggingMessageNotificationParam,
+    ) {
+        self.inner.log(backend, session, params);
+    }
+    fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String) {
+        self.inner.resource_updated(backend, session, uri);
+    }
+    fn caller_log(
+        &self,
+        backend: &Arc<str>,
+        caller: &crate::auth::CallerKey,
+        params: rmcp::model::LoggingMessageNotificationParam,
+    ) {
+        self.inner.caller_log(backend, caller, params);
+    }
+    fn caller_resource_updated(
+        &self,
+        backend: &Arc<str>,
+        caller: &crate::auth::CallerKey,
+        uri: String,
+    ) {
+        self.inner.caller_resource_updated(backend, caller, uri);
+    }
+    fn lane_log(
+        &self,
+        backend: &Arc<str>,
+        principal: &crate::auth::CallerKey,
+        params: rmcp::model::LoggingMessageNotificationParam,
+    ) {
+        self.inner.lane_log(backend, principal, params);
     }
 }
 

@@ -84,7 +84,7 @@ impl Views {
         {
             return c.view.clone();
         }
-        let view = Arc::new(shared.with_own(naming, |n| own.get(n).cloned()));
+        let view = Arc::new(shared.with_own(naming, |n, _| own.get(n).cloned()));
         cache.insert(
             capset.clone(),
             Cached {

@@ -38,6 +38,32 @@ pub struct BackendCatalog {
     pub prompts: Vec<Entry>,
 }
 
+impl BackendCatalog {
+    /// This listing with what `own` (one client's backend session) lists
+    /// beyond it: a tool, resource, template or prompt the backend made
+    /// for that session alone. Only additions: an item that session lists
+    /// differently or not at all is shown as the shared listing has it
+    /// (the shared listing is the one kept fresh by the supervisor and the
+    /// poller; the session's is re-listed only on its own list_changed).
+    pub fn with_extras(&self, own: &BackendCatalog) -> BackendCatalog {
+        fn union(shared: &[Entry], own: &[Entry]) -> Vec<Entry> {
+            let mut out = shared.to_vec();
+            out.extend(
+                own.iter()
+                    .filter(|e| !shared.iter().any(|s| s.key() == e.key()))
+                    .cloned(),
+            );
+            out
+        }
+        BackendCatalog {
+            tools: union(&self.tools, &own.tools),
+            resources: union(&self.resources, &own.resources),
+            templates: union(&self.templates, &own.templates),
+            prompts: union(&self.prompts, &own.prompts),
+        }
+    }
+}
+
 /// Where a client-visible name leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
@@ -181,12 +207,12 @@ impl Catalog {
     pub fn with_own(
         &self,
         naming: &Naming,
-        own: impl Fn(&str) -> Option<Arc<BackendCatalog>>,
+        own: impl Fn(&str, &BackendCatalog) -> Option<Arc<BackendCatalog>>,
     ) -> Catalog {
         let sources = self
             .sources
             .iter()
-            .map(|(n, e)| (n.clone(), own(n).unwrap_or_else(|| e.clone())))
+            .map(|(n, e)| (n.clone(), own(n, e).unwrap_or_else(|| e.clone())))
             .collect();
         let mut c = Catalog::from_sources(naming, sources);
         c.hidden = self.hidden.clone();

@@ -119,7 +119,7 @@ fn a_sessions_own_entries_replace_the_shared_ones_in_place() {
     )
     .with_hidden(&prefix(), [(&"down".into(), &entry(&["gone"]))]);
     let mine = Arc::new(entry(&["alpha"]));
-    let view = shared.with_own(&prefix(), |n| (n == "per").then(|| mine.clone()));
+    let view = shared.with_own(&prefix(), |n, _| (n == "per").then(|| mine.clone()));
     let names: Vec<_> = view.tools.iter().map(|t| t.key().to_owned()).collect();
     assert_eq!(names, ["a__x", "per__alpha", "c__y"], "file order is kept");
     assert_eq!(
@@ -139,6 +139,17 @@ fn a_sessions_own_entries_replace_the_shared_ones_in_place() {
     // A backend the shared catalog does not show (down) is not shown to
     // the session either, whatever it listed before.
     let without = Catalog::from_sources(&prefix(), vec![(a.clone(), Arc::new(entry(&["x"])))]);
-    let view = without.with_own(&prefix(), |n| (n == "per").then(|| mine.clone()));
+    let view = without.with_own(&prefix(), |n, _| (n == "per").then(|| mine.clone()));
     assert!(view.route_tool("per__alpha").is_none());
+}
+
+#[test]
+fn a_sessions_extras_add_to_the_shared_listing_and_change_nothing_in_it() {
+    let shared = entry(&["echo", "add"]);
+    let own = entry(&["add", "made_for_me"]);
+    let merged = shared.with_extras(&own);
+    let names: Vec<_> = merged.tools.iter().map(|t| t.key().to_owned()).collect();
+    assert_eq!(names, ["echo", "add", "made_for_me"]);
+    assert_eq!(shared.with_extras(&entry(&[])), shared, "nothing extra");
+    assert_eq!(entry(&[]).with_extras(&shared), shared, "everything extra");
 }

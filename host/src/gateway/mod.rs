@@ -195,6 +195,9 @@ impl Downstream for Fanout {
     fn variant_listed(&self, _backend: &Arc<str>) {
         self.sessions.resync_all();
     }
+    fn lane_listed(&self, _backend: &Arc<str>, caller: &crate::auth::CallerKey) {
+        self.sessions.lane_listed(caller);
+    }
     fn caller_log(
         &self,
         _backend: &Arc<str>,

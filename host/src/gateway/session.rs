@@ -174,16 +174,13 @@ impl FrontSession {
 
     /// The pool this request reaches backends through with the client's
     /// own connections: the session's once it is registered; for a
-    /// sessionless (2026-07-28) request, its caller's ([`Self::modern_pool`])
-    /// when some client may have catalogs of its own (`forward_auth`,
-    /// `share`); otherwise none (shared connections only; a session's
-    /// requests before it is registered, `initialize` among them).
+    /// sessionless (2026-07-28) request, its caller's ([`Self::modern_pool`]:
+    /// what its caller's backend sessions listed is part of its view);
+    /// otherwise none (shared connections only; a session's requests
+    /// before it is registered, `initialize` among them).
     fn own_pool(&self, ctx: &RequestContext<RoleServer>) -> Option<Arc<Pool>> {
         if self.registered.load(Ordering::Acquire) {
             return Some(self.pool.clone());
-        }
-        if !self.gw.backends().has_own_catalogs() {
-            return None;
         }
         self.modern_pool(ctx)
     }
@@ -864,6 +861,7 @@ impl ServerHandler for FrontSession {
                 let _ = self.front.set((id.into(), front));
             }
             let lanes = self.front.get().is_some_and(|(_, f)| f.raw());
+            self.pool.use_lanes(lanes);
             self.gw.sessions().add(
                 self.id,
                 Channel::Session(ctx.peer.clone()),

@@ -317,6 +317,20 @@ impl Sessions {
         }
     }
 
+    /// What `caller`'s lane of some backend lists changed: that caller's
+    /// sessions that use lanes see it (their pools re-derive).
+    pub fn lane_listed(&self, caller: &CallerKey) {
+        let pools: Vec<Arc<Pool>> = self
+            .lock()
+            .values()
+            .filter(|e| e.lanes && e.principal == *caller)
+            .filter_map(|e| e.pool.clone())
+            .collect();
+        for p in pools {
+            p.own_changed();
+        }
+    }
+
     /// Relays a log message of an instance run for `caller` (`share =
     /// "principal"`): to that caller's sessions whose level admits it.
     pub fn caller_log(&self, caller: &CallerKey, params: LoggingMessageNotificationParam) {
