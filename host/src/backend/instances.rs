@@ -234,7 +234,7 @@ impl Instances {
             return;
         }
         let mut live = lock(&self.live);
-        let key = (instance.backend_uid(), instance.key.clone());
+        let key = (instance.parent_uid(), instance.key.clone());
         // A new lease may have come in the meantime (it found the entry).
         if instance.leases.load(Ordering::Acquire) != 0 {
             return;
@@ -250,7 +250,7 @@ impl Instances {
 }
 
 impl Instance {
-    fn backend_uid(&self) -> u64 {
+    fn parent_uid(&self) -> u64 {
         self.backend.parent_uid()
     }
 }

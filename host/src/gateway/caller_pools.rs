@@ -1,14 +1,18 @@
-//! The `forward_auth` connections of clients without a session.
+//! The backend connections of clients without a session.
 //!
 //! A 2026-07-28 client may send every request on its own, with no session
-//! (`initialize` is gone), carrying its `Authorization` each time. A
-//! `forward_auth` backend must still see that client's credentials and be
-//! listed with them, so such requests share one [`Pool`] per caller and
-//! credential: the same principal with the same `Authorization` finds the
-//! connections and the catalog its earlier requests opened, and a caller
-//! with other credentials never does (the key holds both, so one caller's
-//! connection never carries another's token, and a refreshed token opens
-//! afresh).
+//! (`initialize` is gone), carrying its `Authorization` each time. What a
+//! backend keeps per backend session must still be that client's caller's
+//! alone: a `forward_auth` backend sees the client's credentials and is
+//! listed with them, a backend that answers it only in the handshake era
+//! serves it on a backend session of its caller, and a `share` backend
+//! runs an instance of its caller's. Such requests share one [`Pool`] per
+//! caller, credentials and capability set: the same principal with the
+//! same `Authorization` finds the connections and catalogs its earlier
+//! requests opened, and a caller with other credentials never does (the
+//! key holds both, so one caller's connection never carries another's
+//! token, and a refreshed token opens afresh). The capability set is in
+//! the key because a backend session mirrors what its client declared.
 //!
 //! The same caller's requests also share the resource links its calls
 //! returned (`links.rs`): a read of a resource its backend session made
@@ -23,17 +27,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::auth::{CallerKey, Principal};
+use crate::backend::capset::CapSet;
 use crate::backend::pool::{Context, Pool};
 
 /// How long a caller's pool outlives its last request: as long as an idle
 /// handshake-era session (`streams::IDLE`).
 pub const IDLE: Duration = super::streams::IDLE;
 
-/// Who, and with which credentials.
+/// Who, with which credentials, declaring what.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     caller: CallerKey,
     authorization: Option<String>,
+    /// What the client declares: a backend session mirrors it (the
+    /// backend asks such a client only what it can answer).
+    capset: CapSet,
 }
 
 struct Entry {
@@ -69,11 +77,13 @@ impl CallerPools {
         &self,
         principal: &Principal,
         authorization: Option<&str>,
+        capset: &CapSet,
         new_id: impl FnOnce() -> u64,
     ) -> Caller {
         let key = Key {
             caller: principal.caller().clone(),
             authorization: authorization.map(str::to_owned),
+            capset: capset.clone(),
         };
         let now = Instant::now();
         let mut entries = self.lock();
@@ -148,15 +158,15 @@ mod tests {
             n
         };
         let alice = Principal::key("alice");
-        let a1 = p.get(&alice, Some("Bearer one"), &mut id).pool;
+        let a1 = p.get(&alice, Some("Bearer one"), &CapSet::default(), &mut id).pool;
         assert!(Arc::ptr_eq(
             &a1,
-            &p.get(&alice, Some("Bearer one"), &mut id).pool
+            &p.get(&alice, Some("Bearer one"), &CapSet::default(), &mut id).pool
         ));
-        let a2 = p.get(&alice, Some("Bearer two"), &mut id).pool;
+        let a2 = p.get(&alice, Some("Bearer two"), &CapSet::default(), &mut id).pool;
         assert!(!Arc::ptr_eq(&a1, &a2), "other credentials, other pool");
         let b1 = p
-            .get(&Principal::key("bob"), Some("Bearer one"), &mut id)
+            .get(&Principal::key("bob"), Some("Bearer one"), &CapSet::default(), &mut id)
             .pool;
         assert!(
             !Arc::ptr_eq(&a1, &b1),
@@ -178,13 +188,13 @@ mod tests {
             Principal::key("b"),
             Principal::key("c"),
         );
-        let first = p.get(&a, None, &mut id).pool;
-        p.get(&b, None, &mut id);
-        p.get(&a, None, &mut id); // a is used again: b is now the oldest
-        p.get(&c, None, &mut id);
+        let first = p.get(&a, None, &CapSet::default(), &mut id).pool;
+        p.get(&b, None, &CapSet::default(), &mut id);
+        p.get(&a, None, &CapSet::default(), &mut id); // a is used again: b is now the oldest
+        p.get(&c, None, &CapSet::default(), &mut id);
         assert_eq!(p.pools().len(), 2);
         assert!(
-            Arc::ptr_eq(&first, &p.get(&a, None, &mut id).pool),
+            Arc::ptr_eq(&first, &p.get(&a, None, &CapSet::default(), &mut id).pool),
             "a was kept"
         );
     }

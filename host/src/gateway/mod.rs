@@ -749,8 +749,9 @@ impl Gateway {
         &self,
         principal: &crate::auth::Principal,
         authorization: Option<&str>,
+        capset: &crate::backend::capset::CapSet,
     ) -> caller_pools::Caller {
-        self.caller_pools.get(principal, authorization, || {
+        self.caller_pools.get(principal, authorization, capset, || {
             self.next_session.fetch_add(1, Ordering::Relaxed)
         })
     }

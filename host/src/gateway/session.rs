@@ -9,7 +9,7 @@ use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::Gateway;
 use super::admission::{self, Admitted};
@@ -209,6 +209,7 @@ impl FrontSession {
         Some(self.gw.caller(
             &Principal::of(&ctx.extensions),
             authorization(&ctx.extensions),
+            &self.capset(ctx),
         ))
     }
 
@@ -267,9 +268,11 @@ impl FrontSession {
             || backend.forwards_auth()
             || backend.owns_instances()
         {
-            let pool = self
-                .own_pool(ctx)
-                .ok_or_else(|| needs_session(&backend.name))?;
+            // A handshake-era request may come before the `initialized`
+            // that registers the session is handled (rmcp runs each
+            // notification's handler as a task of its own): the session's
+            // own pool is already the one to use.
+            let pool = self.own_pool(ctx).unwrap_or_else(|| self.pool.clone());
             observe(&pool, &ctx.extensions, &ctx.peer);
             return pool
                 .connection(backend, false)
@@ -718,18 +721,6 @@ fn removed(method: &str) -> McpError {
         ErrorCode::METHOD_NOT_FOUND,
         format!("Method not found: '{method}' is not part of protocol revision 2026-07-28"),
         None,
-    )
-}
-
-/// A `forward_auth` backend reached without a client session: there is
-/// no connection of this client's to use, and never anyone else's.
-fn needs_session(backend: &str) -> McpError {
-    McpError::new(
-        ErrorCode::INTERNAL_ERROR,
-        format!(
-            "backend '{backend}' is reached with each client's own credentials (forward_auth), and this request carries none: send it over HTTP, within a session once one was begun"
-        ),
-        Some(json!({"backend": backend})),
     )
 }
 
