@@ -638,7 +638,7 @@ async fn settled(vigil: u32, stderr_dir: &Path, within: Duration) -> Reading {
 }
 
 fn reading(vigil: u32, stderr_dir: &Path) -> Reading {
-    let children = children_of(vigil);
+    let children = procs::children_of(vigil);
     let mut r = Reading {
         at: Instant::now(),
         machine: machine::cpu_times(),
@@ -726,25 +726,6 @@ fn threads_cpu_seconds(pid: u32) -> Option<f64> {
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     Some(ns as f64 / 1e9)
-}
-
-/// Processes whose parent is `pid` (`/proc/*/stat`, field 4).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let rest = &s[s.rfind(')')? + 1..];
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(pid)
-        })
-        .collect()
 }
 
 fn ms(ns: u64) -> f64 {

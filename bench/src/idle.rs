@@ -161,7 +161,7 @@ async fn one_mode(
     .await?;
     let pid = server.pid().context("vigil has no pid")?;
     let backend_ports: Vec<u16> = urls.iter().filter_map(|u| port_of(u)).collect();
-    let (before, sockets_before) = quiescent(pid).await;
+    let (before, sockets_before) = procs::quiescent(pid).await;
 
     let endpoint = Arc::new(Endpoint::parse(&url)?);
     let capabilities = if mode == "own" {
@@ -189,7 +189,7 @@ async fn one_mode(
         return Err(e.context(format!("{mode}: opening the idle sessions")));
     }
     server.check_alive()?;
-    let (after, sockets_after) = quiescent(pid).await;
+    let (after, sockets_after) = procs::quiescent(pid).await;
     let backend_conns = connections_to(pid, &backend_ports);
     // The second reading is taken at a fixed time on purpose: what is
     // measured is what stays after rmcp's 60 s cache of finished requests.
@@ -219,35 +219,6 @@ fn port_of(url: &str) -> Option<u16> {
         .1
         .parse()
         .ok()
-}
-
-/// Vigil's memory and open sockets once they stop moving (two readings
-/// 500 ms apart agree), or after 30 s: the sessions' connections and
-/// tasks have settled.
-async fn quiescent(pid: u32) -> (crate::probes::ProcStatus, u64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut last = (crate::probes::proc_status(pid), sockets(pid));
-    loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = (crate::probes::proc_status(pid), sockets(pid));
-        let still = now.1 == last.1 && (now.0.rss_mib - last.0.rss_mib).abs() < 0.5;
-        last = now;
-        if still || tokio::time::Instant::now() >= deadline {
-            return last;
-        }
-    }
-}
-
-/// Open sockets of `pid` (its `/proc/PID/fd` links to `socket:[…]`).
-fn sockets(pid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return 0;
-    };
-    dir.filter_map(Result::ok)
-        .filter(|e| {
-            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-        })
-        .count() as u64
 }
 
 /// Established TCP connections of `pid` to any of `ports` on loopback

@@ -102,6 +102,18 @@ pub fn process_cpu_seconds(pid: Option<u32>) -> Option<f64> {
     Some((utime + stime) / clock_ticks_per_second())
 }
 
+/// User + system CPU seconds of a process's children that ended and were
+/// reaped by it (`cutime` + `cstime`): processes that came and went
+/// between two readings still count.
+pub fn reaped_children_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let cutime: f64 = fields.get(13)?.parse().ok()?;
+    let cstime: f64 = fields.get(14)?.parse().ok()?;
+    Some((cutime + cstime) / clock_ticks_per_second())
+}
+
 /// Whole-machine CPU counters from `/proc/stat` (in ticks).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuTimes {

@@ -30,7 +30,10 @@
 //! `[[policy]]` and the call audit add to a call (see `access.rs`).
 //! `vigil-bench capsets` measures `tools/list` by many client sessions over
 //! a few capability sets: backend listings, bytes, time and Vigil's CPU per
-//! list (see `capsets.rs`).
+//! list (see `capsets.rs`). `vigil-bench instances` measures a backend
+//! process per client session (`share = "session"`) against one shared
+//! process: first-call latency, memory per instance, churn (see
+//! `instances.rs`).
 //!
 //! ```text
 //! cargo build --release -p vigil -p vigil-demo-backend -p vigil-bench
@@ -42,6 +45,7 @@
 //! target/release/vigil-bench events --backends 1000 --streams 100
 //! target/release/vigil-bench access --sessions 8
 //! target/release/vigil-bench capsets --sessions 1000 --old-vigil OLD/vigil
+//! target/release/vigil-bench instances
 //! ```
 
 mod access;
@@ -52,6 +56,7 @@ mod eras;
 mod events;
 mod fanout;
 mod idle;
+mod instances;
 mod instructions;
 mod lean;
 mod load;
@@ -147,6 +152,10 @@ enum Command {
     /// per list, Vigil's CPU; with `--old-vigil`, against the previous
     /// design in the same run.
     Capsets(capsets::CapsetsArgs),
+    /// A backend process per client session (`share = "session"`) against
+    /// one shared process (`share = "all"`), one stdio backend: first-call
+    /// latency, memory per instance, sessions opening and closing.
+    Instances(instances::InstancesArgs),
 }
 
 // The options of the tools/call benchmark (no doc comment: clap would take
@@ -267,6 +276,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Access(args)) => run_async(None, access::run(&args)),
         Some(Command::Eras(args)) => run_async(None, eras::run(&args)),
         Some(Command::Capsets(args)) => run_async(None, capsets::run(&args)),
+        Some(Command::Instances(args)) => run_async(None, instances::run(&args)),
     }
 }
 

@@ -533,9 +533,9 @@ pub(crate) struct Api {
 }
 
 /// What one instance report says, as far as this bench cares.
-struct Reading {
-    name: String,
-    state: String,
+pub(crate) struct Reading {
+    pub(crate) name: String,
+    pub(crate) state: String,
     latency_ms: Option<f64>,
 }
 
@@ -552,7 +552,7 @@ impl Api {
         })
     }
 
-    async fn instances(&self) -> anyhow::Result<Vec<Reading>> {
+    pub(crate) async fn instances(&self) -> anyhow::Result<Vec<Reading>> {
         let answer = self.client.get(&self.url).send().await?;
         let status = answer.status();
         let body = answer.text().await?;

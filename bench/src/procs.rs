@@ -299,3 +299,51 @@ pub fn vigil_config(
          [[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\nkeep_alive = {keep_alive}\nprotocol = \"{protocol}\"\n"
     )
 }
+
+/// Processes whose parent is `pid` (`/proc/*/stat`, field 4).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = &s[s.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// A process's memory and open sockets once they stop moving (two
+/// readings 500 ms apart agree), or after 30 s: the sessions' connections
+/// and tasks have settled.
+pub async fn quiescent(pid: u32) -> (crate::probes::ProcStatus, u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut last = (crate::probes::proc_status(pid), sockets(pid));
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = (crate::probes::proc_status(pid), sockets(pid));
+        let still = now.1 == last.1 && (now.0.rss_mib - last.0.rss_mib).abs() < 0.5;
+        last = now;
+        if still || tokio::time::Instant::now() >= deadline {
+            return last;
+        }
+    }
+}
+
+/// Open sockets of `pid` (its `/proc/PID/fd` links to `socket:[…]`).
+fn sockets(pid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        })
+        .count() as u64
+}

@@ -226,9 +226,15 @@ impl Session {
     }
 
     /// Ends the session (`DELETE`), best effort.
-    pub async fn close(mut self) {
+    pub async fn close(self) {
+        let _ = self.end().await;
+    }
+
+    /// Ends the session (`DELETE`, at most 2 s) and fails unless the server
+    /// answered 2xx: for a bench that counts on the server having heard it.
+    pub async fn end(mut self) -> anyhow::Result<()> {
         let Some(id) = self.session_id.take() else {
-            return;
+            return Ok(());
         };
         if self.in_flight {
             self.conn = None;
@@ -246,9 +252,16 @@ impl Session {
             let head = conn.read_response_head().await?;
             let mut sink = Vec::new();
             conn.read_body(&mut BodyDecoder::new(head.framing), &mut sink, MAX_ANSWER)
-                .await
+                .await?;
+            anyhow::Ok(head.status)
         };
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), work).await;
+        let status = tokio::time::timeout(std::time::Duration::from_secs(2), work)
+            .await
+            .map_err(|_| anyhow!("DELETE: no answer within 2 s"))??;
+        if !(200..300).contains(&status) {
+            bail!("DELETE answered HTTP {status}");
+        }
+        Ok(())
     }
 
     async fn connection(&mut self) -> anyhow::Result<&mut Conn> {
