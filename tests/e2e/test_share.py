@@ -19,7 +19,6 @@ import pytest
 from mcp import types
 
 from harness import Gateways, demo_pids, demo_stdio_args, stdio_backend
-from reference import wire
 from support import ControlApi, call_error, call_text, http_session, poll, stdio_session, wait_for_tools
 
 pytestmark = pytest.mark.anyio
@@ -155,20 +154,3 @@ async def test_a_session_filesystem_server_is_narrowed_to_its_own_clients_roots(
         }
     assert via == direct, f"through Vigil {json.dumps(via)}, directly {json.dumps(direct)}"
 
-
-def test_a_call_right_after_initialized_gets_its_instance(vigil: Gateways, demo_bin: Path, tmp_path: Path) -> None:
-    """A call sent right behind `notifications/initialized` may be handled before that
-    notification registers the session (each notification is handled apart); it still
-    gets the session's own instance, never an error."""
-    gw = vigil([demo(demo_bin, "session")])
-    failures = []
-    for n in range(30):
-        w = wire.HttpWire(gw.url, deadline=30, log=tmp_path / f"wire-{n}.log")
-        try:
-            w.initialize(get_stream=False)
-            answer = w.request("tools/call", '{"name":"alpha__bump","arguments":{}}').text
-            if '"text":"1"' not in answer.replace(" ", ""):
-                failures.append((n, answer[:300]))
-        finally:
-            w.close()
-    assert failures == [], failures

@@ -360,9 +360,23 @@ impl Pool {
                 backend: Arc::downgrade(b),
             }) as Arc<dyn super::Downstream>
         });
-        let opened = b
-            .open_session_connection(self.session, caps, auth.as_deref(), era, downstream)
-            .await;
+        // In a task of its own: a handshake polled at the bottom of a
+        // request handler's futures can overflow a worker's stack (debug
+        // builds). Dropped with the caller, it ends.
+        let opening = {
+            let (b, session, auth) = (b.clone(), self.session, auth.clone());
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+                b.open_session_connection(session, caps, auth.as_deref(), era, downstream)
+                    .await
+            }))
+        };
+        let opened = opening.await.unwrap_or_else(|e| {
+            Err(BackendError::Transport {
+                backend: b.name.clone(),
+                reason: format!("opening the session's connection failed: {e}"),
+                stderr: vec![],
+            })
+        });
         *lock(&slot.failed) = opened
             .is_err()
             .then(|| (auth.clone(), instance, Instant::now()));

@@ -158,15 +158,25 @@ mod tests {
             n
         };
         let alice = Principal::key("alice");
-        let a1 = p.get(&alice, Some("Bearer one"), &CapSet::default(), &mut id).pool;
+        let a1 = p
+            .get(&alice, Some("Bearer one"), &CapSet::default(), &mut id)
+            .pool;
         assert!(Arc::ptr_eq(
             &a1,
-            &p.get(&alice, Some("Bearer one"), &CapSet::default(), &mut id).pool
+            &p.get(&alice, Some("Bearer one"), &CapSet::default(), &mut id)
+                .pool
         ));
-        let a2 = p.get(&alice, Some("Bearer two"), &CapSet::default(), &mut id).pool;
+        let a2 = p
+            .get(&alice, Some("Bearer two"), &CapSet::default(), &mut id)
+            .pool;
         assert!(!Arc::ptr_eq(&a1, &a2), "other credentials, other pool");
         let b1 = p
-            .get(&Principal::key("bob"), Some("Bearer one"), &CapSet::default(), &mut id)
+            .get(
+                &Principal::key("bob"),
+                Some("Bearer one"),
+                &CapSet::default(),
+                &mut id,
+            )
             .pool;
         assert!(
             !Arc::ptr_eq(&a1, &b1),

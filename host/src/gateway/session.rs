@@ -280,12 +280,17 @@ impl FrontSession {
                 .map_err(|e| e.into_mcp());
         }
         let variant = backend.variant(&self.capset(ctx)).await;
+        let serving = match &variant {
+            Some(Ok(v)) => Some(v.conn.era()),
+            Some(Err(_)) => None,
+            None => backend.era(),
+        };
         // A 2026-07-28 client of a backend that answers it in the
         // handshake era only: on a backend session of its caller, never
         // one shared with other callers (what a backend keeps per session
         // stays that caller's).
         if backend.per_session()
-            && !matches!(&variant, Some(Ok(v)) if v.conn.era() == Era::Modern)
+            && serving == Some(Era::Handshake)
             && let Some(pool) = self.modern_pool(ctx)
         {
             backend.note_bridged();
