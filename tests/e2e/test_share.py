@@ -154,3 +154,27 @@ async def test_a_session_filesystem_server_is_narrowed_to_its_own_clients_roots(
         }
     assert via == direct, f"through Vigil {json.dumps(via)}, directly {json.dumps(direct)}"
 
+
+
+async def test_an_instance_unused_for_session_idle_stops_and_the_next_call_starts_another(
+    vigil: Gateways, demo_bin: Path
+) -> None:
+    gw = vigil([demo(demo_bin, "session", session_idle="1s")])
+    api = ControlApi(gw.api_base)
+    shared = demo_pids(gw.proc.pid, "alpha", demo_bin)
+    async with http_session(gw.url) as s:
+        assert await call_text(s, "alpha__bump") == "1"
+        [first] = await own_instances(api, "alpha")
+        await poll(
+            lambda: own_instances(api, "alpha"),
+            lambda live: live == [],
+            "the idle instance stopped while its session stays open",
+        )
+        await poll(
+            lambda: anyio.to_thread.run_sync(lambda: demo_pids(gw.proc.pid, "alpha", demo_bin)),
+            lambda pids: pids == shared,
+            "its process ended",
+        )
+        assert await call_text(s, "alpha__bump") == "1", "a new process of its own, started afresh"
+        [second] = await own_instances(api, "alpha")
+        assert second["name"] == first["name"], "the same session, the same id"
