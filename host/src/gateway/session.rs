@@ -251,13 +251,19 @@ impl FrontSession {
         })
     }
 
-    /// The connection a request from this session to `backend` travels on:
-    /// the session's own for HTTP backends; otherwise (and before the
-    /// handshake finished, and for 2026-07-28 requests) the backend session
-    /// of the client's capability set: the shared one for a client of the
-    /// handshake era that declared none, its set's variant
-    /// (`backend::variants`) for the others, which for a 2026-07-28 client
-    /// is begun in its era where the backend speaks both.
+    /// The connection a request from this session to `backend` travels on
+    /// (docs/security.md has the table):
+    /// - through the client's pool: a registered session's own connection
+    ///   to an HTTP backend; its own connection to a `forward_auth`
+    ///   backend, or its own instance of a `share` backend (a 2026-07-28
+    ///   request: its caller's);
+    /// - a 2026-07-28 request to an HTTP backend that answers it only in
+    ///   the handshake era: its caller's own backend session;
+    /// - otherwise the backend session of the client's capability set: the
+    ///   shared one for a client of the handshake era that declared none,
+    ///   its set's variant (`backend::variants`) for the others, which for
+    ///   a 2026-07-28 client is begun in its era where the backend speaks
+    ///   both.
     async fn connection(
         &self,
         backend: &Arc<Backend>,
