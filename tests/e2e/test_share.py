@@ -19,6 +19,7 @@ import pytest
 from mcp import types
 
 from harness import Gateways, demo_pids, demo_stdio_args, stdio_backend
+from reference import wire
 from support import ControlApi, call_error, call_text, http_session, poll, stdio_session, wait_for_tools
 
 pytestmark = pytest.mark.anyio
