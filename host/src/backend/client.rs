@@ -274,10 +274,11 @@ impl BackendClient {
     ) -> Result<ListRootsResult, McpError> {
         tracing::debug!(backend = %self.backend, "asking the instance's own client for its roots");
         let peer = client.clone();
-        let mut send = tokio::spawn(async move {
+        // Owned here: it ends when this request does.
+        let mut send = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             peer.send_request(ServerRequest::ListRootsRequest(ListRootsRequest::default()))
                 .await
-        });
+        }));
         tokio::select! {
             r = &mut send => match r {
                 Ok(Ok(ClientResult::ListRootsResult(r))) => Ok(r),
