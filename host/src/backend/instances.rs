@@ -272,6 +272,7 @@ async fn follow(instance: Weak<Instance>, mut reports: mpsc::UnboundedReceiver<B
                     p.own_changed();
                 }
             }
+            i.backend.listing_applied();
         }
         i.state.send_replace(update.state);
     }

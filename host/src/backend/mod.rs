@@ -386,12 +386,21 @@ impl Backend {
 
     /// Marks a re-listing as running (`true`) or finished (for the
     /// supervisor).
-    pub fn set_listing(&self, running: bool) {
+    /// `tell`: waiters hear that a listing finished now; without it they
+    /// hear it from [`Backend::listing_applied`].
+    pub fn set_listing(&self, running: bool, tell: bool) {
         self.listing
             .store(running, std::sync::atomic::Ordering::Release);
-        if !running {
+        if !running && tell {
             self.listings.send_modify(|n| *n += 1);
         }
+    }
+
+    /// What a listing found is in the catalog now (for the gateway, and
+    /// for an instance's follower): waiters of
+    /// [`Backend::refresh_and_wait`] see it when they wake.
+    pub fn listing_applied(&self) {
+        self.listings.send_modify(|n| *n += 1);
     }
 
     /// Sends an operator command to the supervisor and waits for its answer.

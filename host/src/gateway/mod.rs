@@ -608,8 +608,19 @@ impl Gateway {
         }
         let cause = describe_batch(&batch);
         let set = self.backends();
+        let listed: Vec<(Arc<str>, u64)> = batch
+            .iter()
+            .filter(|u| u.catalog.is_some())
+            .map(|u| (u.backend.clone(), u.uid))
+            .collect();
         let applied = registry.apply(set.roster(), batch.into_iter().map(registry_update));
         self.catalog.replace(applied.catalog.clone());
+        // Who waits for a listing wants to see it in the catalog.
+        for (name, uid) in listed {
+            if let Some(b) = set.get(&name).filter(|b| b.uid == uid) {
+                b.listing_applied();
+            }
+        }
         for c in &applied.new_conflicts {
             tracing::error!(kind = c.kind, name = %c.name, kept = %c.kept, hidden = %c.hidden, "duplicate name under naming = \"none\"; serving the first backend's");
         }

@@ -333,15 +333,17 @@ impl Supervisor {
                 _ = self.backend.refresh_requested(), if listing.is_none() => {
                     // Sessions list a forward_auth backend themselves.
                     let Some(conn) = conn.clone() else {
-                        self.backend.set_listing(false);
+                        self.backend.set_listing(false, true);
                         continue;
                     };
                     listing = Some(Relisting::start(&self.backend, conn));
                     continue;
                 }
                 listed = async { (&mut listing.as_mut().expect("guarded by is_some").task).await }, if listing.is_some() => {
-                    // Dropping it marks the listing finished for waiters.
-                    listing = None;
+                    // Dropping it marks the listing finished for waiters
+                    // (when it changed something, once the gateway applied
+                    // it: they want to see what it listed).
+                    let mut done = listing.take();
                     let listed = listed.unwrap_or_else(|e| Err(BackendError::Transport {
                         backend: self.backend.name.clone(),
                         reason: format!("the listing task failed: {e}"),
@@ -354,8 +356,12 @@ impl Supervisor {
                             if self.listed.as_ref() != Some(&catalog) {
                                 tracing::info!(backend = %self.backend.name, "capabilities changed on re-listing");
                                 self.listed = Some(catalog.clone());
-                                let _ = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), uid: self.backend.uid, removed: false, state: self.machine.state, catalog: Some(catalog) });
+                                let sent = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), uid: self.backend.uid, removed: false, state: self.machine.state, catalog: Some(catalog) });
+                                if let (Ok(()), Some(done)) = (sent, done.as_mut()) {
+                                    done.handed_on = true;
+                                }
                             }
+                            drop(done);
                             continue;
                         }
                         Err(e) if e.is_connection_lost() => Input::Exited(self.with_stderr(e.to_string())),
@@ -588,24 +594,28 @@ impl Supervisor {
 struct Relisting {
     task: AbortOnDropHandle<Result<BackendCatalog, BackendError>>,
     backend: Arc<Backend>,
+    /// What it listed went to the gateway, which tells waiters once it is
+    /// applied ([`Backend::listing_applied`]).
+    handed_on: bool,
 }
 
 impl Relisting {
     fn start(backend: &Arc<Backend>, conn: Arc<Connection>) -> Self {
-        backend.set_listing(true);
+        backend.set_listing(true, false);
         // What changed for clients that declared nothing may have changed
         // for the others too.
         backend.relist_variants();
         Self {
             task: AbortOnDropHandle::new(tokio::spawn(async move { conn.list_catalog().await })),
             backend: backend.clone(),
+            handed_on: false,
         }
     }
 }
 
 impl Drop for Relisting {
     fn drop(&mut self) {
-        self.backend.set_listing(false);
+        self.backend.set_listing(false, !self.handed_on);
     }
 }
 
