@@ -1257,15 +1257,18 @@ INSPECTOR_ROOTS = [{"uri": "file:///differential", "name": "differential"}, {"ur
 SECOND_ROOTS = [{"uri": "file:///second-client", "name": "second client"}]
 
 
-def server_entry(lab: Lab, front: str | None, server: Server, label: str) -> dict[str, Any]:
-    """The Inspector's config entry for `server`, reached directly (`front` None) or through Vigil's `front`."""
+def server_entry(
+    lab: Lab, front: str | None, server: Server, label: str, share: str | None = None
+) -> dict[str, Any]:
+    """The Inspector's config entry for `server`, reached directly (`front` None) or through Vigil's `front`
+    (over HTTP with the backend's `share` if given)."""
     if front is None:
         entry: dict[str, Any] = {"command": server.command, "args": server.args}
         if server.env:
             entry["env"] = server.env
         return entry
     if front == "http":
-        return {"type": "http", "url": lab.vigil_url(server)}
+        return {"type": "http", "url": lab.vigil_url(server, share=share)}
     return {"command": str(lab.vigil_bin), "args": ["stdio", "--config", str(lab.stdio_config(server, label))]}
 
 
@@ -1300,21 +1303,13 @@ def test_inspector_cli_roots_reach_the_server(lab: Lab, procs: Procs, front: str
     assert_same_result(direct, via, answers="tools/call", what="get-roots-list as the Inspector printed it")
 
 
-ROOTS_SHARED_DEFECT = (
-    "the isolation issue (per-client state of stdio servers; docs/gateway.md, 'Not faithful yet'): the clients of one capability set share one backend session (for a stdio backend, one "
-    "process), so the roots the server learnt from one client are what it shows the next: a second Inspector "
-    "on the same `vigil serve`, answering other roots, is shown the first one's in server-everything's "
-    "`get-roots-list` (directly, each client's own session is asked for its own roots). One client's roots "
-    "(workspace paths) reach another; docs/gateway.md lists no such difference"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=ROOTS_SHARED_DEFECT)
 def test_inspector_cli_second_client_is_shown_its_own_roots(lab: Lab, procs: Procs) -> None:
-    """Two Inspector runs with different roots on one `vigil serve`: the second is shown its own, as directly."""
+    """Two Inspector runs with different roots on one `vigil serve` of a `share = "session"` backend: the second
+    is shown its own, as directly (with `share = "all"` one process serves both, and it shows the roots the
+    first answered: docs/security.md)."""
     server = wire.everything()
     call = roots_call(prefix(server) + "get-roots-list")
-    via = server_entry(lab, "http", server, "vigil")
+    via = server_entry(lab, "http", server, "vigil", share="session")
     first = inspector_with_roots(procs, lab, "vigil-first", via, INSPECTOR_ROOTS, *call)
     assert "file:///differential/other" in first, f"the first client's roots did not reach the server: {first}"
     direct = inspector_with_roots(
