@@ -371,13 +371,13 @@ pub(super) struct ForOwner {
     pub parent: Arc<str>,
     pub session: Option<u64>,
     pub caller: CallerKey,
-    /// The instance itself (set once it exists).
-    pub instance: OnceLock<Weak<Backend>>,
+    /// The instance itself.
+    pub instance: Weak<Backend>,
 }
 
 impl super::Downstream for ForOwner {
     fn list_changed(&self, _backend: &Arc<str>, kind: super::ListKind) {
-        if let Some(b) = self.instance.get().and_then(Weak::upgrade) {
+        if let Some(b) = self.instance.upgrade() {
             tracing::debug!(instance = %b.name, ?kind, "instance announced a list change; re-listing it");
             b.request_refresh();
         }

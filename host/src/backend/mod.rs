@@ -179,12 +179,56 @@ impl Backend {
         downstream: Arc<dyn Downstream>,
         background: Background,
     ) -> Arc<Self> {
+        let calls = crate::metrics::get().calls_of(&config.name);
+        Arc::new(Self::build(
+            config, bounds, downstream, background, calls, None,
+        ))
+    }
+
+    /// A new instance of this backend for one client, named `id` (see
+    /// `instances.rs`): the same command, bounds and policies; its calls
+    /// counted under this backend's name.
+    fn instance_for(self: &Arc<Self>, id: &str, owner: instances::Owner) -> Arc<Self> {
+        let mut config = self.config.clone();
+        config.name = id.to_owned();
+        config.share = crate::config::Share::All;
+        Arc::new_cyclic(|me| {
+            let downstream = Arc::new(instances::ForOwner {
+                inner: self.downstream.clone(),
+                parent: self.name.clone(),
+                session: owner.session,
+                caller: owner.caller.clone(),
+                instance: me.clone(),
+            });
+            let owned = OwnedBy {
+                parent_uid: self.uid,
+                owner,
+            };
+            Self::build(
+                config,
+                self.bounds,
+                downstream,
+                self.background.clone(),
+                self.call_metrics.clone(),
+                Some(owned),
+            )
+        })
+    }
+
+    fn build(
+        config: BackendConfig,
+        bounds: Bounds,
+        downstream: Arc<dyn Downstream>,
+        background: Background,
+        call_metrics: crate::metrics::CallMetrics,
+        owned: Option<OwnedBy>,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        Arc::new(Self {
+        Self {
             name: config.name.as_str().into(),
             uid: next_uid(),
             stats: CallStats::new(config.health.window),
-            call_metrics: crate::metrics::get().calls_of(&config.name),
+            call_metrics,
             config,
             bounds,
             downstream,
@@ -201,55 +245,9 @@ impl Backend {
             learned: lifecycle::Learned::default(),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
-            owned: None,
+            owned,
             bridged: std::sync::atomic::AtomicU64::new(0),
-        })
-    }
-
-    /// A new instance of this backend for one client, named `id` (see
-    /// `instances.rs`): the same command, bounds and policies; its calls
-    /// counted under this backend's name.
-    fn instance_for(self: &Arc<Self>, id: &str, owner: instances::Owner) -> Arc<Self> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let downstream = Arc::new(instances::ForOwner {
-            inner: self.downstream.clone(),
-            parent: self.name.clone(),
-            session: owner.session,
-            caller: owner.caller.clone(),
-            instance: std::sync::OnceLock::new(),
-        });
-        let mut config = self.config.clone();
-        config.name = id.to_owned();
-        config.share = crate::config::Share::All;
-        let child = Arc::new(Self {
-            name: id.into(),
-            uid: next_uid(),
-            stats: CallStats::new(config.health.window),
-            call_metrics: self.call_metrics.clone(),
-            config,
-            bounds: self.bounds,
-            downstream: downstream.clone(),
-            background: self.background.clone(),
-            shared: RwLock::new(None),
-            lanes: lane::Lanes::default(),
-            variants: variants::Variants::default(),
-            status: Published::new(Status::initial()),
-            inflight: Arc::default(),
-            refresh: Notify::new(),
-            listings: tokio::sync::watch::Sender::new(0),
-            listing: std::sync::atomic::AtomicBool::new(false),
-            instances: std::sync::atomic::AtomicU64::new(0),
-            learned: lifecycle::Learned::default(),
-            commands: tx,
-            command_rx: Mutex::new(Some(rx)),
-            bridged: std::sync::atomic::AtomicU64::new(0),
-            owned: Some(OwnedBy {
-                parent_uid: self.uid,
-                owner,
-            }),
-        });
-        let _ = downstream.instance.set(Arc::downgrade(&child));
-        child
+        }
     }
 
     /// The [`Backend::uid`] of the configured backend this is an instance
