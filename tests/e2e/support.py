@@ -210,6 +210,20 @@ async def poll(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last probe gave: {short(last)}")
 
 
+def poll_sync(probe: Callable[[], T], until: Callable[[T], bool], what: str, *, timeout: float = DEADLINE) -> T:
+    """[`poll`] for a blocking `probe` (a wire client in a test without an event loop)."""
+    deadline = time.monotonic() + timeout
+    last: Any = "<never probed>"
+    pause = POLL_INTERVAL
+    while time.monotonic() < deadline:
+        last = probe()
+        if until(last):
+            return last
+        time.sleep(pause)
+        pause = min(pause * 1.5, POLL_INTERVAL_MAX)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last probe gave: {short(last)}")
+
+
 # === listing and results ===
 
 

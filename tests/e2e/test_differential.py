@@ -37,7 +37,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,7 @@ from reference.wire import (
     StdioWire,
     normalize,
 )
-from support import DEADLINE, http_session, short, stdio_session, wait_for_tools
+from support import DEADLINE, http_session, poll_sync, short, stdio_session, wait_for_tools
 
 FRONTS = ["http", "stdio"]
 
@@ -945,10 +944,7 @@ def test_modern_session_resource_stays_with_its_caller(lab: Lab) -> None:
         return [item.get("uri").value for item in msg.get("result").get("resources")]
 
     # A 2026-07-28 client is told of no change: it lists again, within the deadline.
-    deadline = time.monotonic() + DEADLINE
-    while uri not in listed(alice):
-        assert time.monotonic() < deadline, f"{uri} never listed to its maker"
-        time.sleep(0.05)
+    poll_sync(lambda: listed(alice), lambda uris: uri in uris, "the resource listed to its maker")
     assert uri not in listed(bob), "another caller lists the resource"
     read = wire.parse(bob.request("resources/read", params).text)
     assert read.get("error") is not None, f"another caller read the resource: {short(str(read))}"

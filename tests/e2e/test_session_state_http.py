@@ -14,7 +14,6 @@ there at once.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from mcp import types
 
 from harness import Gateways, Procs, http_backend, start_python_backend
 from reference import wire
-from support import DEADLINE, Inbox, http_session, list_all
+from support import DEADLINE, Inbox, http_session, list_all, poll_sync
 
 pytestmark = pytest.mark.anyio
 
@@ -110,10 +109,7 @@ def test_a_2026_client_lists_what_its_callers_backend_session_made(
             return [r.get("uri").value for r in msg.get("result").get("resources")]
 
         # A 2026-07-28 client is told of no change: it lists again, within the deadline.
-        deadline = time.monotonic() + DEADLINE
-        while NOTE not in listed(alice):
-            assert time.monotonic() < deadline, f"{NOTE} never listed to its maker"
-            time.sleep(0.05)
+        poll_sync(lambda: listed(alice), lambda uris: NOTE in uris, "the note listed to its maker")
         assert NOTE not in listed(bob), "another caller lists alice's note"
     finally:
         for w in callers.values():
