@@ -42,21 +42,26 @@ pub trait Downstream: Send + Sync + 'static {
     /// A `notifications/resources/updated`; `session` as for [`Self::log`].
     fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String);
     /// A `notifications/message` of an instance run for `caller`
-    /// (`instances.rs`): for that caller's sessions.
+    /// (`instances.rs`): for that caller's sessions. Only the gateway's
+    /// fan-out implements it: an instance's downstream wraps that
+    /// directly, and no other connection sends it.
     fn caller_log(
         &self,
-        backend: &Arc<str>,
-        caller: &crate::auth::CallerKey,
-        params: LoggingMessageNotificationParam,
-    );
+        _backend: &Arc<str>,
+        _caller: &crate::auth::CallerKey,
+        _params: LoggingMessageNotificationParam,
+    ) {
+    }
     /// A `notifications/resources/updated` of an instance run for
-    /// `caller`: for that caller's sessions subscribed to `uri`.
+    /// `caller`: for that caller's sessions subscribed to `uri`. Only the
+    /// gateway's fan-out implements it (see [`Self::caller_log`]).
     fn caller_resource_updated(
         &self,
-        backend: &Arc<str>,
-        caller: &crate::auth::CallerKey,
-        uri: String,
-    );
+        _backend: &Arc<str>,
+        _caller: &crate::auth::CallerKey,
+        _uri: String,
+    ) {
+    }
     /// A `notifications/message` on the lane of `principal` (see
     /// `lane.rs`): for that principal's client sessions that use lanes.
     fn lane_log(

@@ -409,17 +409,6 @@ impl super::Downstream for ForOwner {
     ) {
         self.log(&self.parent, None, params);
     }
-    fn caller_log(
-        &self,
-        _backend: &Arc<str>,
-        _caller: &CallerKey,
-        params: rmcp::model::LoggingMessageNotificationParam,
-    ) {
-        self.log(&self.parent, None, params);
-    }
-    fn caller_resource_updated(&self, _backend: &Arc<str>, _caller: &CallerKey, uri: String) {
-        self.resource_updated(&self.parent, None, uri);
-    }
 }
 
 #[cfg(test)]
@@ -434,8 +423,6 @@ mod tests {
         fn list_changed(&self, _: &Arc<str>, _: ListKind) {}
         fn log(&self, _: &Arc<str>, _: Option<u64>, _: Log) {}
         fn resource_updated(&self, _: &Arc<str>, _: Option<u64>, _: String) {}
-        fn caller_log(&self, _: &Arc<str>, _: &CallerKey, _: Log) {}
-        fn caller_resource_updated(&self, _: &Arc<str>, _: &CallerKey, _: String) {}
         fn lane_log(&self, _: &Arc<str>, _: &CallerKey, _: Log) {}
     }
 

@@ -128,22 +128,6 @@ impl Downstream for ForPrincipal {
         self.inner.lane_log(backend, &self.principal, params);
     }
     fn resource_updated(&self, _: &Arc<str>, _: Option<u64>, _: String) {}
-    fn caller_log(
-        &self,
-        backend: &Arc<str>,
-        caller: &crate::auth::CallerKey,
-        params: LoggingMessageNotificationParam,
-    ) {
-        self.inner.caller_log(backend, caller, params);
-    }
-    fn caller_resource_updated(
-        &self,
-        backend: &Arc<str>,
-        caller: &crate::auth::CallerKey,
-        uri: String,
-    ) {
-        self.inner.caller_resource_updated(backend, caller, uri);
-    }
     fn lane_log(
         &self,
         backend: &Arc<str>,

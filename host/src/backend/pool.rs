@@ -695,22 +695,6 @@ impl super::Downstream for ForSession {
     fn resource_updated(&self, backend: &Arc<str>, session: Option<u64>, uri: String) {
         self.inner.resource_updated(backend, session, uri);
     }
-    fn caller_log(
-        &self,
-        backend: &Arc<str>,
-        caller: &crate::auth::CallerKey,
-        params: rmcp::model::LoggingMessageNotificationParam,
-    ) {
-        self.inner.caller_log(backend, caller, params);
-    }
-    fn caller_resource_updated(
-        &self,
-        backend: &Arc<str>,
-        caller: &crate::auth::CallerKey,
-        uri: String,
-    ) {
-        self.inner.caller_resource_updated(backend, caller, uri);
-    }
     fn lane_log(
         &self,
         backend: &Arc<str>,

@@ -478,20 +478,4 @@ impl Downstream for ForVariant {
     fn variant_listed(&self, backend: &Arc<str>) {
         self.inner.variant_listed(backend);
     }
-    fn caller_log(
-        &self,
-        backend: &Arc<str>,
-        caller: &crate::auth::CallerKey,
-        params: LoggingMessageNotificationParam,
-    ) {
-        self.inner.caller_log(backend, caller, params);
-    }
-    fn caller_resource_updated(
-        &self,
-        backend: &Arc<str>,
-        caller: &crate::auth::CallerKey,
-        uri: String,
-    ) {
-        self.inner.caller_resource_updated(backend, caller, uri);
-    }
 }
