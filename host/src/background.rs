@@ -48,6 +48,16 @@ impl Background {
         });
     }
 
+    /// Runs `task` on the tracker and hands back its handle, for a caller
+    /// that waits for its result (the shutdown waits for it too).
+    pub fn spawn_joined<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tracker.spawn(task)
+    }
+
     /// Runs `task` on the tracker; it watches [`Background::child_token`]
     /// itself to stop.
     pub fn spawn<F>(&self, task: F)

@@ -55,6 +55,7 @@ pub mod background;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod dataplane;
 pub mod freshness;
 pub mod gateway;
 pub mod health;

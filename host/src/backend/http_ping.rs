@@ -71,6 +71,16 @@ pub(crate) struct Discover {
     headers: Headers,
     /// `params` as JSON text, if the request had any.
     params: Option<String>,
+    /// The same destination for any other sessionless request: the
+    /// configured headers and credentials, without those of one request.
+    stateless: Arc<Target>,
+}
+
+/// Whether header `name` belongs to one request rather than to the
+/// connection (the 2026-07-28 standard headers, SEP-2243).
+fn per_request(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    n == "mcp-method" || n == "mcp-name" || n.starts_with("mcp-param-")
 }
 
 impl Discover {
@@ -93,21 +103,31 @@ impl Discover {
     }
 }
 
-/// One recorded backend session: where it is and what its requests carry.
+/// One recorded destination: a backend session (handshake era), or a
+/// 2026-07-28 backend reached without one; where it is and what its
+/// requests carry.
 pub(crate) struct Target {
     uri: Arc<str>,
     /// `uri`, parsed once rather than per request.
     pub(crate) url: reqwest::Url,
-    session_id: Arc<str>,
+    /// `None`: sessionless (2026-07-28).
+    session_id: Option<Arc<str>>,
     auth: Option<String>,
     headers: Headers,
 }
 
 impl Target {
+    /// Whether requests to it carry no session (2026-07-28).
+    pub(crate) fn sessionless(&self) -> bool {
+        self.session_id.is_none()
+    }
+
     /// `req` with the session's id, its configured headers (the negotiated
     /// `MCP-Protocol-Version` among them) and its credentials.
     pub(crate) fn request(&self, mut req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        req = req.header("mcp-session-id", &*self.session_id);
+        if let Some(id) = &self.session_id {
+            req = req.header("mcp-session-id", &**id);
+        }
         for (k, v) in &self.headers {
             req = req.header(k, v);
         }
@@ -133,7 +153,7 @@ impl SessionTarget {
             return;
         };
         let same = cur.as_ref().is_some_and(|t| {
-            t.session_id == *session_id
+            t.session_id.as_ref() == Some(session_id)
                 && t.uri == *uri
                 && t.auth.as_ref() == auth
                 && t.headers == *headers
@@ -142,7 +162,10 @@ impl SessionTarget {
             let Ok(url) = reqwest::Url::parse(uri) else {
                 return;
             };
-            if cur.as_ref().is_some_and(|t| t.session_id != *session_id) {
+            if cur
+                .as_ref()
+                .is_some_and(|t| t.session_id.as_ref() != Some(session_id))
+            {
                 self.reinits
                     .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 self.reinitialized.notify_one();
@@ -150,7 +173,7 @@ impl SessionTarget {
             *cur = Some(Arc::new(Target {
                 url,
                 uri: uri.clone(),
-                session_id: session_id.clone(),
+                session_id: Some(session_id.clone()),
                 auth: auth.cloned(),
                 headers: headers.clone(),
             }));
@@ -180,11 +203,23 @@ impl SessionTarget {
             .ok()
             .and_then(|mut v| v.get_mut("params").map(serde_json::Value::take))
             .map(|p| p.to_string());
+        let stateless = Arc::new(Target {
+            uri: uri.into(),
+            url: url.clone(),
+            session_id: None,
+            auth: auth.cloned(),
+            headers: headers
+                .iter()
+                .filter(|(k, _)| !per_request(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        });
         let recorded = Arc::new(Discover {
             url,
             auth: auth.cloned(),
             headers: headers.clone(),
             params,
+            stateless,
         });
         if let Ok(mut cur) = self.discover.lock() {
             *cur = Some(recorded);
@@ -194,6 +229,12 @@ impl SessionTarget {
     /// The last recorded `server/discover`, if one was.
     fn recorded_discover(&self) -> Option<Arc<Discover>> {
         self.discover.lock().ok().and_then(|d| d.clone())
+    }
+
+    /// Where a 2026-07-28 connection sends any sessionless request, once
+    /// it sent `server/discover` (as every such connection begins).
+    pub(crate) fn stateless(&self) -> Option<Arc<Target>> {
+        self.recorded_discover().map(|d| d.stateless.clone())
     }
 
     /// The session as last recorded, if one was.
@@ -463,7 +504,7 @@ mod tests {
         );
         let other: Arc<str> = "def".into();
         t.observe(&uri, Some(&other), None, &Headers::new());
-        assert_eq!(&*t.current().unwrap().session_id, "def");
+        assert_eq!(t.current().unwrap().session_id.as_deref(), Some("def"));
     }
 
     #[tokio::test]

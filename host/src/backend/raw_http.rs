@@ -1,11 +1,15 @@
-//! One JSON-RPC request sent as bytes on a backend's live HTTP session, and
-//! its answer read back as messages: the backend half of the gateway's raw
-//! forwarding path (`gateway::raw`).
+//! One JSON-RPC request sent as bytes on a backend's live HTTP session, or
+//! to a 2026-07-28 backend without one, and its answer read back as
+//! messages: the backend half of the gateway's raw forwarding path
+//! (`gateway::raw`).
 //!
 //! The session is one an rmcp client opened (the backend's lane, see
 //! [`super::Backend::lane`]): the same URL, `Mcp-Session-Id`,
 //! `MCP-Protocol-Version` and configured headers its own POSTs carry
-//! (recorded by [`SessionTarget`]). The POST travels on a pooled keep-alive
+//! (recorded by [`SessionTarget`]). A sessionless request goes where the
+//! backend's 2026-07-28 connection sends its own
+//! ([`super::Backend::stateless_target`]), with the headers of that request
+//! added by the caller. The POST travels on a pooled keep-alive
 //! connection with `TCP_NODELAY`, shared by every raw call.
 //!
 //! Contract: [`PostError::NotAccepted`] means the backend did not take the
@@ -50,19 +54,22 @@ pub enum Posted {
     Events(Events),
 }
 
-/// Sends `body` (one request whose id is `id`, decoded) on `t`'s session;
-/// `keep_alive` follows the backend's setting. At most `limit` bytes of the
-/// answer are read (a JSON body, or all events of the request's stream:
-/// `limits.max_result_bytes`, as on the typed path).
+/// Sends `body` (one request whose id is `id`, decoded) on `t`'s session,
+/// with `extra` headers of this request (a sessionless one's standard
+/// headers); `keep_alive` follows the backend's setting. At most `limit`
+/// bytes of the answer are read (a JSON body, or all events of the
+/// request's stream: `limits.max_result_bytes`, as on the typed path).
 pub async fn post(
     t: &Arc<Target>,
     body: String,
     id: Arc<str>,
     keep_alive: bool,
     limit: usize,
+    extra: http::HeaderMap,
 ) -> Result<Posted, PostError> {
     let resp = message_post(t, body, keep_alive)
         .map_err(PostError::NotAccepted)?
+        .headers(extra)
         .send()
         .await
         .map_err(|e| match HttpFailure::of_send(e) {
@@ -71,8 +78,9 @@ pub async fn post(
         })?;
     let status = resp.status();
     // Streamable HTTP: 404 is the backend saying it does not know the
-    // session, so it did not run the request.
-    if status == http::StatusCode::NOT_FOUND {
+    // session, so it did not run the request. Without a session
+    // (2026-07-28) it is an answer: a method the backend does not have.
+    if status == http::StatusCode::NOT_FOUND && !t.sessionless() {
         return Err(PostError::NotAccepted(HttpFailure::Status(status)));
     }
     let sse = status.is_success()

@@ -106,12 +106,14 @@ pub fn scope(depends_on_caller: bool) -> CacheScope {
     }
 }
 
-/// The scope of a relayed result: the backend's, made private when Vigil's
-/// own is (an absent one counts as private, as rmcp fills it).
-pub fn narrowed(backend: Option<CacheScope>, ours: CacheScope) -> CacheScope {
+/// The scope to write on a relayed result, `None` to keep what the backend
+/// wrote: a result may be cached as widely as its backend says (an absent
+/// scope means public), but never more widely than Vigil's own results
+/// (with `ours` private, a result not already private is made so).
+pub fn narrowed(backend: Option<CacheScope>, ours: CacheScope) -> Option<CacheScope> {
     match (backend, ours) {
-        (Some(CacheScope::Public), CacheScope::Public) => CacheScope::Public,
-        _ => CacheScope::Private,
+        (_, CacheScope::Public) | (Some(CacheScope::Private), _) => None,
+        _ => Some(CacheScope::Private),
     }
 }
 
@@ -160,10 +162,14 @@ mod tests {
     #[test]
     fn a_relayed_result_is_public_only_when_both_say_so() {
         use CacheScope::{Private, Public};
-        assert_eq!(narrowed(Some(Public), Public), Public);
-        assert_eq!(narrowed(Some(Public), Private), Private);
-        assert_eq!(narrowed(Some(Private), Public), Private);
-        assert_eq!(narrowed(None, Public), Private);
+        // Kept as the backend wrote it (absent means public)...
+        assert_eq!(narrowed(Some(Public), Public), None);
+        assert_eq!(narrowed(Some(Private), Public), None);
+        assert_eq!(narrowed(None, Public), None);
+        assert_eq!(narrowed(Some(Private), Private), None);
+        // ...unless Vigil's own results are private and it is not.
+        assert_eq!(narrowed(Some(Public), Private), Some(Private));
+        assert_eq!(narrowed(None, Private), Some(Private));
         assert_eq!(scope(true), Private);
         assert_eq!(scope(false), Public);
     }

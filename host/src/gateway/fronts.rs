@@ -39,7 +39,7 @@ impl Front {
     }
 
     /// The resources this session's calls linked to (see `links.rs`).
-    pub fn links(&self) -> &Links {
+    pub fn links(&self) -> &Arc<Links> {
         &self.links
     }
 

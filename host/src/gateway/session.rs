@@ -62,7 +62,11 @@ pub struct FrontSession {
 /// removes the header) the access token it authenticated with, for the
 /// token exchange or passthrough of `forward_auth` backends.
 fn authorization(extensions: &rmcp::model::Extensions) -> Option<&str> {
-    let parts = extensions.get::<http::request::Parts>()?;
+    authorization_of(extensions.get::<http::request::Parts>()?)
+}
+
+/// [`authorization`], from the request's parts.
+pub(super) fn authorization_of(parts: &http::request::Parts) -> Option<&str> {
     if let Some(h) = parts.headers.get(http::header::AUTHORIZATION) {
         return h.to_str().ok();
     }
@@ -1022,8 +1026,9 @@ impl ServerHandler for FrontSession {
             let theirs = m
                 .get("cacheScope")
                 .and_then(|v| serde_json::from_value(v.clone()).ok());
-            let scope = super::discovery::narrowed(theirs, self.scope());
-            m.insert("cacheScope".into(), scope_json(scope));
+            if let Some(scope) = super::discovery::narrowed(theirs, self.scope()) {
+                m.insert("cacheScope".into(), scope_json(scope));
+            }
         }
         let mut r = ReadResourceResult::new(Vec::new());
         r.meta = Some(self.gw.answers().keep(result));

@@ -23,7 +23,7 @@ that name it; `regional(region)`, whose argument a 2026-07-28 client mirrors
 in an `Mcp-Param-Region` header; `capabilities()`, the client capabilities
 its request declared (JSON); `hold(tag)`, which logs `before TAG` at info level, waits until
 `release()` is called, then logs `after TAG` (so a test can have calls of
-two callers running at once).
+two callers running at once). Prompt: `greet(name)`.
 """
 
 from __future__ import annotations
@@ -61,6 +61,11 @@ def build(log: Path) -> MCPServer:
     def echo(text: str) -> str:
         """Returns its argument."""
         return text
+
+    @server.prompt()
+    def greet(name: str) -> str:
+        """A greeting for `name`."""
+        return f"Hello, {name}!"
 
     @server.tool()
     async def add_tool(name: str, ctx: Context) -> str:

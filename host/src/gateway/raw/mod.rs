@@ -1,40 +1,37 @@
-//! The raw forwarding path: routed requests that carry nothing per session
-//! go from the client's POST to the backend's session as bytes, without
-//! rmcp's typed machinery on either hop.
+//! The raw executor: routed requests that carry nothing per session go
+//! from the client's POST to the backend as bytes, without rmcp's typed
+//! machinery on either hop.
 //!
-//! A proxy does not need to understand what it only forwards. For an
-//! eligible request this layer (an axum middleware in front of rmcp's
-//! `/mcp` service) reads only what routing needs ([`envelope`]), applies
-//! the same admission as the typed handlers ([`super::admission`]: policy,
-//! rates, audit, call statistics and metrics), rewrites the id and the
-//! routed name, sends the bytes on the backend's lane ([`crate::backend`]
-//! `Backend::lane`, one backend session shared by every such client) and
-//! returns the backend's answer with the client's id put back, every other
-//! byte as the backend wrote it.
+//! A proxy does not need to understand what it only forwards. This layer
+//! (an axum middleware in front of rmcp's `/mcp` service) reads a request's
+//! facts once (its headers, its envelope, its session, the generation's
+//! view of the backend its name routes to) and asks the one decision,
+//! [`crate::dataplane::plan`], how it travels. A [`Plan::Typed`] request is
+//! handed on to rmcp unchanged. A [`Plan::Raw`] one is admitted like every
+//! call ([`super::admission`]: policy, rates, audit, call statistics and
+//! metrics), its id, routed name and progress token are rewritten, and it
+//! is sent:
+//! - [`Via::Lane`] (a handshake-era session): on the backend's lane
+//!   ([`crate::backend`] `Backend::lane`, one backend session shared by the
+//!   caller's plain clients);
+//! - [`Via::Stateless`] (a 2026-07-28 request): as a POST of its own to the
+//!   backend's 2026-07-28 destination (`Backend::stateless_target`), its
+//!   `_meta` as the client wrote it (revision, capabilities, client info,
+//!   log level) and a backend's `requestState` untouched, with the
+//!   `Mcp-Method`, `Mcp-Name` (the backend's name) and `Mcp-Param-*`
+//!   headers a direct client sends.
 //!
-//! # Eligibility (docs/gateway.md states the same rule)
+//! The backend's answer goes back with the client's id put in, every other
+//! byte as the backend wrote it (but for a 2026-07-28 `resources/read`'s
+//! `cacheScope` where Vigil's own results are private, and the
+//! `resultType` and `serverInfo` a result of that revision must carry, if
+//! a backend left them out).
 //!
-//! A request takes the raw path when all of these hold; anything else goes
-//! the typed way, unchanged:
-//! - a POST on a session whose client finished the 2025-era handshake,
-//!   accepting both JSON and SSE, with no `MCP-Protocol-Version` other
-//!   than a known 2025-era one;
-//! - the client declared none of `sampling`, `elicitation`, `roots` and has
-//!   not sent `logging/setLevel` (so nothing per session can flow on it);
-//! - one JSON-RPC request (no batch) of `tools/call`, `resources/read`,
-//!   `prompts/get` or `completion/complete`, with no member the envelope
-//!   does not know (a task-augmented call is typed), and no `progressToken`
-//!   or `io.modelcontextprotocol/` entry in `params._meta`;
-//! - the name routes (in the shared catalog) to a streamable HTTP backend
-//!   that is serving and is not `forward_auth`.
-//!
-//! A call the backend did not take (no lane, the backend forgot the lane's
-//! session, the connection was refused) goes on the typed path, already
-//! admitted; once the backend may have taken it (`tools/call` is not
-//! idempotent) it never runs a second time: a later failure is the
-//! client's error.
-
-mod envelope;
+//! A call the backend did not take (no lane, no 2026-07-28 destination
+//! known, the backend forgot the lane's session, the connection was
+//! refused) goes on the typed path, already admitted; once the backend may
+//! have taken it (`tools/call` is not idempotent) it never runs a second
+//! time: a later failure is the client's error.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,15 +47,18 @@ use rmcp::model::ErrorCode;
 use super::Gateway;
 use super::admission::{self, Admitted};
 use super::fronts::Front;
+use super::links::Links;
 use super::route::{schema_changed, unavailable, unknown_prompt, unknown_tool, unknown_uri};
 use crate::audit::{Method, Outcome};
 use crate::auth::Principal;
 use crate::backend::error::HttpFailure;
 use crate::backend::raw_http::{self, PostError, Posted};
 use crate::backend::{Backend, BackendError, Era};
-use crate::catalog::Kind;
+use crate::catalog::{Catalog, Kind};
+use crate::dataplane::envelope::{self, Incoming, RawMethod, Target};
+use crate::dataplane::plan::{self, Client, Header, Plan, Route, Serving, Via};
+use crate::dataplane::revision::Revision;
 use crate::health::{HealthState, advertisable};
-use envelope::{Incoming, RawMethod, Target};
 use futures::StreamExt as _;
 
 /// The largest request body the raw path reads; a larger one (or one of
@@ -80,25 +80,37 @@ impl RawPath {
     }
 }
 
-/// The middleware: answers eligible requests itself, hands the rest on.
+/// The middleware: answers the requests planned raw itself, hands the rest
+/// on.
 pub async fn forward(State(raw): State<Arc<RawPath>>, req: Request, next: Next) -> Response {
     if req.method() != http::Method::POST {
         return next.run(req).await;
     }
-    let Some(id) = req
+    let session = req
         .headers()
         .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-    else {
-        return next.run(req).await;
-    };
-    let Some(front) = raw.gw.fronts.get(id) else {
-        return next.run(req).await;
-    };
-    if let Some(streams) = raw.gw.streams.get() {
+        .and_then(|v| v.to_str().ok());
+    let front = session.and_then(|id| raw.gw.fronts.get(id));
+    if let (Some(id), Some(_), Some(streams)) = (session, &front, raw.gw.streams.get()) {
         streams.touch(id);
     }
-    if !(front.raw() || front.busy()) || !eligible_headers(req.headers()) || large(req.headers()) {
+    let client = match (session, &front) {
+        (None, _) => Client::Sessionless,
+        (Some(_), Some(f)) => Client::Session { plain: f.raw() },
+        (Some(_), None) => Client::UnknownSession,
+    };
+    let revision = match req.headers().get("mcp-protocol-version") {
+        None => Header::Absent,
+        Some(v) => Revision::of_header(v).map_or(Header::Unknown, Header::Known),
+    };
+    // Before the body is read: whether anything here could go raw (or be
+    // the cancellation of a raw call in flight).
+    let may = match client {
+        Client::Session { plain } => plain || front.as_ref().is_some_and(|f| f.busy()),
+        Client::UnknownSession => false,
+        Client::Sessionless => matches!(revision, Header::Known(r) if r.era() == Era::Modern),
+    };
+    if !may || large(req.headers()) {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
@@ -106,9 +118,14 @@ pub async fn forward(State(raw): State<Arc<RawPath>>, req: Request, next: Next) 
         Ok(b) => b,
         Err(e) => return super::http::unreadable_body(e),
     };
-    match raw.handle(&front, &parts, &bytes).await {
+    let fact = Facts {
+        front,
+        client,
+        revision,
+    };
+    match raw.handle(fact, &parts, &bytes).await {
         Handled::Answered(response) => response,
-        Handled::Reply(messages) => answer_response(messages),
+        Handled::Reply(messages, status) => answer_response(messages, status),
         Handled::Typed(admitted) => {
             let mut req = Request::from_parts(parts, Body::from(bytes));
             if let Some(a) = admitted {
@@ -127,31 +144,70 @@ fn large(h: &http::HeaderMap) -> bool {
         .is_none_or(|n| n > MAX_RAW_BODY)
 }
 
-/// Accepts both answer formats and speaks a 2025-era revision (rmcp's own
-/// checks of these stay the typed path's).
-fn eligible_headers(h: &http::HeaderMap) -> bool {
+/// Whether the client accepts both answer formats.
+fn accepts_both(h: &http::HeaderMap) -> bool {
     let accept = h
         .get(http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let version_ok = match h.get("mcp-protocol-version") {
-        None => true,
-        Some(v) => v.to_str().is_ok_and(|v| {
-            v < "2026"
-                && rmcp::model::ProtocolVersion::KNOWN_VERSIONS
-                    .iter()
-                    .any(|k| k.as_str() == v)
-        }),
-    };
-    version_ok && accept.contains("application/json") && accept.contains("text/event-stream")
+    accept.contains("application/json") && accept.contains("text/event-stream")
+}
+
+/// What was read of a request before its body.
+#[derive(Clone)]
+struct Facts {
+    front: Option<Arc<Front>>,
+    client: Client,
+    revision: Header,
+}
+
+/// The generation a request is planned against: the shared catalog as one
+/// snapshot, the backend set, and the resource links its client was given.
+struct Now<'a> {
+    catalog: Arc<Catalog>,
+    gw: &'a Gateway,
+    links: Option<&'a Links>,
+}
+
+impl plan::Generation for Now<'_> {
+    fn route(&self, target: Target, name: &str) -> Option<Route> {
+        let renamed = |r: &crate::catalog::Route| Route {
+            backend: r.backend.clone(),
+            name: (r.name != name).then(|| r.name.clone()),
+        };
+        match target {
+            Target::Tool => self.catalog.route_tool(name).map(renamed),
+            Target::Prompt => self.catalog.route_prompt(name).map(renamed),
+            Target::Uri => self
+                .catalog
+                .route_uri(name)
+                .cloned()
+                .or_else(|| self.links.and_then(|l| l.backend_of(name)))
+                .map(|backend| Route {
+                    backend,
+                    name: None,
+                }),
+        }
+    }
+
+    fn serving(&self, backend: &str) -> Option<Serving> {
+        let b = self.gw.backend(backend)?;
+        Some(Serving {
+            advertisable: advertisable(b.state()),
+            http: b.per_session(),
+            forwards_auth: b.forwards_auth(),
+            era: b.era(),
+            stateless: b.stateless_target().is_some(),
+        })
+    }
 }
 
 /// What became of a request.
 enum Handled {
     Answered(Response),
-    /// The messages of the answer in order, the response last: JSON when
-    /// it is alone, else an SSE stream.
-    Reply(Vec<String>),
+    /// The messages of the answer in order, the response last (JSON when
+    /// it is alone, else an SSE stream), with its HTTP status.
+    Reply(Vec<String>, http::StatusCode),
     /// For the typed path, with the admission already made, if any.
     Typed(Option<Admitted>),
 }
@@ -219,37 +275,116 @@ fn next_id() -> Arc<str> {
     format!("vr-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into()
 }
 
+/// A call planned raw, as the executor carries it out.
+struct Planned<'a> {
+    facts: &'a Facts,
+    route: Route,
+    via: Via,
+    /// The resource links of the call's client (its session's, or its
+    /// caller's without one).
+    links: Arc<Links>,
+}
+
+impl Facts {
+    fn client_is_sessionless(&self) -> bool {
+        matches!(self.client, Client::Sessionless)
+    }
+}
+
 impl RawPath {
     async fn handle(
         self: &Arc<Self>,
-        front: &Arc<Front>,
+        facts: Facts,
         parts: &http::request::Parts,
         bytes: &Bytes,
     ) -> Handled {
         let Ok(text) = std::str::from_utf8(bytes) else {
             return Handled::Typed(None);
         };
-        if front.busy()
+        if let Some(front) = &facts.front
+            && front.busy()
             && let Some(id) = cancelled_request(text)
             && front.cancel(&id)
         {
             return Handled::Answered(http::StatusCode::ACCEPTED.into_response());
         }
-        if !front.raw() {
+        let r = envelope::Request::parse(text);
+        let Some((route, via, links)) = self.plan(&facts, parts, r.as_ref()) else {
             return Handled::Typed(None);
+        };
+        let Some(r) = r else {
+            return Handled::Typed(None);
+        };
+        // What the client gets as it comes (its progress, and the log
+        // messages a 2026-07-28 call asked for) is relayed while it runs.
+        if r.progress.is_some() || (via == Via::Stateless && r.meta.log_level) {
+            let client_id = r.id.get().to_owned();
+            let planned = (route, via, links);
+            return self.streamed(facts, parts, bytes, client_id, planned).await;
         }
-        match envelope::Request::parse(text) {
-            Some(r) if r.progress.is_some() => {
-                let client_id = r.id.get().to_owned();
-                self.streamed(front, parts, bytes, client_id).await
+        let planned = Planned {
+            facts: &facts,
+            route,
+            via,
+            links,
+        };
+        self.call(&planned, parts, text, r, None).await
+    }
+
+    /// The plan for `r`, when it goes raw: its route, how, and its
+    /// client's links.
+    fn plan(
+        &self,
+        facts: &Facts,
+        parts: &http::request::Parts,
+        r: Option<&envelope::Request<'_>>,
+    ) -> Option<(Route, Via, Arc<Links>)> {
+        let links = match (&facts.front, r) {
+            (Some(front), _) => Some(front.links().clone()),
+            (None, Some(r)) if facts.client_is_sessionless() => Some(self.caller_links(parts, r)),
+            _ => None,
+        };
+        let http = plan::Http {
+            revision: facts.revision,
+            accepts_both: accepts_both(&parts.headers),
+            standard_headers_agree: r.is_some_and(|r| {
+                let name = r.method.names_itself().then_some(&*r.name);
+                crate::dataplane::headers::agree(&parts.headers, r.method.as_str(), name)
+            }),
+        };
+        let now = Now {
+            catalog: self.gw.catalog(),
+            gw: &self.gw,
+            links: links.as_deref(),
+        };
+        match plan::plan(&http, facts.client, r, &now) {
+            Plan::Raw { route, via } => Some((route, via, links?)),
+            Plan::Typed(why) => {
+                tracing::trace!(?why, "typed path");
+                None
             }
-            Some(r) => self.call(front, parts, text, r, None).await,
-            None => Handled::Typed(None),
         }
     }
 
-    /// A call with a progress token: its progress (and log messages) reach
-    /// the client while it runs. The call runs on a task of its own and
+    /// The links a sessionless (2026-07-28) caller's calls were given:
+    /// shared by its requests with the same credentials and capabilities
+    /// (`caller_pools`), as on the typed path.
+    fn caller_links(&self, parts: &http::request::Parts, r: &envelope::Request<'_>) -> Arc<Links> {
+        let capabilities = r
+            .meta
+            .capabilities
+            .and_then(|c| serde_json::from_str::<serde_json::Value>(c.get()).ok())
+            .map(|c| crate::backend::capset::CapSet::of_json(&c))
+            .unwrap_or_default()
+            .modern();
+        let who = principal(parts);
+        self.gw
+            .caller(&who, super::session::authorization_of(parts), &capabilities)
+            .links
+    }
+
+    /// A call with a progress token (or a 2026-07-28 log level): its
+    /// progress and log messages reach the client while it runs. The call runs on a task of its own and
     /// relays what it hears; nothing is committed to the client until the
     /// first relayed message, which the backend sends only once it took
     /// the call, so a call it did not take still goes the typed way. From
@@ -258,19 +393,19 @@ impl RawPath {
     /// at the next message.
     async fn streamed(
         self: &Arc<Self>,
-        front: &Arc<Front>,
+        facts: Facts,
         parts: &http::request::Parts,
         bytes: &Bytes,
         client_id: String,
+        (route, via, links): (Route, Via, Arc<Links>),
     ) -> Handled {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let (raw, front, parts, bytes) =
-            (self.clone(), front.clone(), parts.clone(), bytes.clone());
+        let (raw, parts, bytes) = (self.clone(), parts.clone(), bytes.clone());
         // The task owns the body and reads its envelope again (a few µs):
         // the parse borrows from the body, and handing the borrowed one
         // to a task that outlives this request's future would need an
         // owned copy of every part instead.
-        let mut task = tokio::spawn(async move {
+        let mut task = self.gw.background.spawn_joined(async move {
             let text = std::str::from_utf8(&bytes).unwrap_or("");
             let Some(r) = envelope::Request::parse(text) else {
                 return Handled::Typed(None);
@@ -284,19 +419,25 @@ impl RawPath {
                 tx,
                 progressed: tokio::sync::Notify::new(),
             };
-            raw.call(&front, &parts, text, r, Some(progress)).await
+            let planned = Planned {
+                facts: &facts,
+                route,
+                via,
+                links,
+            };
+            raw.call(&planned, &parts, text, r, Some(progress)).await
         });
         let first = tokio::select! {
             biased;
             Some(m) = rx.recv() => m,
             done = &mut task => {
-                let done = done.unwrap_or_else(|_| Handled::Reply(task_failed(&client_id)));
+                let done = done.unwrap_or_else(|_| Handled::Reply(task_failed(&client_id), http::StatusCode::OK));
                 // What was relayed just before the end goes first.
                 let mut early: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
                 return match done {
-                    Handled::Reply(mut messages) if !early.is_empty() => {
+                    Handled::Reply(mut messages, status) if !early.is_empty() => {
                         early.append(&mut messages);
-                        Handled::Reply(early)
+                        Handled::Reply(early, status)
                     }
                     other => other,
                 };
@@ -306,7 +447,7 @@ impl RawPath {
             .chain(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
         let end = futures::stream::once(async move {
             match task.await {
-                Ok(Handled::Reply(messages)) => messages,
+                Ok(Handled::Reply(messages, _)) => messages,
                 // Typed or refused once the backend took the call: cannot
                 // happen (both are decided before it does).
                 _ => task_failed(&client_id),
@@ -330,51 +471,19 @@ impl RawPath {
 
     async fn call(
         &self,
-        front: &Arc<Front>,
+        planned: &Planned<'_>,
         parts: &http::request::Parts,
         text: &str,
         r: envelope::Request<'_>,
         progress: Option<Progress>,
     ) -> Handled {
         let gw = &self.gw;
-        let catalog = gw.catalog();
-        let (backend, renamed) = match r.target {
-            Target::Tool => match catalog.route_tool(&r.name) {
-                Some(route) => (route.backend.clone(), Some(route.name.clone())),
-                None => return Handled::Typed(None),
-            },
-            Target::Prompt => match catalog.route_prompt(&r.name) {
-                Some(route) => (route.backend.clone(), Some(route.name.clone())),
-                None => return Handled::Typed(None),
-            },
-            Target::Uri => match catalog
-                .route_uri(&r.name)
-                .cloned()
-                .or_else(|| front.links().backend_of(&r.name))
-            {
-                Some(b) => (b, None),
-                None => return Handled::Typed(None),
-            },
-        };
-        drop(catalog);
-        let Some(b) = gw.backend(&backend) else {
+        let Some(b) = gw.backend(&planned.route.backend) else {
             return Handled::Typed(None);
         };
-        // A 2026-07-28 backend has no session to carry a lane; its requests
-        // need their `_meta` envelope, which rmcp adds on the typed path.
-        if !b.per_session()
-            || b.forwards_auth()
-            || b.era() == Some(Era::Modern)
-            || !advertisable(b.state())
-        {
-            return Handled::Typed(None);
-        }
         let client_id = r.id.get();
-        let who = parts
-            .extensions
-            .get::<Principal>()
-            .cloned()
-            .unwrap_or_else(Principal::local);
+        let who = principal(parts);
+        let modern = planned.via == Via::Stateless;
         let audit = match r.method {
             RawMethod::Complete => {
                 let unknown = match r.target {
@@ -382,7 +491,7 @@ impl RawPath {
                     _ => unknown_prompt,
                 };
                 if !gw.policies().access(&who).permits(&r.name) {
-                    return Handled::Answered(self.refusal(client_id, unknown(&r.name)));
+                    return Handled::Answered(self.refusal(client_id, unknown(&r.name), modern));
                 }
                 crate::audit::PendingCall::untracked()
             }
@@ -410,17 +519,19 @@ impl RawPath {
                 );
                 match admission::admit(gw, &who, kind, &r.name, unknown, pending) {
                     Ok(a) => a,
-                    Err(e) => return Handled::Answered(self.refusal(client_id, e)),
+                    Err(e) => return Handled::Answered(self.refusal(client_id, e, modern)),
                 }
             }
         };
         let ours = next_id();
-        let renamed = renamed.filter(|n| *n != r.name);
-        let body = r.rewrite(text, &format!("\"{ours}\""), renamed.as_deref());
-        let tool = renamed.as_deref().unwrap_or(&r.name);
+        let renamed = planned.route.name.as_deref();
+        let body = r.rewrite(text, &format!("\"{ours}\""), renamed);
+        let tool = renamed.unwrap_or(&r.name);
         let span =
             (r.method == RawMethod::ToolsCall).then(|| admission::tool_call_span(&b.name, tool));
-        let call = front.start(client_id);
+        // A session's client cancels a call with `notifications/cancelled`;
+        // a sessionless one by going away (this future is dropped).
+        let call = planned.facts.front.as_ref().map(|f| f.start(client_id));
         let t0 = tokio::time::Instant::now();
         let timeout = gw.config.request_timeout_for(&b.config);
         // A backend that forgot the lane's session (it was restarted) did
@@ -428,36 +539,55 @@ impl RawPath {
         // sent once more, as on the typed path.
         let mut recovered = false;
         let (outcome, target) = loop {
-            let lane = match b.lane(who.caller()).await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::debug!(backend = %b.name, error = %e, "no lane; the call goes the typed way");
-                    return Handled::Typed(Some(Admitted::new(audit)));
+            let (target, extra) = match planned.via {
+                Via::Lane => {
+                    let lane = match b.lane(who.caller()).await {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::debug!(backend = %b.name, error = %e, "no lane; the call goes the typed way");
+                            return Handled::Typed(Some(Admitted::new(audit)));
+                        }
+                    };
+                    recovered |= lane.recovered();
+                    let Some(target) = lane.session().and_then(|s| s.current()) else {
+                        return Handled::Typed(Some(Admitted::new(audit)));
+                    };
+                    (Carrier::Of(lane, target), http::HeaderMap::new())
                 }
-            };
-            recovered |= lane.recovered();
-            let Some(target) = lane.session().and_then(|s| s.current()) else {
-                return Handled::Typed(Some(Admitted::new(audit)));
+                Via::Stateless => {
+                    let Some(target) = b.stateless_target() else {
+                        return Handled::Typed(Some(Admitted::new(audit)));
+                    };
+                    let extra = standard_headers(&parts.headers, r.method, tool);
+                    (Carrier::Stateless(target), extra)
+                }
             };
             let outcome = {
                 let exchange = self.exchange(
                     &b,
-                    &target,
+                    target.target(),
                     body.clone(),
                     ours.clone(),
                     client_id,
                     r.method,
                     progress.as_ref(),
+                    extra,
                 );
                 // `request_timeout`, restarted by each progress
                 // notification (as on the typed path).
                 let deadline = tokio::time::sleep(timeout);
-                tokio::pin!(deadline, exchange);
+                let cancelled = async {
+                    match &call {
+                        Some(c) => c.cancel.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::pin!(deadline, exchange, cancelled);
                 loop {
                     tokio::select! {
                         o = &mut exchange => break o,
                         _ = &mut deadline => break Err(Failure::TimedOut),
-                        _ = call.cancel.cancelled() => break Err(Failure::Cancelled),
+                        _ = &mut cancelled => break Err(Failure::Cancelled),
                         _ = progressed(progress.as_ref()) => {
                             deadline.as_mut().reset(tokio::time::Instant::now() + timeout);
                         }
@@ -473,13 +603,13 @@ impl RawPath {
                     Ended::TooLarge { limit, read }
                 }
                 Err(Failure::Lost(why)) => {
-                    b.drop_lane(&lane);
+                    target.drop_from(&b);
                     Ended::Lost(why)
                 }
                 Err(Failure::NotAccepted(why)) => {
-                    b.drop_lane(&lane);
-                    if recovered {
-                        tracing::debug!(backend = %b.name, %why, "the lane did not take the call twice; the call goes the typed way");
+                    target.drop_from(&b);
+                    if recovered || modern {
+                        tracing::debug!(backend = %b.name, %why, "the backend did not take the call; the call goes the typed way");
                         return Handled::Typed(Some(Admitted::new(audit)));
                     }
                     tracing::info!(backend = %b.name, %why, "the backend forgot the lane's session; opening another");
@@ -502,7 +632,7 @@ impl RawPath {
                 b.request_refresh();
             }
         }
-        let (messages, ok, outcome) = match outcome {
+        let (messages, ok, outcome, code) = match outcome {
             Ended::Answer(Answer {
                 error: Some(e),
                 before,
@@ -517,8 +647,14 @@ impl RawPath {
                 } else {
                     e
                 };
+                let code = e.code;
                 let message = self.error_message(client_id, e);
-                (with_last(before, message), false, Outcome::Error)
+                (
+                    with_last(before, message),
+                    false,
+                    Outcome::Error,
+                    Some(code),
+                )
             }
             Ended::Answer(Answer {
                 result,
@@ -526,16 +662,19 @@ impl RawPath {
                 before,
                 ..
             }) => {
-                let message = result.unwrap_or_default();
+                let mut message = result.unwrap_or_default();
                 if r.method == RawMethod::ToolsCall {
-                    front.links().learn_text(&b.name, &message);
+                    planned.links.learn_text(&b.name, &message);
+                }
+                if modern {
+                    message = self.for_modern_client(message, r.method);
                 }
                 let outcome = if tool_failed {
                     Outcome::Error
                 } else {
                     Outcome::Ok
                 };
-                (with_last(before, message), !tool_failed, outcome)
+                (with_last(before, message), !tool_failed, outcome, None)
             }
             Ended::TooLarge { limit, read } => {
                 let e = BackendError::TooLarge {
@@ -545,18 +684,23 @@ impl RawPath {
                     limit,
                 };
                 tracing::info!(backend = %b.name, error = %e, "answer not relayed");
-                let message = self.error_message(client_id, e.into_mcp());
-                (vec![message], false, Outcome::Error)
+                let e = e.into_mcp();
+                let code = e.code;
+                let message = self.error_message(client_id, e);
+                (vec![message], false, Outcome::Error, Some(code))
             }
             Ended::Lost(why) => {
                 tracing::debug!(backend = %b.name, error = %why, "routed request failed");
                 let e = unavailable(&b.name, HealthState::Offline, &why.to_string());
+                let code = e.code;
                 let message = self.error_message(client_id, e);
-                (vec![message], false, Outcome::Unavailable)
+                (vec![message], false, Outcome::Unavailable, Some(code))
             }
             ended @ (Ended::TimedOut | Ended::Cancelled) => {
                 let timed_out = matches!(ended, Ended::TimedOut);
-                cancel_on_backend(&target, &ours, timed_out, b.keep_alive());
+                if let Carrier::Of(_, target) = &target {
+                    cancel_on_backend(&self.gw, target, &ours, timed_out, b.keep_alive());
+                }
                 let e = match timed_out {
                     true => BackendError::Timeout {
                         backend: b.name.clone(),
@@ -566,8 +710,10 @@ impl RawPath {
                         backend: b.name.clone(),
                     },
                 };
-                let message = self.error_message(client_id, e.into_mcp());
-                (vec![message], false, Outcome::Error)
+                let e = e.into_mcp();
+                let code = e.code;
+                let message = self.error_message(client_id, e);
+                (vec![message], false, Outcome::Error, Some(code))
             }
         };
         if let Some(span) = span {
@@ -576,7 +722,41 @@ impl RawPath {
         }
         audit.finish_as(&b.name, outcome);
         crate::metrics::get().forwarded(r.method.as_str(), "raw");
-        Handled::Reply(messages)
+        let status = match (modern, code) {
+            (true, Some(code)) => modern_status(code),
+            _ => http::StatusCode::OK,
+        };
+        Handled::Reply(messages, status)
+    }
+
+    /// A result as a 2026-07-28 client gets it: a `resources/read`'s
+    /// `cacheScope` no wider than Vigil's own results', and the
+    /// `resultType` and `serverInfo` that revision asks of every result
+    /// where the backend left them out (the typed path's rule,
+    /// `relayed::for_client`). A 2026-07-28 backend's result with a scope
+    /// Vigil need not narrow passes as it came.
+    fn for_modern_client(&self, mut message: String, method: RawMethod) -> String {
+        if method == RawMethod::ResourcesRead {
+            let theirs = envelope::cache_scope(&message)
+                .and_then(|s| serde_json::from_str::<rmcp::model::CacheScope>(s).ok());
+            let ours = super::discovery::scope(self.gw.views_depend_on_caller());
+            if let Some(scope) = super::discovery::narrowed(theirs, ours)
+                && let Ok(json) = serde_json::to_string(&scope)
+                && let Some(narrowed) = envelope::with_cache_scope(&message, &json)
+            {
+                message = narrowed;
+            }
+        }
+        if envelope::modern_complete(&message, super::discovery::SERVER_INFO_KEY) {
+            return message;
+        }
+        let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&message) else {
+            return message;
+        };
+        if let Some(serde_json::Value::Object(m)) = v.get_mut("result") {
+            super::relayed::for_client(m, true, method == RawMethod::ToolsCall);
+        }
+        v.to_string()
     }
 
     /// Sends the request and reads the backend's answer.
@@ -590,8 +770,10 @@ impl RawPath {
         client_id: &str,
         method: RawMethod,
         progress: Option<&Progress>,
+        extra: http::HeaderMap,
     ) -> Result<Answer, Failure> {
-        let posted = raw_http::post(target, body, ours.clone(), b.keep_alive(), b.max_result())
+        let (keep_alive, limit) = (b.keep_alive(), b.max_result());
+        let posted = raw_http::post(target, body, ours.clone(), keep_alive, limit, extra)
             .await
             .map_err(|e| match e {
                 PostError::NotAccepted(w) => Failure::NotAccepted(w),
@@ -652,8 +834,10 @@ impl RawPath {
                 Some(Incoming::Notification(m)) if m.ends_with("/list_changed") => {
                     b.request_refresh();
                 }
-                Some(Incoming::Request(method, id)) => {
-                    refuse_backend_request(target, method, id, b.keep_alive())
+                // A request of the backend's own has a session to be
+                // answered on (2026-07-28 backends ask in their results).
+                Some(Incoming::Request(method, id)) if !target.sessionless() => {
+                    refuse_backend_request(&self.gw, target, method, id, b.keep_alive())
                 }
                 _ => {}
             }
@@ -710,14 +894,92 @@ impl RawPath {
         format!(r#"{{"jsonrpc":"2.0","id":{client_id},"error":{error}}}"#)
     }
 
-    /// A JSON answer carrying error `e` for the client's request.
-    fn refusal(&self, client_id: &str, e: McpError) -> Response {
-        json_response(self.error_message(client_id, e))
+    /// A JSON answer carrying error `e` for the client's request (with the
+    /// HTTP status of its code for a 2026-07-28 client).
+    fn refusal(&self, client_id: &str, e: McpError, modern: bool) -> Response {
+        let status = if modern {
+            modern_status(e.code)
+        } else {
+            http::StatusCode::OK
+        };
+        json_response(self.error_message(client_id, e), status)
     }
 }
 
-fn json_response(message: String) -> Response {
-    ([(http::header::CONTENT_TYPE, "application/json")], message).into_response()
+/// What carries one raw call: a lane's session, or nothing (sessionless).
+enum Carrier {
+    Of(Arc<crate::backend::OpenLane>, Arc<raw_http::Target>),
+    Stateless(Arc<raw_http::Target>),
+}
+
+impl Carrier {
+    fn target(&self) -> &Arc<raw_http::Target> {
+        match self {
+            Carrier::Of(_, t) | Carrier::Stateless(t) => t,
+        }
+    }
+
+    /// Gives up the lane after it lost a call (nothing to give up without
+    /// one).
+    fn drop_from(&self, b: &Backend) {
+        if let Carrier::Of(lane, _) = self {
+            b.drop_lane(lane);
+        }
+    }
+}
+
+/// The principal that sent a request (set by the auth layer).
+fn principal(parts: &http::request::Parts) -> Principal {
+    parts
+        .extensions
+        .get::<Principal>()
+        .cloned()
+        .unwrap_or_else(Principal::local)
+}
+
+/// The 2026-07-28 headers of one sessionless call as a direct client sends
+/// them: `Mcp-Method`, `Mcp-Name` with the backend's name (a URI as it
+/// is), the client's `MCP-Protocol-Version`, and the client's `Mcp-Param-*`
+/// (its tool's `x-mcp-header` arguments: the schema Vigil lists is the
+/// backend's).
+fn standard_headers(client: &http::HeaderMap, method: RawMethod, name: &str) -> http::HeaderMap {
+    let mut out = http::HeaderMap::new();
+    out.insert(
+        http::HeaderName::from_static("mcp-method"),
+        http::HeaderValue::from_static(method.as_str()),
+    );
+    if method.names_itself()
+        && let Ok(v) = http::HeaderValue::from_str(&crate::dataplane::headers::encode(name))
+    {
+        out.insert(http::HeaderName::from_static("mcp-name"), v);
+    }
+    for (k, v) in client {
+        if k.as_str().starts_with("mcp-param-") || k == "mcp-protocol-version" {
+            out.append(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
+/// The HTTP status of a JSON-RPC error to a 2026-07-28 request, as rmcp's
+/// server answers it on the typed path (a handshake-era request keeps 200).
+fn modern_status(code: ErrorCode) -> http::StatusCode {
+    match code {
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::HEADER_MISMATCH => http::StatusCode::BAD_REQUEST,
+        ErrorCode::METHOD_NOT_FOUND => http::StatusCode::NOT_FOUND,
+        _ => http::StatusCode::OK,
+    }
+}
+
+fn json_response(message: String, status: http::StatusCode) -> Response {
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        message,
+    )
+        .into_response()
 }
 
 /// The answer to request `id` when the task running its call failed.
@@ -736,9 +998,9 @@ fn with_last(mut before: Vec<String>, last: String) -> Vec<String> {
 /// The answer as the client gets it: JSON when the response is all there
 /// is, else an SSE stream of the request's notifications and the response
 /// (`messages`, the response last).
-fn answer_response(mut messages: Vec<String>) -> Response {
+fn answer_response(mut messages: Vec<String>, status: http::StatusCode) -> Response {
     if messages.len() <= 1 {
-        return json_response(messages.pop().unwrap_or_default());
+        return json_response(messages.pop().unwrap_or_default(), status);
     }
     let body: String = messages.iter().map(|m| sse_event(m)).collect();
     (
@@ -785,6 +1047,7 @@ fn cancelled_request(text: &str) -> Option<String> {
 
 /// Tells the backend Vigil no longer waits for request `ours`.
 fn cancel_on_backend(
+    gw: &Gateway,
     target: &Arc<raw_http::Target>,
     ours: &str,
     timed_out: bool,
@@ -799,7 +1062,7 @@ fn cancel_on_backend(
         r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":"{ours}","reason":"{reason}"}}}}"#
     );
     let target = target.clone();
-    tokio::spawn(async move {
+    gw.background.spawn(async move {
         if let Err(e) = raw_http::send(&target, note, keep_alive).await {
             tracing::debug!(error = %e, "could not tell the backend of a cancellation");
         }
@@ -809,6 +1072,7 @@ fn cancel_on_backend(
 /// Answers a request the backend sent on a lane call's stream: the lane
 /// declared no client capabilities, so only `ping` has an answer.
 fn refuse_backend_request(
+    gw: &Gateway,
     target: &Arc<raw_http::Target>,
     method: &str,
     id: &serde_json::value::RawValue,
@@ -827,7 +1091,7 @@ fn refuse_backend_request(
         format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#)
     };
     let target = target.clone();
-    tokio::spawn(async move {
+    gw.background.spawn(async move {
         if let Err(e) = raw_http::send(&target, message, keep_alive).await {
             tracing::debug!(error = %e, "could not answer a backend's request on the lane");
         }

@@ -1,15 +1,17 @@
-//! What the raw path reads of a JSON-RPC message, and the two splices it
-//! makes, without a typed parse.
+//! What the data path reads of a JSON-RPC message, and the splices the raw
+//! executor makes, without a typed parse.
 //!
-//! A request is read only as far as routing needs: `method`, `id`, the
-//! routed name (`params.name`, `params.uri`, `params.ref`) and the keys of
-//! `params._meta`. Every value is a slice of the original bytes
+//! A request is read only as far as the plan ([`super::plan`]) and routing
+//! need: `method`, `id`, the routed name (`params.name`, `params.uri`,
+//! `params.ref`), the keys of `params._meta` and whether it carries a
+//! 2026-07-28 retry's `requestState`. Every value is a slice of the original bytes
 //! ([`RawValue`]), so the message leaves as it came, but for the spans
 //! replaced: the id (Vigil's own toward the backend, the client's back) and
 //! the name (the backend's, under prefix naming). Anything this module does
 //! not expect (a batch, an escaped method, a field it does not know) makes
-//! the message ineligible: the typed path then takes it, whose parser is
-//! the one that answers malformed input.
+//! the message unreadable here: the typed path then takes it, whose parser
+//! is the one that answers malformed input. Whether what it read may go
+//! raw is the plan's to say, not this module's.
 
 use std::borrow::Cow;
 
@@ -36,6 +38,12 @@ impl RawMethod {
         })
     }
 
+    /// Whether the method's `Mcp-Name` header (2026-07-28) names what it
+    /// routes by: a tool, a prompt, a URI (a completion's reference is not).
+    pub fn names_itself(self) -> bool {
+        self != Self::Complete
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::ToolsCall => "tools/call",
@@ -47,7 +55,7 @@ impl RawMethod {
 }
 
 /// What a routed name is: a tool or prompt name, or a resource URI.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
     Tool,
     Prompt,
@@ -70,6 +78,47 @@ pub struct Request<'a> {
     pub arguments: Option<&'a RawValue>,
     /// `params._meta.progressToken`, as written, and where it sits.
     pub progress: Option<(&'a RawValue, (usize, usize))>,
+    /// What `params._meta` says of the client↔gateway hop.
+    pub meta: Meta<'a>,
+    /// `params.requestState` (a 2026-07-28 retry), as written.
+    pub request_state: Option<&'a RawValue>,
+    /// Whether `params.inputResponses` is present (a 2026-07-28 retry).
+    pub input_responses: bool,
+}
+
+/// The per-hop part of `params._meta`: the `io.modelcontextprotocol/`
+/// entries a 2026-07-28 request carries (its revision, capabilities, client
+/// info, log level), which a 2025-era request has none of.
+#[derive(Debug, Default)]
+pub struct Meta<'a> {
+    /// Whether any `io.modelcontextprotocol/` entry is present.
+    pub hop_keys: bool,
+    /// `io.modelcontextprotocol/protocolVersion`, when it is a string.
+    pub protocol_version: Option<Cow<'a, str>>,
+    /// `io.modelcontextprotocol/clientCapabilities`, as written.
+    pub capabilities: Option<&'a RawValue>,
+    /// Whether `io.modelcontextprotocol/logLevel` is present: the call's
+    /// log messages are the client's to get, as they come.
+    pub log_level: bool,
+}
+
+/// The `_meta` key of a 2026-07-28 request's revision.
+const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of a 2026-07-28 request's client capabilities.
+const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// The prefix of every `requestState` Vigil seals itself (MRTR across the
+/// eras); any other state is a backend's and passes untouched.
+pub const VIGIL_STATE_PREFIX: &str = "vigil1.";
+
+impl Request<'_> {
+    /// Whether the request is the retry of a call Vigil bridged across the
+    /// eras (its `requestState` is Vigil's own).
+    pub fn resumes_bridged_call(&self) -> bool {
+        self.request_state.is_some_and(|s| {
+            serde_json::from_str::<&str>(s.get()).is_ok_and(|s| s.starts_with(VIGIL_STATE_PREFIX))
+        })
+    }
 }
 
 /// The byte range of `part` inside `whole`; `part` must be borrowed from it.
@@ -102,6 +151,10 @@ struct NamedParams<'a> {
     arguments: Option<&'a RawValue>,
     #[serde(borrow, rename = "_meta")]
     meta: Option<&'a RawValue>,
+    #[serde(borrow, rename = "requestState")]
+    request_state: Option<&'a RawValue>,
+    #[serde(borrow, rename = "inputResponses")]
+    input_responses: Option<&'a RawValue>,
 }
 
 /// `params` of `resources/read`.
@@ -112,6 +165,10 @@ struct UriParams<'a> {
     uri: &'a RawValue,
     #[serde(borrow, rename = "_meta")]
     meta: Option<&'a RawValue>,
+    #[serde(borrow, rename = "requestState")]
+    request_state: Option<&'a RawValue>,
+    #[serde(borrow, rename = "inputResponses")]
+    input_responses: Option<&'a RawValue>,
 }
 
 /// `params` of `completion/complete`.
@@ -139,29 +196,38 @@ struct Reference<'a> {
     uri: Option<&'a RawValue>,
 }
 
-/// The progress token of `_meta`, if any, when `_meta` holds nothing of
-/// the client↔gateway hop (`io.modelcontextprotocol/…`, which each hop
-/// negotiates itself); `None` (ineligible) otherwise. A token must be a
-/// string or an integer, as MCP says.
-#[allow(clippy::option_option)]
-fn meta_progress(meta: Option<&RawValue>) -> Option<Option<&RawValue>> {
+/// The progress token of `_meta` (if any) and its per-hop entries; `None`
+/// (unreadable here) when `_meta` is not an object or the token is neither
+/// a string nor an integer, as MCP says it must be.
+fn read_meta(meta: Option<&RawValue>) -> Option<(Option<&RawValue>, Meta<'_>)> {
     let Some(meta) = meta else {
-        return Some(None);
+        return Some((None, Meta::default()));
     };
     let keys: std::collections::HashMap<&str, &RawValue> = serde_json::from_str(meta.get()).ok()?;
-    if keys
+    let hop_keys = keys
         .keys()
-        .any(|k| k.starts_with("io.modelcontextprotocol/"))
-    {
-        return None;
-    }
-    match keys.get("progressToken") {
-        None => Some(None),
+        .any(|k| k.starts_with("io.modelcontextprotocol/"));
+    let protocol_version = keys
+        .get(PROTOCOL_VERSION_KEY)
+        .and_then(|v| serde_json::from_str::<Cow<'_, str>>(v.get()).ok());
+    let capabilities = keys.get(CAPABILITIES_KEY).copied();
+    let log_level = keys.contains_key("io.modelcontextprotocol/logLevel");
+    let progress = match keys.get("progressToken") {
+        None => None,
         Some(t) if matches!(t.get().as_bytes().first(), Some(b'"' | b'0'..=b'9' | b'-')) => {
-            Some(Some(*t))
+            Some(*t)
         }
-        Some(_) => None,
-    }
+        Some(_) => return None,
+    };
+    Some((
+        progress,
+        Meta {
+            hop_keys,
+            protocol_version,
+            capabilities,
+            log_level,
+        },
+    ))
 }
 
 /// A JSON string, decoded, with its span in `body`.
@@ -192,7 +258,7 @@ impl<'a> Request<'a> {
             return None; // ids are strings or numbers
         }
         let params = env.params?.get();
-        let (name_raw, target, arguments, meta) = match method {
+        let (name_raw, target, arguments, meta, request_state, input_responses) = match method {
             RawMethod::ToolsCall | RawMethod::PromptsGet => {
                 let p: NamedParams<'a> = serde_json::from_str(params).ok()?;
                 let target = if method == RawMethod::ToolsCall {
@@ -200,24 +266,31 @@ impl<'a> Request<'a> {
                 } else {
                     Target::Prompt
                 };
-                (p.name, target, p.arguments, p.meta)
+                let retry = (p.request_state, p.input_responses.is_some());
+                (p.name, target, p.arguments, p.meta, retry.0, retry.1)
             }
             RawMethod::ResourcesRead => {
                 let p: UriParams<'a> = serde_json::from_str(params).ok()?;
-                (p.uri, Target::Uri, None, p.meta)
+                let retry = (p.request_state, p.input_responses.is_some());
+                (p.uri, Target::Uri, None, p.meta, retry.0, retry.1)
             }
             RawMethod::Complete => {
                 let p: CompleteParams<'a> = serde_json::from_str(params).ok()?;
                 let _ = (p.argument, p.context);
                 let r: Reference<'a> = serde_json::from_str(p.reference.get()).ok()?;
                 match (r.kind, r.name, r.uri) {
-                    ("ref/prompt", Some(name), None) => (name, Target::Prompt, None, p.meta),
-                    ("ref/resource", None, Some(uri)) => (uri, Target::Uri, None, p.meta),
+                    ("ref/prompt", Some(name), None) => {
+                        (name, Target::Prompt, None, p.meta, None, false)
+                    }
+                    ("ref/resource", None, Some(uri)) => {
+                        (uri, Target::Uri, None, p.meta, None, false)
+                    }
                     _ => return None,
                 }
             }
         };
-        let progress = match meta_progress(meta)? {
+        let (progress, meta) = read_meta(meta)?;
+        let progress = match progress {
             Some(t) => Some((t, span(body, t.get())?)),
             None => None,
         };
@@ -231,6 +304,9 @@ impl<'a> Request<'a> {
             id_span: span(body, id.get())?,
             arguments,
             progress,
+            meta,
+            request_state,
+            input_responses,
         })
     }
 
@@ -371,6 +447,65 @@ pub fn tool_failed(message: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The members of a response's `result` the raw path looks at for a
+/// 2026-07-28 client, borrowed.
+#[derive(Deserialize)]
+struct ModernResult<'a> {
+    #[serde(borrow, rename = "resultType")]
+    result_type: Option<&'a RawValue>,
+    #[serde(borrow, rename = "cacheScope")]
+    cache_scope: Option<&'a RawValue>,
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<std::collections::HashMap<&'a str, &'a RawValue>>,
+}
+
+/// The `result` of response `message`, as written.
+fn result_of(message: &str) -> Option<&RawValue> {
+    #[derive(Deserialize)]
+    struct Outer<'a> {
+        #[serde(borrow)]
+        result: Option<&'a RawValue>,
+    }
+    serde_json::from_str::<Outer<'_>>(message).ok()?.result
+}
+
+/// Whether a result for a 2026-07-28 client already says what that
+/// revision asks of every result: its `resultType`, and the server that
+/// made it (`_meta` `serverInfo`). A 2026-07-28 backend writes both; a
+/// message that is no result says nothing to add.
+pub fn modern_complete(message: &str, server_info_key: &str) -> bool {
+    let Some(result) = result_of(message) else {
+        return true;
+    };
+    serde_json::from_str::<ModernResult<'_>>(result.get()).is_ok_and(|r| {
+        r.result_type.is_some() && r.meta.is_some_and(|m| m.contains_key(server_info_key))
+    })
+}
+
+/// The `cacheScope` a result says, as written (`None` when it has none or
+/// the message is no result).
+pub fn cache_scope(message: &str) -> Option<&str> {
+    let result = result_of(message)?;
+    let r: ModernResult<'_> = serde_json::from_str(result.get()).ok()?;
+    r.cache_scope.map(RawValue::get)
+}
+
+/// `message` with its result's `cacheScope` set to `scope` (JSON), in
+/// place of the one written or as the result's first member; every other
+/// byte as it was. `None` when the message is no result object.
+pub fn with_cache_scope(message: &str, scope: &str) -> Option<String> {
+    let result = result_of(message)?;
+    let r: ModernResult<'_> = serde_json::from_str(result.get()).ok()?;
+    if let Some(old) = r.cache_scope {
+        return Some(splice(message, vec![(span(message, old.get())?, scope)]));
+    }
+    let (start, end) = span(message, result.get())?;
+    let open = start + message[start..end].find('{')? + 1;
+    let empty = message[open..end].trim_start().starts_with('}');
+    let member = format!(r#""cacheScope":{scope}{}"#, if empty { "" } else { "," });
+    Some(splice(message, vec![((open, open), member.as_str())]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,8 +569,6 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.into(),
             // a progress token that is neither a string nor a number
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":{}}}}"#.into(),
-            // per-hop metadata of 2026-07-28
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"io.modelcontextprotocol/clientInfo":{}}}}"#.into(),
             // a task-augmented call: its task lives on the typed path's session
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","task":{}}}"#.into(),
             // an unknown envelope member
@@ -532,5 +665,46 @@ mod tests {
         assert!(!tool_failed(
             r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#
         ));
+    }
+
+    #[test]
+    fn a_2026_07_28_request_is_read_with_its_hop_metadata_and_retry() {
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","requestState":"vigil1.x","inputResponses":{"k":{}},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":3}}}"#;
+        let r = Request::parse(body).unwrap();
+        assert!(r.meta.hop_keys);
+        assert_eq!(r.meta.protocol_version.as_deref(), Some("2026-07-28"));
+        assert!(r.input_responses);
+        assert!(r.resumes_bridged_call());
+        let theirs = body.replace("vigil1.x", "backend-state");
+        assert!(!Request::parse(&theirs).unwrap().resumes_bridged_call());
+        let plain = Request::parse(CALL).unwrap();
+        assert!(!plain.meta.hop_keys && plain.request_state.is_none() && !plain.input_responses);
+    }
+
+    #[test]
+    fn a_results_cache_scope_is_read_and_set_in_place() {
+        let key = "io.modelcontextprotocol/serverInfo";
+        let scoped = r#"{"jsonrpc":"2.0","id":1,"result":{"contents":[],"cacheScope":"public","resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{}}}}"#;
+        assert_eq!(cache_scope(scoped), Some(r#""public""#));
+        assert!(modern_complete(scoped, key));
+        assert_eq!(
+            with_cache_scope(scoped, r#""private""#).unwrap(),
+            scoped.replace(r#""public""#, r#""private""#)
+        );
+        let bare = r#"{"jsonrpc":"2.0","id":1,"result":{"contents":[]}}"#;
+        assert_eq!(cache_scope(bare), None);
+        assert!(!modern_complete(bare, key), "no resultType, no serverInfo");
+        assert_eq!(
+            with_cache_scope(bare, r#""private""#).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"cacheScope":"private","contents":[]}}"#
+        );
+        let empty = r#"{"jsonrpc":"2.0","id":1,"result":{ }}"#;
+        assert_eq!(
+            with_cache_scope(empty, r#""private""#).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"cacheScope":"private" }}"#
+        );
+        let error = r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#;
+        assert!(modern_complete(error, key));
+        assert_eq!(with_cache_scope(error, r#""private""#), None);
     }
 }

@@ -1,0 +1,12 @@
+//! The data path's decisions, free of sockets and of the gateway: what a
+//! request is ([`envelope`], [`revision`], [`headers`]) and how it travels
+//! ([`plan`]).
+//!
+//! The front (`gateway::http`, `gateway::raw`) reads a request's facts once
+//! and asks [`plan::plan`]; an executor carries the plan out. Nothing here
+//! names `crate::gateway`.
+
+pub mod envelope;
+pub mod headers;
+pub mod plan;
+pub mod revision;
