@@ -1,9 +1,10 @@
 //! The hook the gateway's call paths use: [`CallAudit::begin`] when a
 //! `tools/call`, `resources/read` or `prompts/get` arrives, then exactly one
-//! of [`PendingCall::finish`] (it was routed: the outcome is read off the
-//! result), [`PendingCall::unrouted`] (no route: recorded only when the name
-//! belongs to a backend that is not serving) or [`PendingCall::refused`]
-//! (an access check said no: `denied`, `rate_limited`).
+//! of [`PendingCall::finish`] (it was routed: the outcome is how the call
+//! path says it ended), [`PendingCall::unrouted`] (no route: recorded only
+//! when the name belongs to a backend that is not serving) or
+//! [`PendingCall::refused`] (an access check said no: `denied`,
+//! `rate_limited`).
 //!
 //! When the audit is off, `begin` returns an empty [`PendingCall`] and
 //! everything after costs nothing. When it is on, the call path pays a few
@@ -13,9 +14,7 @@
 
 use std::time::SystemTime;
 
-use rmcp::ErrorData as McpError;
 use rmcp::model::{Extensions, JsonObject};
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{CallAudit, CallRecord, Method, Outcome};
@@ -100,20 +99,9 @@ impl CallAudit {
 }
 
 impl PendingCall {
-    /// The call was routed to `backend` and ended with `result` (after the
-    /// gateway's own handling: an answer it could not use is an error).
-    /// The outcome is [`outcome_of`] the result.
-    pub fn finish(self, backend: &str, result: &Result<Value, McpError>) {
-        if let Some(s) = self.0 {
-            let outcome = outcome_of(s.method, result);
-            s.record(backend, outcome);
-        }
-    }
-
-    /// The call was routed to `backend` and ended as `outcome`: for a call
-    /// path that reads the outcome off the answer itself (the raw path,
-    /// which has no typed result), by the rule of [`outcome_of`].
-    pub fn finish_as(self, backend: &str, outcome: Outcome) {
+    /// The call was routed to `backend` and ended as `outcome` (read off
+    /// how the call path says it ended: `dataplane::outcome::Ended`).
+    pub fn finish(self, backend: &str, outcome: Outcome) {
         if let Some(s) = self.0 {
             s.record(backend, outcome);
         }
@@ -124,18 +112,15 @@ impl PendingCall {
         PendingCall(None)
     }
 
-    /// The name has no route and the gateway answers `e`: recorded as
-    /// `unavailable` when `e` is the "backend unavailable" error (the name
-    /// belongs to a backend that is not serving), else not at all — an
-    /// unknown name reached no backend. Returns `e`, so the call path
-    /// reads `return Err(pending.unrouted(e))`.
-    pub fn unrouted(self, e: McpError) -> McpError {
+    /// The name has no route: recorded as `unavailable` when it belongs to
+    /// `backend`, which is not serving; else not at all (an unknown name
+    /// reached no backend).
+    pub fn unrouted(self, backend: Option<&str>) {
         if let Some(s) = self.0
-            && let Some(backend) = crate::gateway::unavailable_backend(&e)
+            && let Some(backend) = backend
         {
             s.record(backend, Outcome::Unavailable);
         }
-        e
     }
 
     /// An access check refused the call: `outcome` is
@@ -163,22 +148,5 @@ impl Started {
             duration_us,
             arguments: self.arguments,
         });
-    }
-}
-
-/// The outcome of a routed call of `method` that ended with `result` (the
-/// answer as the backend wrote it): `unavailable` for the gateway's
-/// "backend unavailable" error (the backend stopped serving, or the
-/// connection was lost mid-call), `error` for any other error, for a
-/// `tools/call` result with `isError: true` and for a result that is not
-/// an object, `ok` otherwise (an `input_required` or task result included:
-/// the backend accepted the call).
-pub fn outcome_of(method: Method, result: &Result<Value, McpError>) -> Outcome {
-    match result {
-        Err(e) if crate::gateway::unavailable_backend(e).is_some() => Outcome::Unavailable,
-        Err(_) => Outcome::Error,
-        Ok(v) if !v.is_object() => Outcome::Error,
-        Ok(v) if method == Method::ToolsCall && crate::gateway::tool_failed(v) => Outcome::Error,
-        Ok(_) => Outcome::Ok,
     }
 }

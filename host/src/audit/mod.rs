@@ -50,6 +50,6 @@ mod writer;
 mod tests;
 
 pub use handle::{CallAudit, QUEUE};
-pub use hook::{PendingCall, outcome_of};
+pub use hook::PendingCall;
 pub use query::{CallQuery, DEFAULT_LIMIT, MAX_LIMIT, RawCallQuery, parse_since};
 pub use record::{CallRecord, Method, Outcome, StoredCall};

@@ -8,5 +8,6 @@
 
 pub mod envelope;
 pub mod headers;
+pub mod outcome;
 pub mod plan;
 pub mod revision;

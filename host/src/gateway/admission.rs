@@ -1,10 +1,12 @@
 //! The rules every call path applies around a routed call, in one place:
 //! whether the caller may make it ([`admit`]: `[[policy]]` names and rates,
-//! with the refusal audited) and what its outcome feeds ([`record_call`]:
-//! the backend's application signal and metrics). The typed handlers
+//! with the refusal audited) and what its end feeds ([`settle`]: the audit,
+//! the backend's application signal, the metrics and the trace span). The typed handlers
 //! (`session.rs`) and the raw path (`raw/`) both call these.
 
 use std::time::Duration;
+
+use crate::dataplane::outcome::Ended;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::ErrorCode;
@@ -47,12 +49,32 @@ pub(super) fn admit(
     Err(refused)
 }
 
-/// A `tools/call` routed to `b` ended (`ok`: an answer that is not an
-/// error) after `took`: the application signal of the health model and the
-/// call metrics.
-pub(super) fn record_call(b: &Backend, ok: bool, took: Duration) {
-    b.stats.record(ok, took);
-    b.call_metrics.record(ok, took);
+/// A `tools/call` that ended: its trace span and how long it took.
+pub(super) struct ToolCall {
+    pub span: tracing::Span,
+    pub took: Duration,
+}
+
+/// A routed call to `backend` (`b`, when at hand) ended as `ended`: the one
+/// place its end is told to the audit and, for a `tools/call` (`call`), to
+/// its trace span, the backend's application signal (the health model's
+/// call statistics) and the call metrics. Every call path ends here, with
+/// how it ended said by the path that knows, never read back from text.
+pub(super) fn settle(
+    audit: PendingCall,
+    backend: &str,
+    b: Option<&Backend>,
+    ended: Ended,
+    call: Option<ToolCall>,
+) {
+    if let Some(call) = call {
+        end_tool_call_span(&call.span, ended.trace());
+        if let Some(b) = b {
+            b.stats.record(ended.ok(), call.took);
+            b.call_metrics.record(ended.ok(), call.took);
+        }
+    }
+    audit.finish(backend, ended.audit());
 }
 
 /// The span of one `tools/call` to `backend`'s `tool`, exported when
@@ -72,7 +94,7 @@ pub(super) fn tool_call_span(backend: &str, tool: &str) -> tracing::Span {
 }
 
 /// Ends a [`tool_call_span`]: `Ok` or what went wrong.
-pub(super) fn end_tool_call_span(span: &tracing::Span, result: Result<(), &str>) {
+fn end_tool_call_span(span: &tracing::Span, result: Result<(), &str>) {
     match result {
         Ok(()) => {
             span.record("otel.status_code", "OK");

@@ -67,11 +67,7 @@ use crate::runtime::process::{ProcessRuntime, StderrTail};
 use crate::runtime::remote::RemoteRuntime;
 use crate::store::{InstanceRecord, Store, StoreWriter};
 use crate::supervisor::{Outlets, Supervisor};
-pub(crate) use relayed::tool_failed;
 pub use reload::{ReloadError, ReloadSummary};
-pub(crate) use route::unavailable_backend;
-#[cfg(test)]
-pub(crate) use route::{unavailable as unavailable_error, unknown_tool as unknown_tool_error};
 pub use session::FrontSession;
 use sessions::Sessions;
 

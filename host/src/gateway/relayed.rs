@@ -176,11 +176,6 @@ pub fn for_client(result: &mut Map<String, Value>, modern_client: bool, call: bo
     }
 }
 
-/// The `isError` of a `tools/call` result.
-pub fn tool_failed(result: &Value) -> bool {
-    result.get("isError").and_then(Value::as_bool) == Some(true)
-}
-
 /// Whether a result asks the client for input (a 2026-07-28 backend's
 /// input-required result) rather than completing.
 pub fn input_required(result: &Value) -> bool {
@@ -295,9 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn outcome_readers() {
-        assert!(tool_failed(&json!({"isError": true})));
-        assert!(!tool_failed(&json!({"isError": "yes"})));
+    fn input_required_is_read_off_the_result_type() {
         assert!(input_required(&json!({"resultType": "input_required"})));
         assert!(!input_required(&json!({})));
     }

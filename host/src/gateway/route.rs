@@ -5,6 +5,7 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{ErrorCode, RequestMetaObject};
 use serde_json::json;
 
+use crate::dataplane::outcome::CallError;
 use crate::health::HealthState;
 
 /// A call to a backend that is not serving, naming it, its state and why.
@@ -27,18 +28,10 @@ pub fn unavailable(backend: &str, state: HealthState, reason: &str) -> McpError 
     )
 }
 
-/// The backend named by an error [`unavailable`] made, `None` for any other
-/// error: how the call audit tells "unavailable" from a backend's own
-/// errors (which it passes through with their own data).
-pub fn unavailable_backend(e: &McpError) -> Option<&str> {
-    let data = e.data.as_ref()?.as_object()?;
-    if e.code != ErrorCode::INTERNAL_ERROR || data.len() != 2 || !data.contains_key("state") {
-        return None;
-    }
-    let backend = data.get("backend")?.as_str()?;
-    e.message
-        .starts_with(&format!("backend '{backend}' is unavailable ("))
-        .then_some(backend)
+/// [`unavailable`] as the end of a call: the kind travels with the error,
+/// so nothing has to read it back from the text.
+pub fn unavailable_call(backend: &str, state: HealthState, reason: &str) -> CallError {
+    CallError::unavailable(unavailable(backend, state, reason))
 }
 
 pub fn unknown_tool(name: &str) -> McpError {
@@ -135,24 +128,6 @@ mod tests {
         let e = page(&[1, 2], Some("9"), 2).unwrap_err();
         assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
         assert!(e.message.contains("invalid cursor '9'"));
-    }
-
-    #[test]
-    fn the_unavailable_error_is_told_from_others() {
-        let e = unavailable("files", HealthState::Offline, "backend 'files': exited");
-        assert_eq!(unavailable_backend(&e), Some("files"));
-        // A backend's own error with look-alike data is not the gateway's.
-        let own = McpError::new(
-            ErrorCode::INTERNAL_ERROR,
-            "disk on fire",
-            Some(json!({"backend": "files", "state": "offline"})),
-        );
-        assert_eq!(unavailable_backend(&own), None);
-        assert_eq!(unavailable_backend(&unknown_tool("x")), None);
-        assert_eq!(
-            unavailable_backend(&McpError::internal_error("no data", None)),
-            None
-        );
     }
 
     #[test]

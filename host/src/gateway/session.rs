@@ -14,10 +14,11 @@ use serde_json::{Map, Value};
 use super::Gateway;
 use super::admission::{self, Admitted};
 use super::mrtr::{Binding, MrtrTarget, Resumed, mrtr_target, retry_with};
-use super::relayed::{for_client, input_required, tool_failed};
+use super::relayed::{for_client, input_required};
 use super::resource_watch::Hold;
 use super::route::{
-    forwardable_meta, page, schema_changed, unavailable, unknown_prompt, unknown_tool, unknown_uri,
+    forwardable_meta, page, schema_changed, unavailable, unavailable_call, unknown_prompt,
+    unknown_tool, unknown_uri,
 };
 use super::sessions::{Channel, Viewer};
 use super::streams::StreamSessions;
@@ -29,6 +30,7 @@ use crate::backend::inflight::{CAPABILITIES_KEY, CallLog};
 use crate::backend::pool::Pool;
 use crate::backend::{Backend, BackendError, Connection, Era, FrontCall, Outbox, StreamClosed};
 use crate::catalog::{Catalog, Entry, EntryKind, Kind};
+use crate::dataplane::outcome::{CallError, Ended};
 use crate::health::{HealthState, advertisable};
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
@@ -111,9 +113,9 @@ impl FrontSession {
             .backend(&name)
             .ok_or_else(|| unavailable(&name, HealthState::Unknown, "not configured"))?;
         if !advertisable(b.state()) {
-            return Err(down(&b));
+            return Err(down(&b).error);
         }
-        let conn = self.connection(&b, ctx).await?;
+        let conn = self.connection(&b, ctx).await.map_err(|e| e.error)?;
         self.gw
             .resource_watch()
             .hold(&conn, uri)
@@ -272,7 +274,7 @@ impl FrontSession {
         &self,
         backend: &Arc<Backend>,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Arc<Connection>, McpError> {
+    ) -> Result<Arc<Connection>, CallError> {
         let registered = self.registered.load(Ordering::Acquire);
         if (backend.per_session() && registered)
             || backend.forwards_auth()
@@ -287,7 +289,7 @@ impl FrontSession {
             return pool
                 .connection(backend, false)
                 .await
-                .map_err(|e| e.into_mcp());
+                .map_err(|e| CallError::failed(e.into_mcp()));
         }
         let variant = backend.variant(&self.capset(ctx)).await;
         let serving = match &variant {
@@ -308,10 +310,12 @@ impl FrontSession {
             return pool
                 .connection(backend, false)
                 .await
-                .map_err(|e| e.into_mcp());
+                .map_err(|e| CallError::failed(e.into_mcp()));
         }
         if let Some(variant) = variant {
-            return variant.map(|v| v.conn).map_err(|e| e.into_mcp());
+            return variant
+                .map(|v| v.conn)
+                .map_err(|e| CallError::failed(e.into_mcp()));
         }
         backend.shared().ok_or_else(|| down(backend))
     }
@@ -359,12 +363,12 @@ impl FrontSession {
         backend: &Arc<str>,
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<Value, CallError> {
         let call = matches!(request, ClientRequest::CallToolRequest(_));
         let mut result = self
             .forward_unmasked(backend, request, ctx)
             .await
-            .map_err(|e| self.gw.redactor().mask_error(e))?;
+            .map_err(|e| e.map(|e| self.gw.redactor().mask_error(e)))?;
         if let Value::Object(m) = &mut result {
             for_client(m, is_modern(ctx), call);
         }
@@ -376,11 +380,11 @@ impl FrontSession {
         backend: &Arc<str>,
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<Value, CallError> {
         let b = self
             .gw
             .backend(backend)
-            .ok_or_else(|| unavailable(backend, HealthState::Unknown, "not configured"))?;
+            .ok_or_else(|| unavailable_call(backend, HealthState::Unknown, "not configured"))?;
         if !advertisable(b.state()) {
             return Err(down(&b));
         }
@@ -432,7 +436,11 @@ impl FrontSession {
             Err(e) => {
                 if e.is_connection_lost() {
                     self.pool.drop_connection(backend).await;
-                    return Err(unavailable(&b.name, HealthState::Offline, &e.to_string()));
+                    return Err(unavailable_call(
+                        &b.name,
+                        HealthState::Offline,
+                        &e.to_string(),
+                    ));
                 }
                 tracing::debug!(backend = %backend, error = %e, "routed request failed");
                 let e = e.into_mcp();
@@ -443,10 +451,10 @@ impl FrontSession {
                     // client's next tools/list shows the new one.
                     self.relist_after_recovery(&b, invalid).await;
                     if let (true, Some(tool)) = (invalid, tool) {
-                        return Err(schema_changed(&b.name, &tool, e));
+                        return Err(schema_changed(&b.name, &tool, e).into());
                     }
                 }
-                Err(e)
+                Err(e.into())
             }
         }
     }
@@ -635,11 +643,17 @@ impl FrontSession {
     }
 
     /// The error for a name with no route: "unavailable" when it belongs to
-    /// a backend that is not serving, `unknown` otherwise.
-    fn unrouted(&self, catalog: &Catalog, name: &str, unknown: fn(&str) -> McpError) -> McpError {
+    /// a backend that is not serving (named, for the audit), `unknown`
+    /// otherwise.
+    fn unrouted(
+        &self,
+        catalog: &Catalog,
+        name: &str,
+        unknown: fn(&str) -> McpError,
+    ) -> (McpError, Option<Arc<str>>) {
         match self.gw.owner_of_unrouted(catalog, name) {
-            Some(b) if !advertisable(b.state()) => down(&b),
-            _ => unknown(name),
+            Some(b) if !advertisable(b.state()) => (down(&b).error, Some(b.name.clone())),
+            _ => (unknown(name), None),
         }
     }
 
@@ -752,9 +766,9 @@ fn routed_method(request: &ClientRequest) -> Option<&'static str> {
 }
 
 /// The "unavailable" error for a backend that is not serving.
-fn down(b: &Backend) -> McpError {
+fn down(b: &Backend) -> CallError {
     let s = b.status();
-    unavailable(&b.name, s.state, &s.reason)
+    unavailable_call(&b.name, s.state, &s.reason)
 }
 
 /// One request's SSE polling pass-through (see `super::streams`).
@@ -954,7 +968,9 @@ impl ServerHandler for FrontSession {
         let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_tool(&p.name).cloned() else {
             self.forget_stream(&ctx);
-            return Err(audit.unrouted(self.unrouted(&catalog, &p.name, unknown_tool)));
+            let (e, down) = self.unrouted(&catalog, &p.name, unknown_tool);
+            audit.unrouted(down.as_deref());
+            return Err(e);
         };
         p.name = route.name.into();
         p.meta = forwardable_meta(p.meta);
@@ -971,23 +987,17 @@ impl ServerHandler for FrontSession {
         .await;
         // Application signal: real traffic's outcome and latency.
         // A question for the client (MRTR) is no failure of the backend.
-        let ok = matches!(&result, Ok(r) if !tool_failed(r));
-        let took = t0.elapsed();
-        let failure = match &result {
-            Ok(_) if ok => Ok(()),
-            Ok(_) => Err("the tool answered isError"),
-            Err(e) => Err(e.message.as_ref()),
+        let ended = Ended::of(&result, true);
+        let b = self.gw.backend(&route.backend);
+        let call = admission::ToolCall {
+            span,
+            took: t0.elapsed(),
         };
-        admission::end_tool_call_span(&span, failure);
-        if let Some(b) = self.gw.backend(&route.backend) {
-            admission::record_call(&b, ok, took);
-        }
-        audit.finish(&route.backend, &result);
-        if let Ok(v) = &result {
-            self.links(&ctx).learn(&route.backend, v);
-        }
+        admission::settle(audit, &route.backend, b.as_deref(), ended, Some(call));
+        let result = result.map_err(|e| e.error)?;
+        self.links(&ctx).learn(&route.backend, &result);
         let mut r = CallToolResult::success(Vec::new());
-        r.meta = Some(self.gw.answers().keep(result?));
+        r.meta = Some(self.gw.answers().keep(result));
         Ok(CallToolResponse::Complete(r))
     }
 
@@ -1017,8 +1027,8 @@ impl ServerHandler for FrontSession {
                 &ctx,
             )
             .await;
-        audit.finish(&backend, &result);
-        let mut result = result?;
+        admission::settle(audit, &backend, None, Ended::of(&result, false), None);
+        let mut result = result.map_err(|e| e.error)?;
         if is_modern(&ctx)
             && !input_required(&result)
             && let Value::Object(m) = &mut result
@@ -1051,7 +1061,9 @@ impl ServerHandler for FrontSession {
         let catalog = self.catalog(&ctx).await;
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
-            return Err(audit.unrouted(self.unrouted(&catalog, &p.name, unknown_prompt)));
+            let (e, down) = self.unrouted(&catalog, &p.name, unknown_prompt);
+            audit.unrouted(down.as_deref());
+            return Err(e);
         };
         p.name = route.name;
         p.meta = forwardable_meta(p.meta);
@@ -1062,9 +1074,10 @@ impl ServerHandler for FrontSession {
                 &ctx,
             )
             .await;
-        audit.finish(&route.backend, &result);
+        let ended = Ended::of(&result, false);
+        admission::settle(audit, &route.backend, None, ended, None);
         let mut r = GetPromptResult::new(Vec::new());
-        r.meta = Some(self.gw.answers().keep(result?));
+        r.meta = Some(self.gw.answers().keep(result.map_err(|e| e.error)?));
         Ok(GetPromptResponse::Complete(r))
     }
 
@@ -1106,7 +1119,8 @@ impl ServerHandler for FrontSession {
                 ClientRequest::CompleteRequest(CompleteRequest::new(p)),
                 &ctx,
             )
-            .await?;
+            .await
+            .map_err(|e| e.error)?;
         let mut r = CompleteResult::default();
         r.meta = Some(self.gw.answers().keep(result));
         Ok(r)
@@ -1172,7 +1186,7 @@ impl ServerHandler for FrontSession {
                 SetLevelRequestParams::new(p.level),
             ));
             if let Err(e) = self.forward(&b.name, request, &ctx).await {
-                tracing::debug!(backend = %b.name, error = %e.message, "logging/setLevel not applied");
+                tracing::debug!(backend = %b.name, error = %e.error.message, "logging/setLevel not applied");
             }
         }
         Ok(())

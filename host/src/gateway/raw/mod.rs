@@ -49,13 +49,14 @@ use super::admission::{self, Admitted};
 use super::fronts::Front;
 use super::links::Links;
 use super::route::{schema_changed, unavailable, unknown_prompt, unknown_tool, unknown_uri};
-use crate::audit::{Method, Outcome};
+use crate::audit::Method;
 use crate::auth::Principal;
 use crate::backend::error::HttpFailure;
 use crate::backend::raw_http::{self, PostError, Posted};
 use crate::backend::{Backend, BackendError, Era};
 use crate::catalog::{Catalog, Kind};
 use crate::dataplane::envelope::{self, Incoming, RawMethod, Target};
+use crate::dataplane::outcome::Ended;
 use crate::dataplane::plan::{self, Client, Header, Plan, Route, Serving, Via};
 use crate::dataplane::revision::Revision;
 use crate::health::{HealthState, advertisable};
@@ -222,8 +223,8 @@ enum Failure {
     Cancelled,
 }
 
-/// How a raw call ended, once the backend may have taken it.
-enum Ended {
+/// How a raw exchange ended, once the backend may have taken it.
+enum Finished {
     Answer(Answer),
     /// Larger than `limits.max_result_bytes`: not read to its end.
     TooLarge {
@@ -594,17 +595,17 @@ impl RawPath {
                     }
                 }
             };
-            let ended = match outcome {
-                Ok(a) => Ended::Answer(a),
-                Err(Failure::TimedOut) => Ended::TimedOut,
-                Err(Failure::Cancelled) => Ended::Cancelled,
+            let finished = match outcome {
+                Ok(a) => Finished::Answer(a),
+                Err(Failure::TimedOut) => Finished::TimedOut,
+                Err(Failure::Cancelled) => Finished::Cancelled,
                 // The lane's session is sound: it answered, too much.
                 Err(Failure::Lost(HttpFailure::TooLarge { limit, read })) => {
-                    Ended::TooLarge { limit, read }
+                    Finished::TooLarge { limit, read }
                 }
                 Err(Failure::Lost(why)) => {
                     target.drop_from(&b);
-                    Ended::Lost(why)
+                    Finished::Lost(why)
                 }
                 Err(Failure::NotAccepted(why)) => {
                     target.drop_from(&b);
@@ -617,7 +618,7 @@ impl RawPath {
                     continue;
                 }
             };
-            break (ended, target);
+            break (finished, target);
         };
         drop(call);
         let took = t0.elapsed();
@@ -625,15 +626,15 @@ impl RawPath {
             // Back from a restart (maybe a redeploy): what it offers may
             // have changed.
             tracing::info!(backend = %b.name, "backend session recovered; listing again");
-            let invalid = matches!(&outcome, Ended::Answer(Answer { error: Some(e), .. }) if e.code == ErrorCode::INVALID_PARAMS);
+            let invalid = matches!(&outcome, Finished::Answer(Answer { error: Some(e), .. }) if e.code == ErrorCode::INVALID_PARAMS);
             if invalid {
                 b.refresh_and_wait(timeout).await;
             } else {
                 b.request_refresh();
             }
         }
-        let (messages, ok, outcome, code) = match outcome {
-            Ended::Answer(Answer {
+        let (messages, ended, code) = match outcome {
+            Finished::Answer(Answer {
                 error: Some(e),
                 before,
                 ..
@@ -649,14 +650,9 @@ impl RawPath {
                 };
                 let code = e.code;
                 let message = self.error_message(client_id, e);
-                (
-                    with_last(before, message),
-                    false,
-                    Outcome::Error,
-                    Some(code),
-                )
+                (with_last(before, message), Ended::Failed, Some(code))
             }
-            Ended::Answer(Answer {
+            Finished::Answer(Answer {
                 result,
                 tool_failed,
                 before,
@@ -669,14 +665,14 @@ impl RawPath {
                 if modern {
                     message = self.for_modern_client(message, r.method);
                 }
-                let outcome = if tool_failed {
-                    Outcome::Error
+                let ended = if tool_failed {
+                    Ended::ToolFailed
                 } else {
-                    Outcome::Ok
+                    Ended::Answered
                 };
-                (with_last(before, message), !tool_failed, outcome, None)
+                (with_last(before, message), ended, None)
             }
-            Ended::TooLarge { limit, read } => {
+            Finished::TooLarge { limit, read } => {
                 let e = BackendError::TooLarge {
                     backend: b.name.clone(),
                     method: r.method.as_str().to_owned(),
@@ -687,17 +683,17 @@ impl RawPath {
                 let e = e.into_mcp();
                 let code = e.code;
                 let message = self.error_message(client_id, e);
-                (vec![message], false, Outcome::Error, Some(code))
+                (vec![message], Ended::Failed, Some(code))
             }
-            Ended::Lost(why) => {
+            Finished::Lost(why) => {
                 tracing::debug!(backend = %b.name, error = %why, "routed request failed");
                 let e = unavailable(&b.name, HealthState::Offline, &why.to_string());
                 let code = e.code;
                 let message = self.error_message(client_id, e);
-                (vec![message], false, Outcome::Unavailable, Some(code))
+                (vec![message], Ended::Unavailable, Some(code))
             }
-            ended @ (Ended::TimedOut | Ended::Cancelled) => {
-                let timed_out = matches!(ended, Ended::TimedOut);
+            finished @ (Finished::TimedOut | Finished::Cancelled) => {
+                let timed_out = matches!(finished, Finished::TimedOut);
                 if let Carrier::Of(_, target) = &target {
                     cancel_on_backend(&self.gw, target, &ours, timed_out, b.keep_alive());
                 }
@@ -713,14 +709,11 @@ impl RawPath {
                 let e = e.into_mcp();
                 let code = e.code;
                 let message = self.error_message(client_id, e);
-                (vec![message], false, Outcome::Error, Some(code))
+                (vec![message], Ended::Failed, Some(code))
             }
         };
-        if let Some(span) = span {
-            admission::end_tool_call_span(&span, if ok { Ok(()) } else { Err("the call failed") });
-            admission::record_call(&b, ok, took);
-        }
-        audit.finish_as(&b.name, outcome);
+        let call = span.map(|span| admission::ToolCall { span, took });
+        admission::settle(audit, &b.name, Some(&b), ended, call);
         crate::metrics::get().forwarded(r.method.as_str(), "raw");
         let status = match (modern, code) {
             (true, Some(code)) => modern_status(code),
