@@ -5,8 +5,9 @@
 #
 # 1. `cargo build --workspace` (binaries for the end-to-end tests), and
 #    `scripts/demo.sh --check`: the demo finds that build complete; then
-#    `cargo fmt --all --check`, `scripts/layers.sh` (no lower module names
-#    the front) and `cargo clippy --workspace --all-targets -- -D warnings`
+#    `cargo fmt --all --check`, `scripts/structure.sh` (no lower module
+#    names the front; every task tracked) and `cargo clippy --workspace
+#    --all-targets -- -D warnings`
 #    (the guest workspaces too)
 # 2. `cargo test --workspace`, then the unit tests of the guest SDK and the
 #    first-party plugins (workspaces of their own)
@@ -225,7 +226,7 @@ if [ "${results[-1]}" = PASS ]; then
   # The demo builds with the same settings: it must find nothing to rebuild.
   step demo-check bash scripts/demo.sh --check
   step fmt fmt_check
-  step layers bash scripts/layers.sh
+  step structure bash scripts/structure.sh
   step clippy clippy_check
   step container-engine container_env
   step cargo-test cargo test --workspace
@@ -254,7 +255,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance-client SKIPPED
   fi
 else
-  for name in demo-check fmt layers clippy container-engine cargo-test guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
+  for name in demo-check fmt structure clippy container-engine cargo-test guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

@@ -4,9 +4,15 @@
 //!
 //! Code that spawns workers deep inside the gateway (a relay per backend
 //! connection, a resync worker per session) holds a [`Background`] instead
-//! of calling `tokio::spawn`, so no task outlives the shutdown unseen.
+//! of calling `tokio::spawn`, so no task outlives the shutdown unseen. What
+//! runs further down, where no `Background` reaches (a child process's exit
+//! watcher and stderr pump, a backend connection's stream relays, a
+//! listener's refusals), is spawned with [`spawn`] on the process's
+//! [`detached`] tracker, which `vigil serve` waits for too. No code calls
+//! `tokio::spawn` itself (`scripts/structure.sh` checks).
 
 use std::future::Future;
+use std::sync::LazyLock;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -72,4 +78,23 @@ impl Background {
     pub fn child_token(&self) -> CancellationToken {
         self.shutdown.child_token()
     }
+}
+
+/// The tracker of the tasks [`spawn`] starts: one per process, closed and
+/// waited for at shutdown (main.rs) within the same grace as the rest.
+pub fn detached() -> &'static TaskTracker {
+    static DETACHED: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
+    &DETACHED
+}
+
+/// Runs `task` on the [`detached`] tracker: for tasks below the gateway,
+/// which end with what they serve (a process, a connection) and watch no
+/// shutdown token themselves. Wrap the handle in an `AbortOnDropHandle`
+/// where the task must end with its owner.
+pub fn spawn<F>(task: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    detached().spawn(task)
 }

@@ -391,8 +391,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// 3. The writers drain: the health store writer and the call audit close
 ///    their queues and write everything already in them, so every
 ///    transition a supervisor handed over before the signal is on disk.
-/// 4. `tracker` is closed and waited for, up to [`SHUTDOWN_GRACE`]; past it
-///    the process exits with a WARN, and what is still queued is lost.
+/// 4. `tracker` and the tracker of the tasks below the gateway
+///    (`background::detached`: process watchers, stderr pumps, connection
+///    relays, which end with their processes and connections) are closed
+///    and waited for, up to [`SHUTDOWN_GRACE`]; past it the process exits
+///    with a WARN, and what is still queued is lost.
 ///
 /// The same order runs when the start fails after the backends were
 /// launched (a naming conflict), so their first transitions are kept too.
@@ -418,10 +421,10 @@ async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> 
     let result = serve(config, caps, store, redactor, stdio, &tracker, &shutdown).await;
     shutdown.cancel();
     tracker.close();
-    if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait())
-        .await
-        .is_err()
-    {
+    let detached = vigil::background::detached();
+    detached.close();
+    let both = async { tokio::join!(tracker.wait(), detached.wait()) };
+    if tokio::time::timeout(SHUTDOWN_GRACE, both).await.is_err() {
         tracing::warn!("shutdown grace period over; exiting with tasks still running");
     }
     result

@@ -116,7 +116,7 @@ impl Hub {
         // Subscribed first, so nothing falls between history and feed.
         let transitions = self.control.subscribe();
         self.load_history().await;
-        tokio::spawn(pump(self.clone(), transitions));
+        crate::background::spawn(pump(self.clone(), transitions));
     }
 
     /// Each backend's recent transitions, from the store.

@@ -447,7 +447,7 @@ async fn act(
     action: Action,
     target: String,
 ) -> Result<Json<InstanceReport>, ApiError> {
-    let task = tokio::spawn(async move {
+    let task = crate::background::spawn(async move {
         let name = action.name();
         let result = match who.require_operator() {
             Err(denied) => Err((denied, "denied: viewer role".to_owned())),

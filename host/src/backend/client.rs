@@ -255,7 +255,7 @@ impl BackendClient {
         // runs with *that* handler's request id (here the backend's), which
         // would overwrite the client-side id set above.
         let peer = call.peer.clone();
-        let mut send = tokio::spawn(async move { peer.send_request(request).await });
+        let mut send = crate::background::spawn(async move { peer.send_request(request).await });
         tokio::select! {
             r = &mut send => match r {
                 Ok(r) => r.map_err(|e| service_error(&self.backend, e)),
@@ -280,10 +280,11 @@ impl BackendClient {
         tracing::debug!(backend = %self.backend, "asking the instance's own client for its roots");
         let peer = client.clone();
         // Owned here: it ends when this request does.
-        let mut send = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-            peer.send_request(ServerRequest::ListRootsRequest(ListRootsRequest::default()))
-                .await
-        }));
+        let mut send =
+            tokio_util::task::AbortOnDropHandle::new(crate::background::spawn(async move {
+                peer.send_request(ServerRequest::ListRootsRequest(ListRootsRequest::default()))
+                    .await
+            }));
         tokio::select! {
             r = &mut send => match r {
                 Ok(Ok(ClientResult::ListRootsResult(r))) => Ok(r),

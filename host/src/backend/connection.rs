@@ -134,7 +134,7 @@ pub async fn connect(
                 .custom_headers(custom)
                 .reinit_on_expired_session(true);
             let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
-            tokio::spawn(relay_stream_closes(closed_rx, inflight.clone()));
+            crate::background::spawn(relay_stream_closes(closed_rx, inflight.clone()));
             let target = Arc::new(SessionTarget::default());
             ping_target = Some(target.clone());
             let mut built = None;
@@ -205,7 +205,7 @@ pub async fn connect(
             target: ping_target.clone(),
             session: client.session(),
         };
-        tokio::spawn(listener.run(filter, None));
+        crate::background::spawn(listener.run(filter, None));
     }
     Ok(Connection {
         backend,
@@ -578,7 +578,7 @@ impl Connection {
             session: client.session(),
         };
         Ok(Some(
-            tokio::spawn(listener.run(filter, Some(sub))).abort_handle(),
+            crate::background::spawn(listener.run(filter, Some(sub))).abort_handle(),
         ))
     }
 

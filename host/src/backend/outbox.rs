@@ -159,7 +159,7 @@ impl Outbox {
         {
             // The writer holds only a weak reference: the queue goes with
             // its last handle.
-            tokio::spawn(write(
+            crate::background::spawn(write(
                 Arc::downgrade(&self.shared),
                 self.shared.stop.clone(),
             ));

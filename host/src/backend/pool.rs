@@ -365,7 +365,7 @@ impl Pool {
         // builds). Dropped with the caller, it ends.
         let opening = {
             let (b, session, auth) = (b.clone(), self.session, auth.clone());
-            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            tokio_util::task::AbortOnDropHandle::new(crate::background::spawn(async move {
                 b.open_session_connection(session, caps, auth.as_deref(), era, downstream)
                     .await
             }))
@@ -657,7 +657,7 @@ impl Pool {
                 tracing::debug!(backend = %name, session = self.session, "closing an idle session connection");
                 // A request still holding it keeps it open until it ends.
                 if let Ok(conn) = Arc::try_unwrap(conn) {
-                    tokio::spawn(conn.close());
+                    crate::background::spawn(conn.close());
                 }
             }
         }

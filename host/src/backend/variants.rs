@@ -384,7 +384,7 @@ impl Variant {
         // builds). Dropped with the caller, it ends (the process with it).
         let opening = {
             let (backend, variant) = (backend.clone(), self.clone());
-            AbortOnDropHandle::new(tokio::spawn(async move {
+            AbortOnDropHandle::new(crate::background::spawn(async move {
                 let (conn, process) = backend.open_variant(&variant).await?;
                 match conn.list_catalog().await {
                     Ok(c) => Ok((conn, process, Arc::new(c))),

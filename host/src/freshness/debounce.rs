@@ -75,7 +75,7 @@ impl Debouncer {
         let changed = Arc::new(Notify::new());
         let content = Arc::new(Content::default());
         let stop = CancellationToken::new();
-        let task = tokio::spawn(run(
+        let task = crate::background::spawn(run(
             window,
             listener,
             changed.clone(),

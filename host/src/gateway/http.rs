@@ -38,7 +38,7 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     });
     let streams = Arc::new(StreamSessions::new(http.sse_retry, c.limits.max_sessions));
     let _ = gw.streams.set(streams.clone());
-    tokio::spawn(streams.clone().expire_idle(shutdown.clone()));
+    crate::background::spawn(streams.clone().expire_idle(shutdown.clone()));
     let cap = Arc::new(SessionCap {
         streams: streams.clone(),
         max_body_bytes: c.max_body_bytes,

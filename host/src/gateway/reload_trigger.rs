@@ -102,16 +102,18 @@ fn spawn_sighup(
             return None;
         }
     };
-    Some(AbortOnDropHandle::new(tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                s = hup.recv() => {
-                    if s.is_none() || tx.send("SIGHUP").is_err() {
-                        return;
+    Some(AbortOnDropHandle::new(crate::background::spawn(
+        async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    s = hup.recv() => {
+                        if s.is_none() || tx.send("SIGHUP").is_err() {
+                            return;
+                        }
                     }
                 }
             }
-        }
-    })))
+        },
+    )))
 }

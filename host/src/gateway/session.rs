@@ -576,7 +576,7 @@ impl FrontSession {
                 // client's retry), so it has a token of its own.
                 let call_ct = tokio_util::sync::CancellationToken::new();
                 let cancel = call_ct.clone();
-                tokio::spawn(async move {
+                crate::background::spawn(async move {
                     let reinits = conn.reinitializations();
                     let result = conn
                         .relay(request, Some(front), &call_ct)
@@ -614,7 +614,7 @@ impl FrontSession {
             if wait {
                 let _ = tokio::time::timeout(timeout, relist).await;
             } else {
-                tokio::spawn(relist);
+                crate::background::spawn(relist);
             }
         } else if wait {
             b.refresh_and_wait(timeout).await;
@@ -791,7 +791,7 @@ impl Polling {
         );
         Arc::new(move |retry| {
             let (streams, session, request) = (streams.clone(), session.clone(), request.clone());
-            let task = tokio::spawn(async move {
+            let task = crate::background::spawn(async move {
                 streams
                     .close_and_await_resume(&session, &request, retry)
                     .await

@@ -27,11 +27,11 @@ pub async fn serve(gw: Arc<Gateway>, shutdown: CancellationToken) -> anyhow::Res
     // The copiers run first: rmcp's serve waits for the client's
     // `initialize`, which they carry.
     // Owned here: ended with the session on every way out.
-    let inbound = AbortOnDropHandle::new(tokio::spawn(async move {
+    let inbound = AbortOnDropHandle::new(crate::background::spawn(async move {
         let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut to_rmcp).await;
         let _ = to_rmcp.shutdown().await;
     }));
-    let outbound = AbortOnDropHandle::new(tokio::spawn(async move {
+    let outbound = AbortOnDropHandle::new(crate::background::spawn(async move {
         let mut lines = tokio::io::BufReader::new(from_rmcp);
         let mut stdout = tokio::io::stdout();
         let mut line = Vec::new();

@@ -118,7 +118,7 @@ impl Listener {
                     }
                     if let Ok(slot) = refusals.clone().try_acquire_owned() {
                         let refusal = refusal.clone();
-                        tokio::spawn(async move {
+                        crate::background::spawn(async move {
                             let _ =
                                 tokio::time::timeout(REFUSAL_WRITE, refuse(stream, &refusal)).await;
                             drop(slot);

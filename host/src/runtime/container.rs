@@ -315,7 +315,7 @@ impl ContainerRuntime {
             id: id.clone(),
             since,
         };
-        tokio::spawn(watcher.run(tx));
+        crate::background::spawn(watcher.run(tx));
         Ok(Started {
             endpoint: Endpoint::Http {
                 url: self.url.clone(),

@@ -144,7 +144,7 @@ impl ProcessRuntime {
             ));
         };
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(super::stderr::pump(
+            crate::background::spawn(super::stderr::pump(
                 self.backend.clone(),
                 stderr,
                 self.stderr.clone(),
@@ -154,7 +154,7 @@ impl ProcessRuntime {
         let (exit_tx, exit_rx) = watch::channel(None);
         let (exited_tx, exited_rx) = oneshot::channel();
         let backend = self.backend.clone();
-        tokio::spawn(async move {
+        crate::background::spawn(async move {
             let status = tokio::select! {
                 s = child.wait() => s,
                 _ = kill_rx => {

@@ -107,7 +107,7 @@ enum Queued {
 /// under `vigil::backend::stderr`. Returns when the child closed the pipe.
 pub async fn pump(backend: Arc<str>, stderr: impl AsyncRead + Unpin, tail: StderrTail) {
     let (tx, rx) = mpsc::channel(QUEUED);
-    let logger = tokio::spawn(log_lines(backend.clone(), rx));
+    let logger = crate::background::spawn(log_lines(backend.clone(), rx));
     drain(&backend, stderr, tail, tx).await;
     let _ = logger.await;
 }

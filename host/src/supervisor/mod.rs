@@ -606,7 +606,9 @@ impl Relisting {
         // for the others too.
         backend.relist_variants();
         Self {
-            task: AbortOnDropHandle::new(tokio::spawn(async move { conn.list_catalog().await })),
+            task: AbortOnDropHandle::new(crate::background::spawn(async move {
+                conn.list_catalog().await
+            })),
             backend: backend.clone(),
             handed_on: false,
         }
