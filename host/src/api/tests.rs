@@ -14,7 +14,7 @@ use tower::ServiceExt;
 use super::testutil::{self, OPERATOR_SECRET, VIEWER_SECRET};
 use super::{ApiState, router};
 use crate::health::Transition;
-use crate::store::{AuditEntry, InstanceRecord, Rows, Store, StoreError};
+use crate::store::{AuditEntry, InstanceRecord, Rows, Store, StoreError, StoreErrorKind};
 
 struct Answer {
     status: StatusCode,
@@ -472,63 +472,40 @@ async fn no_tokens_mode_acts_as_local_operator() {
 /// A store whose every call fails.
 struct BrokenStore;
 
+fn broken() -> StoreError {
+    StoreError::new(StoreErrorKind::Corrupt, "broken").context("store")
+}
+
 impl Store for BrokenStore {
     fn record_transition(&self, _: &Transition) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
     fn transitions(&self, _: &str, _: usize) -> Result<Rows<Transition>, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
     fn save_instance(&self, _: &InstanceRecord) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
     fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
     fn record_audit(&self, _: &AuditEntry) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
     fn audit(&self, _: usize) -> Result<Rows<AuditEntry>, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
     fn append_calls(&self, _: &[crate::audit::CallRecord]) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
     fn calls(
         &self,
         _: &crate::audit::CallQuery,
     ) -> Result<Rows<crate::audit::StoredCall>, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
     fn prune_calls(&self, _: std::time::SystemTime) -> Result<usize, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
 }
 

@@ -10,10 +10,14 @@
 //! store that cannot be opened refuses the start unless the operator set
 //! `[store] optional = true` ([`open`]). Readers skip a row they cannot
 //! read and report it ([`Rows`]), so one bad row never costs the others.
+//! Failures are a [`StoreError`], whose [`StoreErrorKind`] callers match
+//! on; no database's own types cross the seam.
 
+mod error;
 pub mod sqlite;
 mod writer;
 
+pub use error::{StoreError, StoreErrorKind};
 pub use writer::StoreWriter;
 
 use std::fmt;
@@ -54,62 +58,6 @@ pub struct AuditEntry {
     pub outcome: String,
     #[serde(with = "crate::health::unix_ms")]
     pub at: SystemTime,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("store at {path}: {source}")]
-    Open {
-        path: String,
-        #[source]
-        source: rusqlite::Error,
-    },
-    #[error("store: {0}")]
-    Sql(#[from] rusqlite::Error),
-    /// The data directory or a store file cannot be created, or is not
-    /// private to Vigil's user (see [`crate::private_fs`]); the text names
-    /// the path and the fix.
-    #[error(transparent)]
-    Path(#[from] crate::private_fs::PrivateError),
-    #[error("store: bad value in column {column}: {value}")]
-    Corrupt { column: &'static str, value: String },
-}
-
-impl StoreError {
-    /// What an operator does about it, for the message that refuses to
-    /// start; `None` when the error's own text already says it.
-    pub fn fix(&self) -> Option<String> {
-        use crate::private_fs::PrivateError as P;
-        match self {
-            StoreError::Open { path, source }
-                if source.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
-            {
-                Some(format!(
-                    "{path} is not a SQLite database: move it away (Vigil then creates a new, empty store) or restore it from a backup"
-                ))
-            }
-            StoreError::Open { path, .. } => Some(format!(
-                "make {path} and its directory readable and writable by the user Vigil runs as, or point `data_dir` elsewhere"
-            )),
-            StoreError::Path(P::Create { path, .. } | P::Stat { path, .. }) => Some(format!(
-                "make {} a directory the user Vigil runs as can write, or point `data_dir` elsewhere",
-                path.display()
-            )),
-            StoreError::Path(P::Chmod { path, .. }) => Some(format!(
-                "run Vigil as the owner of {}, or point `data_dir` elsewhere",
-                path.display()
-            )),
-            StoreError::Path(_) => None,
-            StoreError::Corrupt { .. } => Some(
-                "the store was written by a newer Vigil: run that version, or move vigil.db (with its -wal and -shm files) away to start with an empty store"
-                    .into(),
-            ),
-            StoreError::Sql(_) => Some(
-                "check the disk and the store's files; moving vigil.db (with its -wal and -shm files) away starts with an empty store"
-                    .into(),
-            ),
-        }
-    }
 }
 
 /// What a reader read: every row it could, and each row it had to skip.

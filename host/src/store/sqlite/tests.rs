@@ -361,7 +361,64 @@ fn setup_is_idempotent_and_refuses_a_newer_schema() {
     conn.pragma_update(None, "user_version", 99).unwrap();
     let e = setup(&mut conn, false).unwrap_err();
     assert!(
-        matches!(&e, StoreError::Corrupt { column: "PRAGMA user_version", value } if value.starts_with("99 "))
+        matches!(e, Setup::Newer { found: 99, known } if known == MIGRATIONS.len()),
+        "{e:?}"
+    );
+}
+
+/// A file a newer Vigil wrote refuses the open as `Corrupt`, naming the
+/// version and saying what to do.
+#[test]
+fn a_newer_schema_is_refused_as_corrupt_with_its_fix() {
+    let dir = TempDir::new("newer");
+    let data_dir = dir.path().join("data");
+    drop(SqliteStore::open(&data_dir).unwrap());
+    let conn = Connection::open(data_dir.join(FILE_NAME)).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+
+    let e = SqliteStore::open(&data_dir).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Corrupt);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "store: bad value in column PRAGMA user_version: 99 (this build knows schema versions up to {})",
+            MIGRATIONS.len()
+        )
+    );
+    assert_eq!(
+        e.fix(),
+        Some(
+            "the store was written by a newer Vigil: run that version, or move vigil.db (with its -wal and -shm files) away to start with an empty store"
+        )
+    );
+}
+
+/// Failures are classified by SQLite's result code, never by the text.
+#[test]
+fn kinds_come_from_sqlite_result_codes() {
+    use std::error::Error as _;
+    let code = |code: i32| {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), Some("any text".into()))
+    };
+    for (raw, kind) in [
+        (rusqlite::ffi::SQLITE_NOTADB, StoreErrorKind::Corrupt),
+        (rusqlite::ffi::SQLITE_CORRUPT, StoreErrorKind::Corrupt),
+        (rusqlite::ffi::SQLITE_BUSY, StoreErrorKind::Unavailable),
+        (rusqlite::ffi::SQLITE_CANTOPEN, StoreErrorKind::Unavailable),
+        (rusqlite::ffi::SQLITE_FULL, StoreErrorKind::Io),
+        (rusqlite::ffi::SQLITE_IOERR, StoreErrorKind::Io),
+        (rusqlite::ffi::SQLITE_CONSTRAINT, StoreErrorKind::Conflict),
+        (rusqlite::ffi::SQLITE_ERROR, StoreErrorKind::Other),
+    ] {
+        assert_eq!(sql(code(raw)).kind(), kind, "code {raw}");
+    }
+    let e = sql(code(rusqlite::ffi::SQLITE_FULL));
+    assert_eq!(e.to_string(), "store: any text");
+    assert_eq!(e.fix(), Some(CHECK_THE_DISK));
+    assert!(
+        e.source().is_some_and(|s| s.is::<rusqlite::Error>()),
+        "the driver's error stays reachable by type"
     );
 }
 
@@ -405,7 +462,7 @@ fn open_where_the_dir_cannot_be_created_names_the_path() {
     std::fs::write(&blocker, b"not a directory").unwrap();
 
     let e = SqliteStore::open(&blocker).unwrap_err();
-    assert!(matches!(&e, StoreError::Path(_)), "{e:?}");
+    assert_eq!(e.kind(), StoreErrorKind::Path, "{e:?}");
     assert_eq!(
         e.to_string(),
         format!(
@@ -567,6 +624,7 @@ fn a_refused_start_says_what_where_and_how_to_fix_it() {
             f = db.display(),
         )
     );
+    assert_eq!(refused.source.kind(), StoreErrorKind::Corrupt);
     assert!(
         matches!(crate::store::open(&data_dir, true), Ok(None)),
         "optional: serves without it"
