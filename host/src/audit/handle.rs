@@ -18,7 +18,7 @@ use super::CallRecord;
 use crate::config::AuditConfig;
 use crate::log_limit::LogLimit;
 use crate::redact::Redactor;
-use crate::store::Store;
+use crate::store::CallStore;
 
 /// Records the queue holds before `record` drops: a burst of several
 /// thousand calls arriving while a batch is being written is all kept.
@@ -133,7 +133,7 @@ impl CallAudit {
     /// serve` does) puts the last batch on disk. `redactor` masks the
     /// arguments the writer stores. No store: [`CallAudit::off`].
     pub fn start(
-        store: Option<Arc<dyn Store>>,
+        store: Option<Arc<dyn CallStore>>,
         config: AuditConfig,
         redactor: Redactor,
         tracker: &TaskTracker,
@@ -144,7 +144,7 @@ impl CallAudit {
 
     /// [`CallAudit::start`] with a queue of `capacity` records.
     pub(crate) fn with_capacity(
-        store: Option<Arc<dyn Store>>,
+        store: Option<Arc<dyn CallStore>>,
         config: AuditConfig,
         redactor: Redactor,
         tracker: &TaskTracker,

@@ -1,7 +1,7 @@
 //! The one writer of call records: takes what is queued in batches of up
 //! to [`BATCH`] (waiting up to [`LINGER`] for a batch to fill), masks their
-//! arguments, and appends each batch in one store transaction on the
-//! blocking pool — the call paths never wait on disk.
+//! arguments, and appends each batch in one store transaction — the call
+//! paths never wait on disk.
 //!
 //! Shutdown: when the token fires the queue is closed (later records are
 //! counted as dropped) and everything already in it is written before the
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::CallRecord;
 use super::handle::{Counters, Lost};
 use crate::redact::Redactor;
-use crate::store::Store;
+use crate::store::CallStore;
 
 /// The most records written in one transaction: large enough that a burst
 /// costs few commits, small enough that one commit stays short.
@@ -29,7 +29,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
 /// gone (then what was queued is written, too).
 pub(super) async fn run(
     mut rx: mpsc::Receiver<CallRecord>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn CallStore>,
     redactor: Redactor,
     counters: Arc<Counters>,
     shutdown: CancellationToken,
@@ -61,13 +61,13 @@ pub(super) async fn run(
                 }
             }
         }
-        write(&store, &redactor, &counters, std::mem::take(&mut batch)).await;
+        write(&*store, &redactor, &counters, std::mem::take(&mut batch)).await;
     }
     rx.close();
     let mut drained = 0;
     while rx.recv_many(&mut batch, BATCH).await > 0 {
         drained += batch.len();
-        write(&store, &redactor, &counters, std::mem::take(&mut batch)).await;
+        write(&*store, &redactor, &counters, std::mem::take(&mut batch)).await;
     }
     tracing::debug!(
         records = drained,
@@ -77,7 +77,7 @@ pub(super) async fn run(
 
 /// Masks and appends one batch; a failure is logged and counted.
 async fn write(
-    store: &Arc<dyn Store>,
+    store: &dyn CallStore,
     redactor: &Redactor,
     counters: &Counters,
     mut batch: Vec<CallRecord>,
@@ -88,12 +88,8 @@ async fn write(
         }
     }
     let n = batch.len() as u64;
-    let store = store.clone();
-    let error = match tokio::task::spawn_blocking(move || store.append_calls(&batch)).await {
-        Ok(Ok(())) => return,
-        Ok(Err(e)) => e.to_string(),
-        Err(e) => format!("audit write task: {e}"),
-    };
-    tracing::error!(records = n, %error, "call audit: could not store a batch of call records");
-    counters.lost(n, Lost::WriteFailed);
+    if let Err(e) = store.append(batch).await {
+        tracing::error!(records = n, kind = %e.kind(), error = %e, "call audit: could not store a batch of call records");
+        counters.lost(n, Lost::WriteFailed);
+    }
 }

@@ -3,19 +3,37 @@
 //! the audit log of operator actions and the audit of MCP calls
 //! ([`crate::audit`]).
 //!
-//! [`Store`] is the seam: [`sqlite::SqliteStore`] is the embedded default
-//! (one file under `data_dir`); a PostgreSQL implementation can serve several
-//! replicas later. The data plane never waits on the store. It is needed to
-//! *start*, though: without it a restart forgets every quarantine, so a
-//! store that cannot be opened refuses the start unless the operator set
-//! `[store] optional = true` ([`open`]). Readers skip a row they cannot
-//! read and report it ([`Rows`]), so one bad row never costs the others.
+//! The seams are three async traits, one per concern, so that a second
+//! implementation (PostgreSQL, for several replicas) slots in without a
+//! change above them:
+//!
+//! - [`HealthStore`]: instance records (state, restart counts, quarantine)
+//!   and the append-only transition log; written by the supervisors through
+//!   the [`StoreWriter`], read at start and by the control API;
+//! - [`CallStore`]: the audit of MCP calls, appended in batches by
+//!   [`crate::audit`]'s writer, queried by the control API, pruned;
+//! - [`ActionLog`]: the operator actions the control API records and lists.
+//!
+//! [`Stores`] hands out one of each; [`open`] returns it, and
+//! [`sqlite::SqliteStore`], the embedded default (one file under
+//! `data_dir`), implements all three. Every method is async and never
+//! blocks the caller's thread: an implementation over a blocking driver
+//! (SQLite) runs it on the blocking pool itself, so callers just `.await`.
 //! Failures are a [`StoreError`], whose [`StoreErrorKind`] callers match
 //! on; no database's own types cross the seam.
+//!
+//! The data plane never waits on the store. It is needed to *start*,
+//! though: without it a restart forgets every quarantine, so a store that
+//! cannot be opened refuses the start unless the operator set `[store]
+//! optional = true` ([`open`]). Readers skip a row they cannot read and
+//! report it ([`Rows`]), so one bad row never costs the others.
 
 mod error;
 pub mod sqlite;
 mod writer;
+
+#[cfg(test)]
+pub(crate) mod suite;
 
 pub use error::{StoreError, StoreErrorKind};
 pub use writer::StoreWriter;
@@ -25,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{CallQuery, CallRecord, StoredCall};
@@ -127,48 +146,121 @@ impl fmt::Display for SkippedRow {
     }
 }
 
-/// Durable health state. Calls are synchronous and short; async callers
-/// run them with `spawn_blocking`.
-pub trait Store: Send + Sync + 'static {
-    /// Appends one transition to the log.
-    fn record_transition(&self, t: &Transition) -> Result<(), StoreError>;
+/// One health write, as the supervisors hand them to the [`StoreWriter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthWrite {
+    /// Appends a transition to the log.
+    Transition(Transition),
+    /// Creates or replaces an instance's current record.
+    Instance(InstanceRecord),
+}
+
+impl HealthWrite {
+    /// The backend the write is about.
+    pub fn backend(&self) -> &str {
+        match self {
+            HealthWrite::Transition(t) => &t.backend,
+            HealthWrite::Instance(r) => &r.backend,
+        }
+    }
+}
+
+/// Durable health state: each instance's current record (state, restart
+/// count, consecutive failures, quarantine reason) and the append-only
+/// log of its transitions.
+///
+/// Restoring quarantines at start depends on it, so a record one build
+/// cannot read costs only that record ([`Rows::skipped`]).
+#[async_trait]
+pub trait HealthStore: Send + Sync + 'static {
+    /// Applies `writes` in order, in one transaction: all of them or, on
+    /// error, none. A transition is appended; an instance record replaces
+    /// the backend's previous one.
+    async fn write(&self, writes: Vec<HealthWrite>) -> Result<(), StoreError>;
     /// The newest `limit` transitions of `backend`, oldest first (rows
     /// that cannot be read are skipped, and count towards `limit`).
-    fn transitions(&self, backend: &str, limit: usize) -> Result<Rows<Transition>, StoreError>;
-    /// Creates or replaces an instance's current record.
-    fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError>;
-    /// Every instance record (to restore state at start). A record that
-    /// cannot be read is skipped, never a reason to drop the others.
-    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError>;
-    /// Appends one audit entry.
-    fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError>;
-    /// The newest `limit` audit entries, oldest first (rows that cannot be
-    /// read are skipped, and count towards `limit`).
-    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError>;
-    /// Appends a batch of call records in one transaction: all of them or,
-    /// on error, none.
-    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError>;
+    async fn transitions(
+        &self,
+        backend: &str,
+        limit: usize,
+    ) -> Result<Rows<Transition>, StoreError>;
+    /// Every instance record, ordered by backend (to restore state at
+    /// start). A record that cannot be read is skipped, never a reason to
+    /// drop the others.
+    async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError>;
+}
+
+/// The audit of MCP calls ([`crate::audit`]): appended in batches, read
+/// newest first or page by page after a row id, pruned by age.
+#[async_trait]
+pub trait CallStore: Send + Sync + 'static {
+    /// Appends `calls` in one transaction: all of them or, on error, none.
+    /// Each gets a row id larger than every id before it.
+    async fn append(&self, calls: Vec<CallRecord>) -> Result<(), StoreError>;
     /// The call records `q` selects, each with its row id: without
     /// `q.after` the newest first, with it those of a larger id, oldest
     /// first; at most `q.limit` (rows that cannot be read are skipped, and
     /// count towards it).
-    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError>;
+    async fn query(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError>;
     /// Deletes the call records received before `cutoff`; how many went.
-    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError>;
+    async fn prune(&self, cutoff: SystemTime) -> Result<usize, StoreError>;
+}
+
+/// The append-only log of operator actions (mutating control-API calls).
+#[async_trait]
+pub trait ActionLog: Send + Sync + 'static {
+    /// Appends one entry.
+    async fn record(&self, entry: AuditEntry) -> Result<(), StoreError>;
+    /// The newest `limit` entries, oldest first (rows that cannot be read
+    /// are skipped, and count towards `limit`).
+    async fn list(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError>;
+}
+
+/// The state store, one handle per concern: what [`open`] returns and what
+/// the gateway and the control API are given. Cheap to clone.
+///
+/// Each part goes to whoever needs only it: `health` to the supervisors'
+/// [`StoreWriter`] and the instance detail, `calls` to the call audit and
+/// `GET /api/v1/audit/calls`, `actions` to the control API's action log.
+#[derive(Clone)]
+pub struct Stores {
+    pub health: Arc<dyn HealthStore>,
+    pub calls: Arc<dyn CallStore>,
+    pub actions: Arc<dyn ActionLog>,
+}
+
+impl Stores {
+    /// One implementation of every concern, serving all three.
+    pub fn of<S: HealthStore + CallStore + ActionLog>(store: Arc<S>) -> Stores {
+        Stores {
+            health: store.clone(),
+            calls: store.clone(),
+            actions: store,
+        }
+    }
+}
+
+impl fmt::Debug for Stores {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stores").finish_non_exhaustive()
+    }
 }
 
 /// Opens the store in `data_dir` for `vigil serve` and `vigil stdio`.
-/// Blocking: async callers run it with `spawn_blocking`.
 ///
 /// Without durable state a restart forgets every quarantine and starts a
 /// backend an operator held, so a store that cannot be opened refuses the
 /// start ([`Refused`]) — unless the operator chose `[store] optional =
 /// true`, which serves without it (`Ok(None)`) and says so at ERROR.
-pub fn open(data_dir: &Path, optional: bool) -> Result<Option<Arc<dyn Store>>, Refused> {
-    match sqlite::SqliteStore::open(data_dir) {
+pub async fn open(data_dir: &Path, optional: bool) -> Result<Option<Stores>, Refused> {
+    let dir = data_dir.to_owned();
+    let opened = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(&dir))
+        .await
+        .unwrap_or_else(|e| Err(StoreError::new(StoreErrorKind::Other, e).context("store")));
+    match opened {
         Ok(store) => {
             tracing::info!(data_dir = %data_dir.display(), "health state store opened");
-            Ok(Some(Arc::new(store)))
+            Ok(Some(Stores::of(Arc::new(store))))
         }
         Err(source) if optional => {
             tracing::error!(

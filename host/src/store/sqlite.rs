@@ -38,9 +38,11 @@
 //! re-establish anyway. A busy timeout covers a second process (the CLI)
 //! holding the file briefly.
 //!
-//! Every call is short and synchronous, on one connection behind a mutex;
-//! async callers run them with `spawn_blocking` (see
-//! [`StoreWriter`](super::StoreWriter)).
+//! Every statement is short and runs on one connection behind a mutex, on
+//! the blocking pool: the async trait methods hand it there themselves, so
+//! callers just `.await` them. [`SqliteStore::open`] and
+//! [`SqliteStore::open_in_memory`] block (`store::open` runs the first on
+//! the blocking pool).
 //!
 //! Errors are turned into [`StoreError`]s here, where SQLite's own codes
 //! are still known: the kind comes from the code (`SQLITE_NOTADB` is
@@ -50,12 +52,16 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
 
-use super::{AuditEntry, InstanceRecord, Rows, SkippedRow, Store, StoreError, StoreErrorKind};
+use super::{
+    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, SkippedRow,
+    StoreError, StoreErrorKind,
+};
 use crate::audit::{CallQuery, CallRecord, StoredCall};
 use crate::health::{HealthState, Transition, unix_ms};
 use crate::private_fs::{self, Kind, Loose, Outcome};
@@ -117,8 +123,14 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE calls ADD COLUMN issuer TEXT;",
 ];
 
-/// The embedded [`Store`]: one SQLite connection behind a mutex.
-pub struct SqliteStore {
+/// The embedded store, serving [`HealthStore`], [`CallStore`] and
+/// [`ActionLog`]: one SQLite connection behind a mutex. Cheap to clone
+/// (every clone is the same connection).
+#[derive(Clone)]
+pub struct SqliteStore(Arc<Db>);
+
+/// What the blocking pool works on.
+struct Db {
     conn: Mutex<Connection>,
     /// The database file, or `:memory:`; for `Debug` and messages.
     location: String,
@@ -129,6 +141,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) `data_dir/vigil.db`, creating `data_dir`
     /// too, both private to Vigil's user, and migrates the schema.
+    /// Blocking.
     ///
     /// # Errors
     ///
@@ -153,31 +166,34 @@ impl SqliteStore {
         // SQLite created its -wal and -shm files with the database's mode;
         // this only narrows what was left from before.
         tighten_companions(&file)?;
-        Ok(SqliteStore {
-            conn: Mutex::new(conn),
-            location,
-        })
+        Ok(SqliteStore::with(conn, location))
     }
 
-    /// A private in-memory store with the same schema; gone when dropped.
-    /// For tests and for running without a data directory.
+    /// A private in-memory store with the same schema; gone when the last
+    /// clone is dropped. For tests and for running without a data
+    /// directory.
     pub fn open_in_memory() -> Result<Self, StoreError> {
         let mut conn = Connection::open_in_memory().map_err(sql)?;
         setup(&mut conn, false).map_err(|e| match e {
             Setup::Sql(e) => sql(e),
             Setup::Newer { found, known } => newer_schema(found, known),
         })?;
-        Ok(SqliteStore {
+        Ok(SqliteStore::with(conn, ":memory:".into()))
+    }
+
+    fn with(conn: Connection, location: String) -> Self {
+        SqliteStore(Arc::new(Db {
             conn: Mutex::new(conn),
-            location: ":memory:".into(),
-        })
+            location,
+        }))
     }
 
     /// Deletes all but the newest `keep_per_backend` transitions of every
-    /// backend and returns how many rows went. Maintenance only: the
-    /// [`Store`] contract itself is append-only.
+    /// backend and returns how many rows went. Maintenance only (and
+    /// blocking): the [`HealthStore`] contract itself is append-only.
     pub fn prune_transitions(&self, keep_per_backend: usize) -> Result<usize, StoreError> {
-        self.conn()
+        self.0
+            .conn()
             .execute(
                 "DELETE FROM transitions WHERE id IN (
                      SELECT id FROM (
@@ -190,6 +206,27 @@ impl SqliteStore {
             .map_err(sql)
     }
 
+    /// The connection, for tests that write what no Vigil writes.
+    #[cfg(test)]
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.0.conn()
+    }
+
+    /// Runs `f` on the blocking pool: the statements wait there for the
+    /// connection and the disk, never on an async worker thread.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Db) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = self.0.clone();
+        match tokio::task::spawn_blocking(move || f(&db)).await {
+            Ok(r) => r.map_err(sql),
+            Err(e) => Err(StoreError::new(StoreErrorKind::Other, e).context("store task")),
+        }
+    }
+}
+
+impl Db {
     /// The connection. A panic while it was held cannot leave it half
     /// written (an open transaction rolls back when dropped), so a poisoned
     /// lock is taken over rather than propagated.
@@ -201,96 +238,118 @@ impl SqliteStore {
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
-            .field("location", &self.location)
+            .field("location", &self.0.location)
             .finish_non_exhaustive()
     }
 }
 
-impl Store for SqliteStore {
-    fn record_transition(&self, t: &Transition) -> Result<(), StoreError> {
-        record_transition(&self.conn(), t).map_err(sql)
+#[async_trait]
+impl HealthStore for SqliteStore {
+    async fn write(&self, writes: Vec<HealthWrite>) -> Result<(), StoreError> {
+        self.blocking(move |db| write_health(&mut db.conn(), &writes))
+            .await
     }
 
-    fn transitions(&self, backend: &str, limit: usize) -> Result<Rows<Transition>, StoreError> {
-        transitions(&self.conn(), backend, limit).map_err(sql)
+    async fn transitions(
+        &self,
+        backend: &str,
+        limit: usize,
+    ) -> Result<Rows<Transition>, StoreError> {
+        let backend = backend.to_owned();
+        self.blocking(move |db| transitions(&db.conn(), &backend, limit))
+            .await
     }
 
-    fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError> {
-        save_instance(&self.conn(), r).map_err(sql)
+    async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
+        self.blocking(|db| load_instances(&db.conn())).await
+    }
+}
+
+#[async_trait]
+impl CallStore for SqliteStore {
+    async fn append(&self, records: Vec<CallRecord>) -> Result<(), StoreError> {
+        self.blocking(move |db| calls::append(&mut db.conn(), &records))
+            .await
     }
 
-    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
-        load_instances(&self.conn()).map_err(sql)
+    async fn query(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
+        let q = q.clone();
+        self.blocking(move |db| calls::read(&db.conn(), &q)).await
     }
 
-    fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError> {
-        record_action(&self.conn(), a).map_err(sql)
-    }
-
-    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
-        actions(&self.conn(), limit).map_err(sql)
-    }
-
-    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError> {
-        calls::append(&mut self.conn(), calls).map_err(sql)
-    }
-
-    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
-        calls::read(&self.conn(), q).map_err(sql)
-    }
-
-    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
+    async fn prune(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
         // In chunks, taking the lock for each: a prune of a large backlog
         // never holds up the writer for long.
-        let mut deleted = 0;
-        loop {
-            let n = calls::prune_chunk(&self.conn(), cutoff).map_err(sql)?;
-            deleted += n;
-            if n < calls::PRUNE_CHUNK {
-                return Ok(deleted);
+        self.blocking(move |db| {
+            let mut deleted = 0;
+            loop {
+                let n = calls::prune_chunk(&db.conn(), cutoff)?;
+                deleted += n;
+                if n < calls::PRUNE_CHUNK {
+                    return Ok(deleted);
+                }
             }
-        }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ActionLog for SqliteStore {
+    async fn record(&self, entry: AuditEntry) -> Result<(), StoreError> {
+        self.blocking(move |db| record_action(&db.conn(), &entry))
+            .await
+    }
+
+    async fn list(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
+        self.blocking(move |db| actions(&db.conn(), limit)).await
     }
 }
 
 // === statements ===
 
-fn record_transition(conn: &Connection, t: &Transition) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO transitions (backend, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    stmt.execute(params![
-        t.backend,
-        t.from.as_str(),
-        t.to.as_str(),
-        t.reason,
-        unix_ms::to_ms(t.at)
-    ])?;
-    Ok(())
-}
-
-fn save_instance(conn: &Connection, r: &InstanceRecord) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO instances
-             (backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-         ON CONFLICT (backend) DO UPDATE SET
-             state = excluded.state,
-             restart_count = excluded.restart_count,
-             consecutive_failures = excluded.consecutive_failures,
-             quarantine_reason = excluded.quarantine_reason,
-             updated_at = excluded.updated_at",
-    )?;
-    stmt.execute(params![
-        r.backend,
-        r.state.as_str(),
-        // Saturates at i64::MAX, far beyond any real restart count.
-        i64::try_from(r.restart_count).unwrap_or(i64::MAX),
-        r.consecutive_failures,
-        r.quarantine_reason,
-        unix_ms::to_ms(r.updated_at),
-    ])?;
-    Ok(())
+/// Applies `writes` in order in one transaction.
+fn write_health(conn: &mut Connection, writes: &[HealthWrite]) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    for w in writes {
+        match w {
+            HealthWrite::Transition(t) => {
+                tx.prepare_cached(
+                    "INSERT INTO transitions (backend, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .execute(params![
+                    t.backend,
+                    t.from.as_str(),
+                    t.to.as_str(),
+                    t.reason,
+                    unix_ms::to_ms(t.at)
+                ])?;
+            }
+            HealthWrite::Instance(r) => {
+                tx.prepare_cached(
+                    "INSERT INTO instances
+                         (backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (backend) DO UPDATE SET
+                         state = excluded.state,
+                         restart_count = excluded.restart_count,
+                         consecutive_failures = excluded.consecutive_failures,
+                         quarantine_reason = excluded.quarantine_reason,
+                         updated_at = excluded.updated_at",
+                )?
+                .execute(params![
+                    r.backend,
+                    r.state.as_str(),
+                    // Saturates at i64::MAX, far beyond any real restart count.
+                    i64::try_from(r.restart_count).unwrap_or(i64::MAX),
+                    r.consecutive_failures,
+                    r.quarantine_reason,
+                    unix_ms::to_ms(r.updated_at),
+                ])?;
+            }
+        }
+    }
+    tx.commit()
 }
 
 fn transitions(

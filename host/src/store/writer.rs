@@ -1,7 +1,7 @@
 //! The one writer of health state to the store: supervisors hand it
-//! transitions and instance records (and the monitor's audit entries); it
-//! writes them in order on the blocking pool, so a slow disk never stalls a
-//! supervisor or the data plane.
+//! transitions and instance records; it writes them in order, in batches
+//! of one store transaction each, so a slow disk never stalls a supervisor
+//! or the data plane.
 //!
 //! Shutdown loses no write that was handed over before it: when the
 //! shutdown token fires, the writer closes its queue and writes everything
@@ -17,22 +17,16 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{AuditEntry, InstanceRecord, Store};
+use super::{HealthStore, HealthWrite, InstanceRecord};
 use crate::health::Transition;
 
-/// The most writes handed to the blocking pool at once: a burst costs few
-/// hops, and one hop stays short.
+/// The most writes in one store transaction: a burst costs few commits,
+/// and one commit stays short.
 const BATCH: usize = 256;
-
-enum Write {
-    Transition(Transition),
-    Instance(InstanceRecord),
-    Audit(AuditEntry),
-}
 
 /// Cheap to clone; writes are queued, never awaited.
 #[derive(Clone)]
-pub struct StoreWriter(mpsc::UnboundedSender<Write>);
+pub struct StoreWriter(mpsc::UnboundedSender<HealthWrite>);
 
 // === impl StoreWriter ===
 
@@ -40,7 +34,7 @@ impl StoreWriter {
     /// Starts the writer over `store` on `tracker`; it drains and ends when
     /// `shutdown` fires (see the module doc).
     pub fn spawn(
-        store: Arc<dyn Store>,
+        store: Arc<dyn HealthStore>,
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
     ) -> StoreWriter {
@@ -56,7 +50,7 @@ impl StoreWriter {
     /// refusal is logged). A caller that tells others of `t` does so only
     /// after `true`: what anyone heard of is on disk after the shutdown.
     pub fn transition(&self, t: Transition) -> bool {
-        match self.0.send(Write::Transition(t)) {
+        match self.0.send(HealthWrite::Transition(t)) {
             Ok(()) => true,
             Err(mpsc::error::SendError(w)) => {
                 refused(&w);
@@ -66,27 +60,20 @@ impl StoreWriter {
     }
 
     pub fn instance(&self, r: InstanceRecord) {
-        if let Err(mpsc::error::SendError(w)) = self.0.send(Write::Instance(r)) {
-            refused(&w);
-        }
-    }
-
-    pub fn audit(&self, a: AuditEntry) {
-        if let Err(mpsc::error::SendError(w)) = self.0.send(Write::Audit(a)) {
+        if let Err(mpsc::error::SendError(w)) = self.0.send(HealthWrite::Instance(r)) {
             refused(&w);
         }
     }
 }
 
 /// Says which write came after the writer closed.
-fn refused(w: &Write) {
-    let (what, backend) = match w {
-        Write::Transition(t) => ("transition", t.backend.as_str()),
-        Write::Instance(i) => ("instance record", i.backend.as_str()),
-        Write::Audit(a) => ("audit entry", a.target.as_str()),
+fn refused(w: &HealthWrite) {
+    let what = match w {
+        HealthWrite::Transition(_) => "transition",
+        HealthWrite::Instance(_) => "instance record",
     };
     tracing::warn!(
-        backend,
+        backend = w.backend(),
         "health state not written: a {what} came after the store writer closed for shutdown"
     );
 }
@@ -94,8 +81,8 @@ fn refused(w: &Write) {
 /// Writes batches until shutdown (then drains the queue) or until every
 /// handle is gone (then what was queued is written, too).
 async fn run(
-    mut rx: mpsc::UnboundedReceiver<Write>,
-    store: Arc<dyn Store>,
+    mut rx: mpsc::UnboundedReceiver<HealthWrite>,
+    store: Arc<dyn HealthStore>,
     shutdown: CancellationToken,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
@@ -123,24 +110,11 @@ async fn run(
     );
 }
 
-/// Writes one batch in order on the blocking pool; each failure is logged.
-async fn write(store: &Arc<dyn Store>, batch: Vec<Write>) {
-    let store = store.clone();
-    let done = tokio::task::spawn_blocking(move || {
-        for w in batch {
-            let r = match &w {
-                Write::Transition(t) => store.record_transition(t),
-                Write::Instance(i) => store.save_instance(i),
-                Write::Audit(a) => store.record_audit(a),
-            };
-            if let Err(e) = r {
-                tracing::error!(error = %e, "could not write health state to the store");
-            }
-        }
-    })
-    .await;
-    if let Err(e) = done {
-        tracing::error!(error = %e, "store writer failed");
+/// Writes one batch in order, in one transaction; a failure is logged.
+async fn write(store: &Arc<dyn HealthStore>, batch: Vec<HealthWrite>) {
+    let n = batch.len();
+    if let Err(e) = store.write(batch).await {
+        tracing::error!(writes = n, kind = %e.kind(), error = %e, "could not write health state to the store");
     }
 }
 

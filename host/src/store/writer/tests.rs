@@ -2,13 +2,11 @@
 //! the writer on its first write (a slow disk) while more is queued, then
 //! shuts down and checks that nothing queued was lost.
 
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::*;
-use crate::audit::{CallQuery, CallRecord, StoredCall};
 use crate::health::HealthState;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Rows, StoreError};
@@ -20,8 +18,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// when the first one is waiting.
 struct Gated {
     inner: SqliteStore,
-    open: Mutex<bool>,
-    opened: Condvar,
+    open: watch::Sender<bool>,
     waiting: Notify,
 }
 
@@ -29,58 +26,35 @@ impl Gated {
     fn new() -> Arc<Gated> {
         Arc::new(Gated {
             inner: SqliteStore::open_in_memory().unwrap(),
-            open: Mutex::new(false),
-            opened: Condvar::new(),
+            open: watch::Sender::new(false),
             waiting: Notify::new(),
         })
     }
 
-    fn pass(&self) {
-        let mut open = self.open.lock().unwrap();
-        if !*open {
+    async fn pass(&self) {
+        let mut open = self.open.subscribe();
+        if !*open.borrow_and_update() {
             self.waiting.notify_one();
-            while !*open {
-                open = self.opened.wait(open).unwrap();
-            }
+            let _ = open.wait_for(|o| *o).await;
         }
     }
 
     fn open(&self) {
-        *self.open.lock().unwrap() = true;
-        self.opened.notify_all();
+        self.open.send_replace(true);
     }
 }
 
-impl Store for Gated {
-    fn record_transition(&self, t: &Transition) -> Result<(), StoreError> {
-        self.pass();
-        self.inner.record_transition(t)
+#[async_trait::async_trait]
+impl HealthStore for Gated {
+    async fn write(&self, writes: Vec<HealthWrite>) -> Result<(), StoreError> {
+        self.pass().await;
+        self.inner.write(writes).await
     }
-    fn transitions(&self, b: &str, limit: usize) -> Result<Rows<Transition>, StoreError> {
-        self.inner.transitions(b, limit)
+    async fn transitions(&self, b: &str, limit: usize) -> Result<Rows<Transition>, StoreError> {
+        self.inner.transitions(b, limit).await
     }
-    fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError> {
-        self.pass();
-        self.inner.save_instance(r)
-    }
-    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
-        self.inner.load_instances()
-    }
-    fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError> {
-        self.pass();
-        self.inner.record_audit(a)
-    }
-    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
-        self.inner.audit(limit)
-    }
-    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError> {
-        self.inner.append_calls(calls)
-    }
-    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
-        self.inner.calls(q)
-    }
-    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
-        self.inner.prune_calls(cutoff)
+    async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
+        self.inner.load_instances().await
     }
 }
 
@@ -111,9 +85,10 @@ fn record(n: usize) -> InstanceRecord {
     }
 }
 
-fn reasons(store: &dyn Store) -> Vec<String> {
+async fn reasons(store: &dyn HealthStore) -> Vec<String> {
     store
         .transitions("flappy", 10_000)
+        .await
         .unwrap()
         .rows
         .into_iter()
@@ -154,8 +129,8 @@ async fn every_write_queued_before_shutdown_is_written_behind_a_slow_disk() {
         .expect("the writer drains and ends after shutdown");
 
     let want: Vec<String> = (0..500).map(|n| transition(n).reason).collect();
-    assert_eq!(reasons(&*store), want, "every transition, in order");
-    let saved = store.load_instances().unwrap().rows;
+    assert_eq!(reasons(&*store).await, want, "every transition, in order");
+    let saved = store.load_instances().await.unwrap().rows;
     assert_eq!(saved.len(), 1);
     assert_eq!(saved[0].restart_count, 499, "the last record won");
 }
@@ -176,7 +151,7 @@ async fn a_write_after_the_shutdown_is_refused_not_lost_in_a_queue() {
         !writer.transition(transition(1)),
         "refused (and logged) after it; no panic"
     );
-    assert_eq!(reasons(&*store), ["attempt 0"]);
+    assert_eq!(reasons(&*store).await, ["attempt 0"]);
 }
 
 #[tokio::test]
@@ -193,6 +168,6 @@ async fn without_a_shutdown_the_writer_ends_once_every_handle_is_gone() {
     tokio::time::timeout(PATIENCE, tracker.wait())
         .await
         .expect("the writer ends with its last handle");
-    assert_eq!(reasons(&*store), ["attempt 0", "attempt 1"]);
+    assert_eq!(reasons(&*store).await, ["attempt 0", "attempt 1"]);
     assert!(!shutdown.is_cancelled());
 }
