@@ -13,7 +13,8 @@
 //!   [`PendingCall::refused`];
 //! - `handle.rs`: [`CallAudit`], the cheap handle with a non-blocking
 //!   [`CallAudit::record`] into a bounded queue ([`QUEUE`]);
-//! - `writer.rs`: the one task that writes the queue in batches, one
+//! - `writer.rs`: the queue's sink and policy: the store's one batched
+//!   writer ([`crate::store::Writer`]) takes the queue in batches, one
 //!   [`CallStore`](crate::store::CallStore) transaction each, and drains
 //!   it at shutdown;
 //! - `prune.rs`: deletes records older than `[audit] keep`;

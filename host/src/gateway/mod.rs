@@ -65,7 +65,7 @@ use crate::runtime::Runtime;
 use crate::runtime::container::ContainerRuntime;
 use crate::runtime::process::{ProcessRuntime, StderrTail};
 use crate::runtime::remote::RemoteRuntime;
-use crate::store::{HealthStore, InstanceRecord, StoreWriter, Stores};
+use crate::store::{HealthStore, HealthWriter, InstanceRecord, Stores};
 use crate::supervisor::{Outlets, Supervisor};
 pub(crate) use relayed::tool_failed;
 pub use reload::{ReloadError, ReloadSummary};
@@ -396,7 +396,7 @@ impl Gateway {
         let outlets = Outlets {
             updates: updates_tx,
             events,
-            store: store.map(|s| StoreWriter::spawn(s.health, tracker, &shutdown)),
+            store: store.map(|s| HealthWriter::start(s.health, tracker, &shutdown)),
             plugins,
         };
         let _ = gw.spawner.set(Spawner {

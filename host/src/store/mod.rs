@@ -9,7 +9,7 @@
 //!
 //! - [`HealthStore`]: instance records (state, restart counts, quarantine)
 //!   and the append-only transition log; written by the supervisors through
-//!   the [`StoreWriter`], read at start and by the control API;
+//!   a [`HealthWriter`], read at start and by the control API;
 //! - [`CallStore`]: the audit of MCP calls, appended in batches by
 //!   [`crate::audit`]'s writer, queried by the control API, pruned;
 //! - [`ActionLog`]: the operator actions the control API records and lists.
@@ -22,6 +22,11 @@
 //! Failures are a [`StoreError`], whose [`StoreErrorKind`] callers match
 //! on; no database's own types cross the seam.
 //!
+//! Writes that must not stall their caller go through the one batched
+//! writer, [`Writer`]: queued without waiting, written in batches in order,
+//! drained at shutdown. The health writes and the call audit are each a
+//! [`Writer`] with their own [`Policy`].
+//!
 //! The data plane never waits on the store. It is needed to *start*,
 //! though: without it a restart forgets every quarantine, so a store that
 //! cannot be opened refuses the start unless the operator set `[store]
@@ -30,13 +35,13 @@
 
 mod error;
 pub mod sqlite;
-mod writer;
+pub mod writer;
 
 #[cfg(test)]
 pub(crate) mod suite;
 
 pub use error::{StoreError, StoreErrorKind};
-pub use writer::StoreWriter;
+pub use writer::{HealthWriter, Policy, Refusal, Sink, Writer};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -146,7 +151,7 @@ impl fmt::Display for SkippedRow {
     }
 }
 
-/// One health write, as the supervisors hand them to the [`StoreWriter`].
+/// One health write, as the supervisors hand them to the [`HealthWriter`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HealthWrite {
     /// Appends a transition to the log.
@@ -220,7 +225,7 @@ pub trait ActionLog: Send + Sync + 'static {
 /// the gateway and the control API are given. Cheap to clone.
 ///
 /// Each part goes to whoever needs only it: `health` to the supervisors'
-/// [`StoreWriter`] and the instance detail, `calls` to the call audit and
+/// [`HealthWriter`] and the instance detail, `calls` to the call audit and
 /// `GET /api/v1/audit/calls`, `actions` to the control API's action log.
 #[derive(Clone)]
 pub struct Stores {
