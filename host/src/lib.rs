@@ -25,6 +25,11 @@
 //! - [`audit`] records every `tools/call`, `resources/read` and
 //!   `prompts/get` (who, what, outcome, duration) in the store, off the
 //!   call path.
+//! - [`store`] keeps what must survive a restart (quarantines, restart
+//!   counts, the transition log, both audit logs) behind three async
+//!   seams, one per concern (`HealthStore`, `CallStore`, `ActionLog`),
+//!   with a neutral `StoreError`; SQLite implements them today. Writes
+//!   that must not wait go through its one batched `Writer`.
 //!
 //! Data flows one way: backend supervisors send updates to the gateway,
 //! which rebuilds the catalog snapshot and notifies sessions; sessions read

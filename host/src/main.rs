@@ -435,7 +435,7 @@ async fn run(config: Config, redactor: vigil::redact::Redactor, stdio: bool) -> 
 async fn serve(
     config: Config,
     caps: vigil::limits::ConnectionCaps,
-    store: Option<std::sync::Arc<dyn vigil::store::Store>>,
+    store: Option<vigil::store::Stores>,
     redactor: vigil::redact::Redactor,
     stdio: bool,
     tracker: &TaskTracker,
@@ -479,11 +479,8 @@ async fn serve(
 
 /// Opens the state store before any backend starts: refused (the start
 /// fails with what, where and how to fix) unless `[store] optional = true`.
-async fn open_store(
-    config: &Config,
-) -> anyhow::Result<Option<std::sync::Arc<dyn vigil::store::Store>>> {
-    let (dir, optional) = (config.data_dir.clone(), config.store.optional);
-    Ok(tokio::task::spawn_blocking(move || vigil::store::open(&dir, optional)).await??)
+async fn open_store(config: &Config) -> anyhow::Result<Option<vigil::store::Stores>> {
+    Ok(vigil::store::open(&config.data_dir, config.store.optional).await?)
 }
 
 /// Cancels `shutdown` on SIGTERM or Ctrl-C; ends quietly when something

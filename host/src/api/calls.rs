@@ -10,7 +10,6 @@
 //! --follow` pages forward). A bad value is a 400 naming the parameter; no
 //! store is a 503 naming `[store]`.
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::Json;
@@ -20,7 +19,7 @@ use serde::Serialize;
 
 use super::ApiError;
 use crate::audit::{CallQuery, RawCallQuery, StoredCall};
-use crate::store::Store;
+use crate::store::CallStore;
 
 #[derive(Serialize)]
 pub(super) struct Calls {
@@ -29,7 +28,7 @@ pub(super) struct Calls {
 
 /// The handler's work, given the router's store.
 pub(super) async fn list(
-    store: Option<Arc<dyn Store>>,
+    store: Option<&dyn CallStore>,
     q: Result<Query<RawCallQuery>, QueryRejection>,
 ) -> Result<Json<Calls>, ApiError> {
     let Query(raw) = q.map_err(|e| {
@@ -44,9 +43,9 @@ pub(super) async fn list(
             "no call audit: the gateway runs without its state store ([store] optional = true, and the store could not be opened; see the gateway's log for why)".into(),
         )
     })?;
-    let calls = tokio::task::spawn_blocking(move || store.calls(&q))
+    let calls = store
+        .query(&q)
         .await
-        .map_err(|e| ApiError::Internal(format!("call audit read task: {e}")))?
         .map_err(|e| ApiError::Internal(e.to_string()))?
         .logged("call audit");
     Ok(Json(Calls { calls }))

@@ -5,7 +5,8 @@
 //! guessing tokens earns a cool-down (`crate::auth::throttle`).
 //!
 //! The API reads and acts through [`Control`], implemented by the health
-//! monitor; it writes audit entries to the [`Store`](crate::store::Store).
+//! monitor; it writes audit entries to the store's
+//! [`ActionLog`](crate::store::ActionLog).
 
 mod auth;
 mod calls;

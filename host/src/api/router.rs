@@ -49,7 +49,7 @@ use super::guard::Guard;
 use super::{ApiError, Control, ControlError, InstanceDetail, InstanceReport};
 use crate::auth::throttle::Throttle;
 use crate::config::{ApiConfig, FailedTokens};
-use crate::store::{AuditEntry, Store};
+use crate::store::{ActionLog, AuditEntry, Stores};
 
 /// Audit entries returned when `limit` is not given.
 const DEFAULT_AUDIT_LIMIT: usize = 100;
@@ -63,9 +63,11 @@ const MAX_REASON_CHARS: usize = 500;
 pub struct ApiState {
     /// The health monitor, read and acted through.
     pub control: Arc<dyn Control>,
-    /// Where audit entries go. Without a store (it failed to open) actions
-    /// still work and are logged, and `GET /api/v1/audit` answers 503.
-    pub store: Option<Arc<dyn Store>>,
+    /// Where audit entries go (`actions`) and the call audit is read from
+    /// (`calls`). Without a store (it failed to open) actions still work
+    /// and are logged, and `GET /api/v1/audit` and `/audit/calls` answer
+    /// 503.
+    pub store: Option<Stores>,
     /// `[[api.tokens]]`, live (a config reload replaces them); empty means
     /// unauthenticated loopback mode, where every caller is the operator
     /// `local`.
@@ -94,7 +96,7 @@ impl ApiState {
     /// set, shared with whoever reloads the config).
     pub fn new(
         control: Arc<dyn Control>,
-        store: Option<Arc<dyn Store>>,
+        store: Option<Stores>,
         api: &ApiConfig,
         tokens: Arc<Tokens>,
     ) -> Self {
@@ -138,7 +140,7 @@ impl ApiState {
 /// What handlers share.
 struct Shared {
     control: Arc<dyn Control>,
-    store: Option<Arc<dyn Store>>,
+    store: Option<Stores>,
     events: Arc<super::events::Hub>,
 }
 
@@ -327,14 +329,15 @@ async fn audit(
     let Query(q) =
         q.map_err(|e| ApiError::BadRequest(format!("bad query: {}; use ?limit=N", e.body_text())))?;
     let limit = q.limit.unwrap_or(DEFAULT_AUDIT_LIMIT).min(MAX_AUDIT_LIMIT);
-    let store = s.store.clone().ok_or_else(|| {
+    let store = s.store.as_ref().ok_or_else(|| {
         ApiError::Unavailable(
             "no audit log: the gateway runs without its state store (see its log for why)".into(),
         )
     })?;
-    let entries = tokio::task::spawn_blocking(move || store.audit(limit))
+    let entries = store
+        .actions
+        .list(limit)
         .await
-        .map_err(|e| ApiError::Internal(format!("audit read task: {e}")))?
         .map_err(|e| ApiError::Internal(e.to_string()))?
         .logged("audit log");
     Ok(Json(AuditEntries { entries }))
@@ -345,7 +348,7 @@ async fn calls(
     State(s): St,
     q: Result<Query<crate::audit::RawCallQuery>, QueryRejection>,
 ) -> Result<Json<super::calls::Calls>, ApiError> {
-    super::calls::list(s.store.clone(), q).await
+    super::calls::list(s.store.as_ref().map(|s| &*s.calls), q).await
 }
 
 // === action handlers ===
@@ -464,7 +467,7 @@ async fn act(
             Err((_, outcome)) => outcome.clone(),
         };
         tracing::info!(principal = %who.name, action = name, %target, %outcome, "control action");
-        if let Some(store) = s.store.clone() {
+        if let Some(store) = &s.store {
             let entry = AuditEntry {
                 principal: who.name,
                 action: name.to_owned(),
@@ -472,7 +475,7 @@ async fn act(
                 outcome,
                 at: SystemTime::now(),
             };
-            record_audit(store, entry).await;
+            record_audit(&*store.actions, entry).await;
         }
         result.map(Json).map_err(|(e, _)| e)
     });
@@ -482,18 +485,15 @@ async fn act(
 
 /// Writes `entry`; a failure is logged and otherwise ignored, so it never
 /// hides the action's result.
-async fn record_audit(store: Arc<dyn Store>, entry: AuditEntry) {
+async fn record_audit(store: &dyn ActionLog, entry: AuditEntry) {
     let (principal, action, target) = (
         entry.principal.clone(),
         entry.action.clone(),
         entry.target.clone(),
     );
-    let error = match tokio::task::spawn_blocking(move || store.record_audit(&entry)).await {
-        Ok(Ok(())) => return,
-        Ok(Err(e)) => e.to_string(),
-        Err(e) => format!("audit write task: {e}"),
-    };
-    tracing::error!(%principal, %action, %target, %error, "audit entry not recorded");
+    if let Err(e) = store.record(entry).await {
+        tracing::error!(%principal, %action, %target, kind = %e.kind(), error = %e, "audit entry not recorded");
+    }
 }
 
 // === extractors and fallbacks ===

@@ -14,7 +14,10 @@ use tower::ServiceExt;
 use super::testutil::{self, OPERATOR_SECRET, VIEWER_SECRET};
 use super::{ApiState, router};
 use crate::health::Transition;
-use crate::store::{AuditEntry, InstanceRecord, Rows, Store, StoreError};
+use crate::store::{
+    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, StoreError,
+    StoreErrorKind, Stores,
+};
 
 struct Answer {
     status: StatusCode,
@@ -68,9 +71,10 @@ async fn post(app: &Router, path: &str, token: Option<&str>) -> Answer {
     send(app, Method::POST, path, token, None).await
 }
 
-fn audit_of(store: &dyn Store) -> Vec<(String, String, String, String)> {
+async fn audit_of(store: &dyn ActionLog) -> Vec<(String, String, String, String)> {
     store
-        .audit(100)
+        .list(100)
+        .await
         .unwrap()
         .rows
         .into_iter()
@@ -120,7 +124,7 @@ async fn no_token_is_401_with_bearer_challenge() {
     }
     assert!(control.calls().is_empty());
     assert!(
-        audit_of(&*store).is_empty(),
+        audit_of(&*store).await.is_empty(),
         "no principal, nothing to audit"
     );
 }
@@ -230,7 +234,7 @@ async fn unknown_backend_is_404_naming_it() {
         a.json
     );
     assert_eq!(
-        audit_of(&*store),
+        audit_of(&*store).await,
         [entry(
             "ops",
             "restart",
@@ -258,7 +262,7 @@ async fn viewer_restart_is_403_and_audited_as_denied() {
         "a viewer's request must not reach the monitor"
     );
     assert_eq!(
-        audit_of(&*store),
+        audit_of(&*store).await,
         [entry("dash", "restart", "alpha", "denied: viewer role")]
     );
     for action in ["quarantine", "release"] {
@@ -270,7 +274,7 @@ async fn viewer_restart_is_403_and_audited_as_denied() {
         .await;
         assert_eq!(a.status, StatusCode::FORBIDDEN);
     }
-    assert_eq!(store.audit(10).unwrap().rows.len(), 3);
+    assert_eq!(store.list(10).await.unwrap().rows.len(), 3);
 }
 
 #[tokio::test]
@@ -292,8 +296,11 @@ async fn operator_restart_answers_the_new_state_and_is_audited() {
         control.calls(),
         [("restart", "alpha".to_owned(), "ops".to_owned())]
     );
-    let audit = store.audit(10).unwrap().rows;
-    assert_eq!(audit_of(&*store), [entry("ops", "restart", "alpha", "ok")]);
+    let audit = store.list(10).await.unwrap().rows;
+    assert_eq!(
+        audit_of(&*store).await,
+        [entry("ops", "restart", "alpha", "ok")]
+    );
     assert!(audit[0].at >= before - std::time::Duration::from_millis(1));
 }
 
@@ -348,7 +355,7 @@ async fn quarantine_takes_an_optional_reason() {
         "bad bodies never reach the monitor"
     );
     assert_eq!(
-        audit_of(&*store),
+        audit_of(&*store).await,
         [
             entry("ops", "quarantine", "alpha", "ok"),
             entry("ops", "quarantine", "beta", "ok")
@@ -388,7 +395,7 @@ async fn conflict_is_409_and_audited_as_error() {
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.json["state"], "restarting");
     assert_eq!(
-        audit_of(&*store),
+        audit_of(&*store).await,
         [
             entry(
                 "ops",
@@ -423,7 +430,7 @@ async fn internal_error_is_500_without_detail() {
         "internal detail leaked: {}",
         a.json
     );
-    let audit = audit_of(&*store);
+    let audit = audit_of(&*store).await;
     assert_eq!(audit.len(), 1);
     assert!(
         audit[0].3.starts_with("error: internal error:"),
@@ -457,7 +464,7 @@ async fn no_tokens_mode_acts_as_local_operator() {
         ]
     );
     assert_eq!(
-        audit_of(&*store),
+        audit_of(&*store).await,
         [
             entry("local", "restart", "alpha", "ok"),
             entry("local", "quarantine", "alpha", "ok")
@@ -472,63 +479,46 @@ async fn no_tokens_mode_acts_as_local_operator() {
 /// A store whose every call fails.
 struct BrokenStore;
 
-impl Store for BrokenStore {
-    fn record_transition(&self, _: &Transition) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+fn broken() -> StoreError {
+    StoreError::new(StoreErrorKind::Corrupt, "broken").context("store")
+}
+
+#[async_trait::async_trait]
+impl HealthStore for BrokenStore {
+    async fn write(&self, _: Vec<HealthWrite>) -> Result<(), StoreError> {
+        Err(broken())
     }
-    fn transitions(&self, _: &str, _: usize) -> Result<Rows<Transition>, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+    async fn transitions(&self, _: &str, _: usize) -> Result<Rows<Transition>, StoreError> {
+        Err(broken())
     }
-    fn save_instance(&self, _: &InstanceRecord) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+    async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
+        Err(broken())
     }
-    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+}
+
+#[async_trait::async_trait]
+impl ActionLog for BrokenStore {
+    async fn record(&self, _: AuditEntry) -> Result<(), StoreError> {
+        Err(broken())
     }
-    fn record_audit(&self, _: &AuditEntry) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+    async fn list(&self, _: usize) -> Result<Rows<AuditEntry>, StoreError> {
+        Err(broken())
     }
-    fn audit(&self, _: usize) -> Result<Rows<AuditEntry>, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+}
+
+#[async_trait::async_trait]
+impl CallStore for BrokenStore {
+    async fn append(&self, _: Vec<crate::audit::CallRecord>) -> Result<(), StoreError> {
+        Err(broken())
     }
-    fn append_calls(&self, _: &[crate::audit::CallRecord]) -> Result<(), StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
-    }
-    fn calls(
+    async fn query(
         &self,
         _: &crate::audit::CallQuery,
     ) -> Result<Rows<crate::audit::StoredCall>, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+        Err(broken())
     }
-    fn prune_calls(&self, _: std::time::SystemTime) -> Result<usize, StoreError> {
-        Err(StoreError::Corrupt {
-            column: "test",
-            value: "broken".into(),
-        })
+    async fn prune(&self, _: std::time::SystemTime) -> Result<usize, StoreError> {
+        Err(broken())
     }
 }
 
@@ -536,7 +526,7 @@ impl Store for BrokenStore {
 async fn failing_audit_write_does_not_hide_the_result() {
     let (state, control, _store) = testutil::state(testutil::tokens());
     let app = router(ApiState {
-        store: Some(Arc::new(BrokenStore)),
+        store: Some(Stores::of(Arc::new(BrokenStore))),
         ..state
     });
     let a = post(
@@ -777,14 +767,17 @@ async fn a_client_hanging_up_does_not_lose_the_audit_entry() {
     call.abort(); // the client goes away mid-action
     control.gate.notify_one();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-    while audit_of(&*store).is_empty() {
+    while audit_of(&*store).await.is_empty() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the action's audit entry never came"
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(audit_of(&*store), [entry("ops", "restart", "alpha", "ok")]);
+    assert_eq!(
+        audit_of(&*store).await,
+        [entry("ops", "restart", "alpha", "ok")]
+    );
 }
 
 // === web pages: Host, Origin and the request header (guard.rs) ===
@@ -888,7 +881,7 @@ async fn mutating_requests_need_their_own_origin_and_a_request_header() {
         let a = raw(&app, Method::POST, restart, headers).await;
         assert_error(&a, StatusCode::FORBIDDEN, code);
     }
-    assert!(control.calls().is_empty() && audit_of(&*store).is_empty());
+    assert!(control.calls().is_empty() && audit_of(&*store).await.is_empty());
     // A foreign Origin is refused on reads too (an EventSource from
     // another page), while reads without one are fine.
     let a = raw(
@@ -1060,12 +1053,13 @@ async fn viewers_read_the_call_audit_newest_first_with_filters_and_a_cursor() {
     use crate::audit::Outcome;
     let (state, _control, store) = testutil::state(testutil::tokens());
     store
-        .append_calls(&[
+        .append(vec![
             call(1, "key:alice", "files", Outcome::Ok),
             call(2, "key:bob", "files", Outcome::Error),
             call(3, "key:alice", "search", Outcome::Unavailable),
             call(4, "key:alice", "files", Outcome::RateLimited),
         ])
+        .await
         .unwrap();
     let app = router(state);
     let a = get(&app, "/api/v1/audit/calls", Some(VIEWER_SECRET)).await;
@@ -1167,7 +1161,7 @@ async fn without_a_store_the_call_audit_is_503_naming_store() {
     // A broken store is an internal error, its detail kept in the log.
     let (state, ..) = testutil::state(testutil::tokens());
     let app = router(ApiState {
-        store: Some(Arc::new(BrokenStore)),
+        store: Some(Stores::of(Arc::new(BrokenStore))),
         ..state
     });
     let a = get(&app, "/api/v1/audit/calls", Some(VIEWER_SECRET)).await;

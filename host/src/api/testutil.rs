@@ -215,7 +215,11 @@ pub fn state(tokens: Vec<ApiToken>) -> (ApiState, Arc<FakeControl>, Arc<SqliteSt
     let control = Arc::new(FakeControl::new());
     let store = Arc::new(SqliteStore::open_in_memory().expect("in-memory store"));
     (
-        api_state(control.clone(), Some(store.clone()), tokens),
+        api_state(
+            control.clone(),
+            Some(crate::store::Stores::of(store.clone())),
+            tokens,
+        ),
         control,
         store,
     )
@@ -227,7 +231,7 @@ pub const HOST: &str = "127.0.0.1:8081";
 /// An API over `control` with the default `[api]` settings and `tokens`.
 pub fn api_state(
     control: Arc<dyn super::Control>,
-    store: Option<Arc<dyn crate::store::Store>>,
+    store: Option<crate::store::Stores>,
     tokens: Vec<ApiToken>,
 ) -> ApiState {
     let mut api = crate::config::Config::parse("", std::path::Path::new("vigil.toml"))

@@ -1,16 +1,17 @@
 //! [`CallAudit`]: the handle the call paths record through. Recording is a
-//! `try_send` into a bounded queue, never a wait: the one writer task
-//! (`writer.rs`) takes the queue in batches and the store sees one
-//! transaction per batch. A record that finds the queue full is counted,
-//! never lost silently ([`CallAudit::dropped`], the metric
-//! `vigil_audit_dropped_total`, a WARN at most every 10 s).
+//! `try_send` into the bounded queue of the store's batched writer
+//! ([`crate::store::Writer`], set up in `writer.rs`), never a wait: its one
+//! task takes the queue in batches and the store sees one transaction per
+//! batch. A record that finds the queue full is counted, never lost
+//! silently ([`CallAudit::dropped`], the metric `vigil_audit_dropped_total`,
+//! a WARN at most every 10 s).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -18,7 +19,7 @@ use super::CallRecord;
 use crate::config::AuditConfig;
 use crate::log_limit::LogLimit;
 use crate::redact::Redactor;
-use crate::store::Store;
+use crate::store::{CallStore, Writer};
 
 /// Records the queue holds before `record` drops: a burst of several
 /// thousand calls arriving while a batch is being written is all kept.
@@ -36,7 +37,7 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 pub struct CallAudit(Option<Arc<Shared>>);
 
 struct Shared {
-    tx: mpsc::Sender<CallRecord>,
+    writer: Writer<super::writer::Records>,
     settings: Arc<Settings>,
     counters: Arc<Counters>,
 }
@@ -133,7 +134,7 @@ impl CallAudit {
     /// serve` does) puts the last batch on disk. `redactor` masks the
     /// arguments the writer stores. No store: [`CallAudit::off`].
     pub fn start(
-        store: Option<Arc<dyn Store>>,
+        store: Option<Arc<dyn CallStore>>,
         config: AuditConfig,
         redactor: Redactor,
         tracker: &TaskTracker,
@@ -144,7 +145,7 @@ impl CallAudit {
 
     /// [`CallAudit::start`] with a queue of `capacity` records.
     pub(crate) fn with_capacity(
-        store: Option<Arc<dyn Store>>,
+        store: Option<Arc<dyn CallStore>>,
         config: AuditConfig,
         redactor: Redactor,
         tracker: &TaskTracker,
@@ -154,28 +155,23 @@ impl CallAudit {
         let Some(store) = store else {
             return CallAudit::off();
         };
-        let (tx, rx) = mpsc::channel(capacity.max(1));
         let settings = Arc::new(Settings {
             current: ArcSwap::from_pointee(config),
             changed: Notify::new(),
         });
         let counters = Arc::new(Counters::new());
-        tracker.spawn(tracing::Instrument::instrument(
-            super::writer::run(
-                rx,
-                store.clone(),
-                redactor,
-                counters.clone(),
-                shutdown.clone(),
-            ),
-            tracing::info_span!("audit_writer"),
-        ));
+        let records = super::writer::Records {
+            store: store.clone(),
+            redactor,
+            counters: counters.clone(),
+        };
+        let writer = Writer::spawn(records, super::writer::policy(capacity), tracker, shutdown);
         tracker.spawn(tracing::Instrument::instrument(
             super::prune::run(store, settings.clone(), shutdown.clone()),
             tracing::info_span!("audit_prune"),
         ));
         CallAudit(Some(Arc::new(Shared {
-            tx,
+            writer,
             settings,
             counters,
         })))
@@ -205,11 +201,8 @@ impl CallAudit {
         if !s.settings.current.load().arguments {
             record.arguments = None;
         }
-        match s.tx.try_send(record) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => s.counters.lost(1, Lost::QueueFull),
-            Err(mpsc::error::TrySendError::Closed(_)) => s.counters.lost(1, Lost::ShutDown),
-        }
+        // A refusal (full, or closed for shutdown) is counted by the sink.
+        s.writer.send(record);
     }
 
     /// Puts a reloaded `[audit]` in force: `arguments` from the next call

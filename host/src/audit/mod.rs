@@ -13,8 +13,10 @@
 //!   [`PendingCall::refused`];
 //! - `handle.rs`: [`CallAudit`], the cheap handle with a non-blocking
 //!   [`CallAudit::record`] into a bounded queue ([`QUEUE`]);
-//! - `writer.rs`: the one task that writes the queue in batches, one store
-//!   transaction each, on the blocking pool, and drains it at shutdown;
+//! - `writer.rs`: the queue's sink and policy: the store's one batched
+//!   writer ([`crate::store::Writer`]) takes the queue in batches, one
+//!   [`CallStore`](crate::store::CallStore) transaction each, and drains
+//!   it at shutdown;
 //! - `prune.rs`: deletes records older than `[audit] keep`;
 //! - `query.rs`: [`CallQuery`] and the API's query-string checks.
 //!
@@ -24,7 +26,7 @@
 //! audit is off and says so where it is read.
 //!
 //! ```no_run
-//! # async fn demo(store: std::sync::Arc<dyn vigil::store::Store>) {
+//! # async fn demo(store: std::sync::Arc<dyn vigil::store::CallStore>) {
 //! use vigil::audit::{CallAudit, Method};
 //! let (tracker, shutdown) = (tokio_util::task::TaskTracker::new(), tokio_util::sync::CancellationToken::new());
 //! let audit = CallAudit::start(Some(store), Default::default(), Default::default(), &tracker, &shutdown);

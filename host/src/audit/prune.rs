@@ -9,32 +9,28 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use super::handle::Settings;
-use crate::store::Store;
+use crate::store::CallStore;
 
 /// Time between two prunes.
 pub(super) const EVERY: Duration = Duration::from_secs(3600);
 
 /// Prunes until `shutdown`. A failed prune is a WARN; the next one retries.
 pub(super) async fn run(
-    store: Arc<dyn Store>,
+    store: Arc<dyn CallStore>,
     settings: Arc<Settings>,
     shutdown: CancellationToken,
 ) {
     loop {
         let keep = settings.current().keep;
         if let Some(cutoff) = SystemTime::now().checked_sub(keep) {
-            let s = store.clone();
             let keep = humantime::format_duration(keep).to_string();
-            match tokio::task::spawn_blocking(move || s.prune_calls(cutoff)).await {
-                Ok(Ok(0)) => {}
-                Ok(Ok(rows)) => {
+            match store.prune(cutoff).await {
+                Ok(0) => {}
+                Ok(rows) => {
                     tracing::info!(rows, %keep, "call audit: deleted records older than [audit] keep")
                 }
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "call audit: could not delete old records; retrying in an hour")
-                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "call audit: the prune task failed; retrying in an hour")
+                    tracing::warn!(kind = %e.kind(), error = %e, "call audit: could not delete old records; retrying in an hour")
                 }
             }
         }

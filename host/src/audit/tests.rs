@@ -14,10 +14,9 @@ use tokio_util::task::TaskTracker;
 use super::*;
 use crate::auth::Principal;
 use crate::config::AuditConfig;
-use crate::health::Transition;
 use crate::redact::{Redactor, Secrets};
 use crate::store::sqlite::SqliteStore;
-use crate::store::{AuditEntry, InstanceRecord, Rows, Store, StoreError};
+use crate::store::{CallStore, Rows, StoreError};
 
 /// Long enough for a loaded 2-core machine; only bounds waits.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -62,38 +61,21 @@ impl Gated {
     }
 }
 
-impl Store for Gated {
-    fn record_transition(&self, t: &Transition) -> Result<(), StoreError> {
-        self.inner.record_transition(t)
-    }
-    fn transitions(&self, b: &str, limit: usize) -> Result<Rows<Transition>, StoreError> {
-        self.inner.transitions(b, limit)
-    }
-    fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError> {
-        self.inner.save_instance(r)
-    }
-    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
-        self.inner.load_instances()
-    }
-    fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError> {
-        self.inner.record_audit(a)
-    }
-    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
-        self.inner.audit(limit)
-    }
-    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError> {
+#[async_trait::async_trait]
+impl CallStore for Gated {
+    async fn append(&self, calls: Vec<CallRecord>) -> Result<(), StoreError> {
         self.waiting.store(true, Ordering::SeqCst);
-        let deadline = std::time::Instant::now() + DEADLINE;
-        while !self.open.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while !self.open.load(Ordering::SeqCst) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        self.inner.append_calls(calls)
+        self.inner.append(calls).await
     }
-    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
-        self.inner.calls(q)
+    async fn query(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
+        self.inner.query(q).await
     }
-    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
-        self.inner.prune_calls(cutoff)
+    async fn prune(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
+        self.inner.prune(cutoff).await
     }
 }
 
@@ -112,12 +94,13 @@ fn record(n: usize) -> CallRecord {
     }
 }
 
-fn all(store: &dyn Store) -> Vec<StoredCall> {
+async fn all(store: &dyn CallStore) -> Vec<StoredCall> {
     store
-        .calls(&CallQuery {
+        .query(&CallQuery {
             limit: MAX_LIMIT,
             ..CallQuery::default()
         })
+        .await
         .unwrap()
         .rows
 }
@@ -174,7 +157,7 @@ async fn records_queued_at_shutdown_are_on_disk_after_it() {
 
     // What a restarted gateway reads from the same data directory.
     let reopened = SqliteStore::open(&dir.0).unwrap();
-    let rows = all(&reopened);
+    let rows = all(&reopened).await;
     assert_eq!(rows.len(), 2000, "every queued record is stored");
     assert_eq!(audit.dropped(), 0);
     let mut names: Vec<String> = rows.into_iter().map(|r| r.call.name).collect();
@@ -215,7 +198,7 @@ async fn a_full_queue_counts_what_it_drops_and_a_late_record_too() {
     assert!(after >= before + 6, "the metric moved: {before} -> {after}");
     store.open.store(true, Ordering::SeqCst);
     shut_down(&tracker, &shutdown).await;
-    assert_eq!(all(&*store).len(), 4);
+    assert_eq!(all(&*store).await.len(), 4);
     // After the writer stopped, a record is counted, not lost silently.
     audit.record(record(99));
     assert_eq!(audit.dropped(), 7);
@@ -268,7 +251,7 @@ async fn the_hook_records_who_what_and_masks_arguments() {
     call.finish("demo", Outcome::Ok);
     shut_down(&tracker, &shutdown).await;
 
-    let rows = all(&*store);
+    let rows = all(&*store).await;
     assert_eq!(rows.len(), 2);
     let (prompt, tool) = (&rows[0].call, &rows[1].call);
     assert_eq!(
@@ -333,6 +316,7 @@ async fn arguments_follow_the_live_setting() {
         .finish("demo", Outcome::Ok);
     shut_down(&tracker, &shutdown).await;
     let by_name: Vec<(String, Option<serde_json::Value>)> = all(&*store)
+        .await
         .into_iter()
         .map(|r| (r.call.name, r.call.arguments))
         .collect();
@@ -375,6 +359,7 @@ async fn unrouted_names_are_recorded_only_when_their_backend_is_down() {
     off.record(record(1));
     shut_down(&tracker, &shutdown).await;
     let got: Vec<(String, String, Outcome)> = all(&*store)
+        .await
         .into_iter()
         .map(|r| (r.call.name, r.call.backend, r.call.outcome))
         .collect();

@@ -1,21 +1,23 @@
-//! The one writer of call records: takes what is queued in batches of up
-//! to [`BATCH`] (waiting up to [`LINGER`] for a batch to fill), masks their
-//! arguments, and appends each batch in one store transaction on the
-//! blocking pool — the call paths never wait on disk.
+//! Where call records go: the store's one batched writer
+//! ([`crate::store::Writer`]) with the audit's [`policy`] — a bounded
+//! queue ([`QUEUE`](super::QUEUE) records in `vigil serve`), batches of
+//! up to [`BATCH`] that wait up to [`LINGER`] to fill — over [`Records`],
+//! the sink that masks each batch's arguments and appends it in one
+//! [`CallStore`] transaction. The call paths never wait on disk.
 //!
 //! Shutdown: when the token fires the queue is closed (later records are
 //! counted as dropped) and everything already in it is written before the
 //! task ends; the caller waits for it through its `TaskTracker`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use async_trait::async_trait;
 
 use super::CallRecord;
 use super::handle::{Counters, Lost};
 use crate::redact::Redactor;
-use crate::store::Store;
+use crate::store::{CallStore, Policy, Refusal, Sink};
 
 /// The most records written in one transaction: large enough that a burst
 /// costs few commits, small enough that one commit stays short.
@@ -23,77 +25,50 @@ pub(super) const BATCH: usize = 512;
 
 /// How long a batch waits for more records before it is written: what a
 /// crash (not a shutdown, which drains) can lose at most.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
+const LINGER: Duration = Duration::from_millis(50);
 
-/// Runs until `shutdown` (then drains the queue) or until every handle is
-/// gone (then what was queued is written, too).
-pub(super) async fn run(
-    mut rx: mpsc::Receiver<CallRecord>,
-    store: Arc<dyn Store>,
-    redactor: Redactor,
-    counters: Arc<Counters>,
-    shutdown: CancellationToken,
-) {
-    let mut batch = Vec::with_capacity(BATCH);
-    loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            n = rx.recv_many(&mut batch, BATCH) => {
-                if n == 0 {
-                    return; // every handle dropped and nothing queued
-                }
-            }
-        }
-        // Linger for more: calls a few milliseconds apart then cost one
-        // commit per LINGER, not one each.
-        let until = tokio::time::Instant::now() + LINGER;
-        while batch.len() < BATCH {
-            let room = BATCH - batch.len();
-            tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep_until(until) => break,
-                n = rx.recv_many(&mut batch, room) => {
-                    if n == 0 {
-                        break;
-                    }
-                }
-            }
-        }
-        write(&store, &redactor, &counters, std::mem::take(&mut batch)).await;
+/// The call audit's writer policy, with a queue of `capacity` records.
+pub(super) const fn policy(capacity: usize) -> Policy {
+    Policy {
+        name: "call audit",
+        batch: BATCH,
+        linger: LINGER,
+        capacity: Some(capacity),
     }
-    rx.close();
-    let mut drained = 0;
-    while rx.recv_many(&mut batch, BATCH).await > 0 {
-        drained += batch.len();
-        write(&store, &redactor, &counters, std::mem::take(&mut batch)).await;
-    }
-    tracing::debug!(
-        records = drained,
-        "call audit: queue written out at shutdown"
-    );
 }
 
-/// Masks and appends one batch; a failure is logged and counted.
-async fn write(
-    store: &Arc<dyn Store>,
-    redactor: &Redactor,
-    counters: &Counters,
-    mut batch: Vec<CallRecord>,
-) {
-    for r in &mut batch {
-        if let Some(args) = r.arguments.as_mut() {
-            redactor.mask_json(args);
+/// The sink of call records: masks, appends, and counts what it could not
+/// store.
+pub(super) struct Records {
+    pub(super) store: Arc<dyn CallStore>,
+    pub(super) redactor: Redactor,
+    pub(super) counters: Arc<Counters>,
+}
+
+#[async_trait]
+impl Sink for Records {
+    type Item = CallRecord;
+
+    /// Masks and appends one batch; a failure is logged and counted.
+    async fn write(&self, mut batch: Vec<CallRecord>) {
+        for r in &mut batch {
+            if let Some(args) = r.arguments.as_mut() {
+                self.redactor.mask_json(args);
+            }
+        }
+        let n = batch.len() as u64;
+        if let Err(e) = self.store.append(batch).await {
+            tracing::error!(records = n, kind = %e.kind(), error = %e, "call audit: could not store a batch of call records");
+            self.counters.lost(n, Lost::WriteFailed);
         }
     }
-    let n = batch.len() as u64;
-    let store = store.clone();
-    let error = match tokio::task::spawn_blocking(move || store.append_calls(&batch)).await {
-        Ok(Ok(())) => return,
-        Ok(Err(e)) => e.to_string(),
-        Err(e) => format!("audit write task: {e}"),
-    };
-    tracing::error!(records = n, %error, "call audit: could not store a batch of call records");
-    counters.lost(n, Lost::WriteFailed);
+
+    /// A full queue or a closed writer: counted, never silent.
+    fn refused(&self, _: CallRecord, why: Refusal) {
+        let lost = match why {
+            Refusal::Full => Lost::QueueFull,
+            Refusal::Closed => Lost::ShutDown,
+        };
+        self.counters.lost(1, lost);
+    }
 }

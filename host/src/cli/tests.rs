@@ -1269,9 +1269,9 @@ async fn serve_calls(
     CancellationToken,
     std::sync::Arc<crate::store::sqlite::SqliteStore>,
 ) {
-    use crate::store::Store;
+    use crate::store::CallStore;
     let (state, _control, store) = testutil::state(testutil::tokens());
-    store.append_calls(calls).unwrap();
+    store.append(calls.to_vec()).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
@@ -1356,7 +1356,7 @@ TIME                      PRINCIPAL  BACKEND  METHOD      OUTCOME      DURATION 
 #[tokio::test]
 async fn audit_follow_prints_each_new_call_once() {
     use crate::audit::Outcome;
-    use crate::store::Store;
+    use crate::store::CallStore;
     let (addr, stop, store) = serve_calls(&[call_record(1, "key:alice", Outcome::Ok)]).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let halt = CancellationToken::new();
@@ -1375,10 +1375,11 @@ async fn audit_follow_prints_each_new_call_once() {
             if !added && seen.contains("alpha__tool1") {
                 added = true;
                 store
-                    .append_calls(&[
+                    .append(vec![
                         call_record(2, "key:bob", Outcome::Error),
                         call_record(3, "key:bob", Outcome::Ok),
                     ])
+                    .await
                     .unwrap();
             }
             if seen.contains("alpha__tool3") {

@@ -100,14 +100,12 @@ impl Control for Gateway {
             let b = self.find(&name)?;
             let status = b.status();
             let transitions = match &self.store {
-                Some(store) => {
-                    let (store, n) = (store.clone(), name.clone());
-                    tokio::task::spawn_blocking(move || store.transitions(&n, HISTORY))
-                        .await
-                        .map_err(|e| ControlError::Internal(e.to_string()))?
-                        .map_err(|e| ControlError::Internal(e.to_string()))?
-                        .logged("transition history")
-                }
+                Some(store) => store
+                    .health
+                    .transitions(&name, HISTORY)
+                    .await
+                    .map_err(|e| ControlError::Internal(e.to_string()))?
+                    .logged("transition history"),
                 None => Vec::new(),
             };
             Ok(InstanceDetail {

@@ -65,7 +65,7 @@ use crate::runtime::Runtime;
 use crate::runtime::container::ContainerRuntime;
 use crate::runtime::process::{ProcessRuntime, StderrTail};
 use crate::runtime::remote::RemoteRuntime;
-use crate::store::{InstanceRecord, Store, StoreWriter};
+use crate::store::{HealthStore, HealthWriter, InstanceRecord, Stores};
 use crate::supervisor::{Outlets, Supervisor};
 pub use reload::{ReloadError, ReloadSummary};
 pub use session::FrontSession;
@@ -126,8 +126,8 @@ pub struct Gateway {
     pub events: broadcast::Sender<Transition>,
     /// The plugin registry, when `[plugins] dir` is set (set at launch).
     plugins: OnceLock<Option<Arc<crate::plugins::Plugins>>>,
-    /// Durable health state and audit log, when configured.
-    pub store: Option<Arc<dyn Store>>,
+    /// Durable health state and audit logs, when configured.
+    pub store: Option<Stores>,
     /// The control API's tokens in force: `config.api.tokens` at start,
     /// replaced by each config reload that changes them.
     api_tokens: Arc<crate::api::Tokens>,
@@ -275,7 +275,7 @@ impl Gateway {
     /// [`Gateway::launch`], then [`Startup::settle`].
     pub async fn start(
         config: Config,
-        store: Option<Arc<dyn Store>>,
+        store: Option<Stores>,
         redactor: Redactor,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
@@ -294,7 +294,7 @@ impl Gateway {
     /// share it with whatever else must mask them (the log writer).
     pub async fn launch(
         config: Config,
-        store: Option<Arc<dyn Store>>,
+        store: Option<Stores>,
         redactor: Redactor,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
@@ -356,7 +356,7 @@ impl Gateway {
             oauth,
             policies,
             audit: crate::audit::CallAudit::start(
-                store.clone(),
+                store.as_ref().map(|s| s.calls.clone()),
                 config.audit.clone(),
                 redactor.clone(),
                 tracker,
@@ -371,7 +371,7 @@ impl Gateway {
                 .ok(),
         });
         let restored = match &store {
-            Some(store) => restore(store.clone(), &gw.config).await,
+            Some(store) => restore(&*store.health, &gw.config).await,
             None => Vec::new(),
         };
         let backends: Vec<Arc<Backend>> = gw
@@ -392,7 +392,7 @@ impl Gateway {
         let outlets = Outlets {
             updates: updates_tx,
             events,
-            store: store.map(|s| StoreWriter::spawn(s, tracker, &shutdown)),
+            store: store.map(|s| HealthWriter::start(s.health, tracker, &shutdown)),
             plugins,
         };
         let _ = gw.spawner.set(Spawner {
@@ -461,15 +461,11 @@ impl Gateway {
 /// naming it: that backend starts fresh, every other one keeps its
 /// quarantine and counts. A store that cannot be read at all is an ERROR,
 /// and every backend starts fresh.
-async fn restore(store: Arc<dyn Store>, config: &Config) -> Vec<InstanceRecord> {
-    let read = match tokio::task::spawn_blocking(move || store.load_instances()).await {
-        Ok(Ok(read)) => read,
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "could not read saved health state; every backend starts fresh");
-            return Vec::new();
-        }
+async fn restore(store: &dyn HealthStore, config: &Config) -> Vec<InstanceRecord> {
+    let read = match store.load_instances().await {
+        Ok(read) => read,
         Err(e) => {
-            tracing::error!(error = %e, "could not read saved health state; every backend starts fresh");
+            tracing::error!(kind = %e.kind(), error = %e, "could not read saved health state; every backend starts fresh");
             return Vec::new();
         }
     };

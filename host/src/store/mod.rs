@@ -3,24 +3,52 @@
 //! the audit log of operator actions and the audit of MCP calls
 //! ([`crate::audit`]).
 //!
-//! [`Store`] is the seam: [`sqlite::SqliteStore`] is the embedded default
-//! (one file under `data_dir`); a PostgreSQL implementation can serve several
-//! replicas later. The data plane never waits on the store. It is needed to
-//! *start*, though: without it a restart forgets every quarantine, so a
-//! store that cannot be opened refuses the start unless the operator set
-//! `[store] optional = true` ([`open`]). Readers skip a row they cannot
-//! read and report it ([`Rows`]), so one bad row never costs the others.
+//! The seams are three async traits, one per concern, so that a second
+//! implementation (PostgreSQL, for several replicas) slots in without a
+//! change above them:
+//!
+//! - [`HealthStore`]: instance records (state, restart counts, quarantine)
+//!   and the append-only transition log; written by the supervisors through
+//!   a [`HealthWriter`], read at start and by the control API;
+//! - [`CallStore`]: the audit of MCP calls, appended in batches by
+//!   [`crate::audit`]'s writer, queried by the control API, pruned;
+//! - [`ActionLog`]: the operator actions the control API records and lists.
+//!
+//! [`Stores`] hands out one of each; [`open`] returns it, and
+//! [`sqlite::SqliteStore`], the embedded default (one file under
+//! `data_dir`), implements all three. Every method is async and never
+//! blocks the caller's thread: an implementation over a blocking driver
+//! (SQLite) runs it on the blocking pool itself, so callers just `.await`.
+//! Failures are a [`StoreError`], whose [`StoreErrorKind`] callers match
+//! on; no database's own types cross the seam.
+//!
+//! Writes that must not stall their caller go through the one batched
+//! writer, [`Writer`]: queued without waiting, written in batches in order,
+//! drained at shutdown. The health writes and the call audit are each a
+//! [`Writer`] with their own [`Policy`].
+//!
+//! The data plane never waits on the store. It is needed to *start*,
+//! though: without it a restart forgets every quarantine, so a store that
+//! cannot be opened refuses the start unless the operator set `[store]
+//! optional = true` ([`open`]). Readers skip a row they cannot read and
+//! report it ([`Rows`]), so one bad row never costs the others.
 
+mod error;
 pub mod sqlite;
-mod writer;
+pub mod writer;
 
-pub use writer::StoreWriter;
+#[cfg(test)]
+pub(crate) mod suite;
+
+pub use error::{StoreError, StoreErrorKind};
+pub use writer::{HealthWriter, Policy, Refusal, Sink, Writer};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{CallQuery, CallRecord, StoredCall};
@@ -54,62 +82,6 @@ pub struct AuditEntry {
     pub outcome: String,
     #[serde(with = "crate::health::unix_ms")]
     pub at: SystemTime,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("store at {path}: {source}")]
-    Open {
-        path: String,
-        #[source]
-        source: rusqlite::Error,
-    },
-    #[error("store: {0}")]
-    Sql(#[from] rusqlite::Error),
-    /// The data directory or a store file cannot be created, or is not
-    /// private to Vigil's user (see [`crate::private_fs`]); the text names
-    /// the path and the fix.
-    #[error(transparent)]
-    Path(#[from] crate::private_fs::PrivateError),
-    #[error("store: bad value in column {column}: {value}")]
-    Corrupt { column: &'static str, value: String },
-}
-
-impl StoreError {
-    /// What an operator does about it, for the message that refuses to
-    /// start; `None` when the error's own text already says it.
-    pub fn fix(&self) -> Option<String> {
-        use crate::private_fs::PrivateError as P;
-        match self {
-            StoreError::Open { path, source }
-                if source.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
-            {
-                Some(format!(
-                    "{path} is not a SQLite database: move it away (Vigil then creates a new, empty store) or restore it from a backup"
-                ))
-            }
-            StoreError::Open { path, .. } => Some(format!(
-                "make {path} and its directory readable and writable by the user Vigil runs as, or point `data_dir` elsewhere"
-            )),
-            StoreError::Path(P::Create { path, .. } | P::Stat { path, .. }) => Some(format!(
-                "make {} a directory the user Vigil runs as can write, or point `data_dir` elsewhere",
-                path.display()
-            )),
-            StoreError::Path(P::Chmod { path, .. }) => Some(format!(
-                "run Vigil as the owner of {}, or point `data_dir` elsewhere",
-                path.display()
-            )),
-            StoreError::Path(_) => None,
-            StoreError::Corrupt { .. } => Some(
-                "the store was written by a newer Vigil: run that version, or move vigil.db (with its -wal and -shm files) away to start with an empty store"
-                    .into(),
-            ),
-            StoreError::Sql(_) => Some(
-                "check the disk and the store's files; moving vigil.db (with its -wal and -shm files) away starts with an empty store"
-                    .into(),
-            ),
-        }
-    }
 }
 
 /// What a reader read: every row it could, and each row it had to skip.
@@ -179,48 +151,121 @@ impl fmt::Display for SkippedRow {
     }
 }
 
-/// Durable health state. Calls are synchronous and short; async callers
-/// run them with `spawn_blocking`.
-pub trait Store: Send + Sync + 'static {
-    /// Appends one transition to the log.
-    fn record_transition(&self, t: &Transition) -> Result<(), StoreError>;
+/// One health write, as the supervisors hand them to the [`HealthWriter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthWrite {
+    /// Appends a transition to the log.
+    Transition(Transition),
+    /// Creates or replaces an instance's current record.
+    Instance(InstanceRecord),
+}
+
+impl HealthWrite {
+    /// The backend the write is about.
+    pub fn backend(&self) -> &str {
+        match self {
+            HealthWrite::Transition(t) => &t.backend,
+            HealthWrite::Instance(r) => &r.backend,
+        }
+    }
+}
+
+/// Durable health state: each instance's current record (state, restart
+/// count, consecutive failures, quarantine reason) and the append-only
+/// log of its transitions.
+///
+/// Restoring quarantines at start depends on it, so a record one build
+/// cannot read costs only that record ([`Rows::skipped`]).
+#[async_trait]
+pub trait HealthStore: Send + Sync + 'static {
+    /// Applies `writes` in order, in one transaction: all of them or, on
+    /// error, none. A transition is appended; an instance record replaces
+    /// the backend's previous one.
+    async fn write(&self, writes: Vec<HealthWrite>) -> Result<(), StoreError>;
     /// The newest `limit` transitions of `backend`, oldest first (rows
     /// that cannot be read are skipped, and count towards `limit`).
-    fn transitions(&self, backend: &str, limit: usize) -> Result<Rows<Transition>, StoreError>;
-    /// Creates or replaces an instance's current record.
-    fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError>;
-    /// Every instance record (to restore state at start). A record that
-    /// cannot be read is skipped, never a reason to drop the others.
-    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError>;
-    /// Appends one audit entry.
-    fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError>;
-    /// The newest `limit` audit entries, oldest first (rows that cannot be
-    /// read are skipped, and count towards `limit`).
-    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError>;
-    /// Appends a batch of call records in one transaction: all of them or,
-    /// on error, none.
-    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError>;
+    async fn transitions(
+        &self,
+        backend: &str,
+        limit: usize,
+    ) -> Result<Rows<Transition>, StoreError>;
+    /// Every instance record, ordered by backend (to restore state at
+    /// start). A record that cannot be read is skipped, never a reason to
+    /// drop the others.
+    async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError>;
+}
+
+/// The audit of MCP calls ([`crate::audit`]): appended in batches, read
+/// newest first or page by page after a row id, pruned by age.
+#[async_trait]
+pub trait CallStore: Send + Sync + 'static {
+    /// Appends `calls` in one transaction: all of them or, on error, none.
+    /// Each gets a row id larger than every id before it.
+    async fn append(&self, calls: Vec<CallRecord>) -> Result<(), StoreError>;
     /// The call records `q` selects, each with its row id: without
     /// `q.after` the newest first, with it those of a larger id, oldest
     /// first; at most `q.limit` (rows that cannot be read are skipped, and
     /// count towards it).
-    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError>;
+    async fn query(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError>;
     /// Deletes the call records received before `cutoff`; how many went.
-    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError>;
+    async fn prune(&self, cutoff: SystemTime) -> Result<usize, StoreError>;
+}
+
+/// The append-only log of operator actions (mutating control-API calls).
+#[async_trait]
+pub trait ActionLog: Send + Sync + 'static {
+    /// Appends one entry.
+    async fn record(&self, entry: AuditEntry) -> Result<(), StoreError>;
+    /// The newest `limit` entries, oldest first (rows that cannot be read
+    /// are skipped, and count towards `limit`).
+    async fn list(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError>;
+}
+
+/// The state store, one handle per concern: what [`open`] returns and what
+/// the gateway and the control API are given. Cheap to clone.
+///
+/// Each part goes to whoever needs only it: `health` to the supervisors'
+/// [`HealthWriter`] and the instance detail, `calls` to the call audit and
+/// `GET /api/v1/audit/calls`, `actions` to the control API's action log.
+#[derive(Clone)]
+pub struct Stores {
+    pub health: Arc<dyn HealthStore>,
+    pub calls: Arc<dyn CallStore>,
+    pub actions: Arc<dyn ActionLog>,
+}
+
+impl Stores {
+    /// One implementation of every concern, serving all three.
+    pub fn of<S: HealthStore + CallStore + ActionLog>(store: Arc<S>) -> Stores {
+        Stores {
+            health: store.clone(),
+            calls: store.clone(),
+            actions: store,
+        }
+    }
+}
+
+impl fmt::Debug for Stores {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stores").finish_non_exhaustive()
+    }
 }
 
 /// Opens the store in `data_dir` for `vigil serve` and `vigil stdio`.
-/// Blocking: async callers run it with `spawn_blocking`.
 ///
 /// Without durable state a restart forgets every quarantine and starts a
 /// backend an operator held, so a store that cannot be opened refuses the
 /// start ([`Refused`]) — unless the operator chose `[store] optional =
 /// true`, which serves without it (`Ok(None)`) and says so at ERROR.
-pub fn open(data_dir: &Path, optional: bool) -> Result<Option<Arc<dyn Store>>, Refused> {
-    match sqlite::SqliteStore::open(data_dir) {
+pub async fn open(data_dir: &Path, optional: bool) -> Result<Option<Stores>, Refused> {
+    let dir = data_dir.to_owned();
+    let opened = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(&dir))
+        .await
+        .unwrap_or_else(|e| Err(StoreError::new(StoreErrorKind::Other, e).context("store")));
+    match opened {
         Ok(store) => {
             tracing::info!(data_dir = %data_dir.display(), "health state store opened");
-            Ok(Some(Arc::new(store)))
+            Ok(Some(Stores::of(Arc::new(store))))
         }
         Err(source) if optional => {
             tracing::error!(

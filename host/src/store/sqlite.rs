@@ -19,7 +19,7 @@
 //! newer Vigil wrote, a count out of range) is skipped and reported in
 //! [`Rows::skipped`], never a panic and never a reason to drop the other
 //! rows. The schema version lives in `PRAGMA user_version` and is migrated
-//! forward on open; a newer schema is refused ([`StoreError::Corrupt`]).
+//! forward on open; a newer schema is refused ([`StoreErrorKind::Corrupt`]).
 //!
 //! The files are private to Vigil's user ([`crate::private_fs`]): the
 //! data directory is created 0700 and `vigil.db` 0600 before SQLite opens
@@ -38,18 +38,30 @@
 //! re-establish anyway. A busy timeout covers a second process (the CLI)
 //! holding the file briefly.
 //!
-//! Every call is short and synchronous, on one connection behind a mutex;
-//! async callers run them with `spawn_blocking` (see
-//! [`StoreWriter`](super::StoreWriter)).
+//! Every statement is short and runs on one connection behind a mutex, on
+//! the blocking pool: the async trait methods hand it there themselves, so
+//! callers just `.await` them. [`SqliteStore::open`] and
+//! [`SqliteStore::open_in_memory`] block (`store::open` runs the first on
+//! the blocking pool).
+//!
+//! Errors are turned into [`StoreError`]s here, where SQLite's own codes
+//! are still known: the kind comes from the code (`SQLITE_NOTADB` is
+//! [`StoreErrorKind::Corrupt`], `SQLITE_BUSY` is
+//! [`StoreErrorKind::Unavailable`], ...), and so does the operator's fix
+//! ("not a SQLite database: move it away").
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, Row, TransactionBehavior, params};
+use async_trait::async_trait;
+use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
 
-use super::{AuditEntry, InstanceRecord, Rows, SkippedRow, Store, StoreError};
+use super::{
+    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, SkippedRow,
+    StoreError, StoreErrorKind,
+};
 use crate::audit::{CallQuery, CallRecord, StoredCall};
 use crate::health::{HealthState, Transition, unix_ms};
 use crate::private_fs::{self, Kind, Loose, Outcome};
@@ -111,8 +123,14 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE calls ADD COLUMN issuer TEXT;",
 ];
 
-/// The embedded [`Store`]: one SQLite connection behind a mutex.
-pub struct SqliteStore {
+/// The embedded store, serving [`HealthStore`], [`CallStore`] and
+/// [`ActionLog`]: one SQLite connection behind a mutex. Cheap to clone
+/// (every clone is the same connection).
+#[derive(Clone)]
+pub struct SqliteStore(Arc<Db>);
+
+/// What the blocking pool works on.
+struct Db {
     conn: Mutex<Connection>,
     /// The database file, or `:memory:`; for `Debug` and messages.
     location: String,
@@ -123,66 +141,92 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) `data_dir/vigil.db`, creating `data_dir`
     /// too, both private to Vigil's user, and migrates the schema.
+    /// Blocking.
     ///
     /// # Errors
     ///
-    /// [`StoreError::Path`] if `data_dir` or a store file cannot be created
-    /// or is not private (another user owns it; the text names the path
-    /// and the fix), [`StoreError::Open`] (naming the file) if the database
-    /// cannot be opened or set up, and [`StoreError::Corrupt`] if it was
-    /// written by a newer Vigil with a schema this build does not know.
+    /// [`StoreErrorKind::Path`] if `data_dir` or a store file cannot be
+    /// created or is not private (another user owns it; the text names the
+    /// path and the fix); an error naming the file if the database cannot
+    /// be opened or set up ([`StoreErrorKind::Corrupt`] for a file that is
+    /// not a database, [`StoreErrorKind::Unavailable`] for one that cannot
+    /// be opened, ...); and [`StoreErrorKind::Corrupt`] if it was written by
+    /// a newer Vigil with a schema this build does not know.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         private(data_dir, private_fs::dir(data_dir, dir_policy(data_dir))?);
         let file = data_dir.join(FILE_NAME);
         private(&file, private_fs::file(&file, Loose::Tighten)?);
         tighten_companions(&file)?;
         let location = file.display().to_string();
-        let with_path = |source: rusqlite::Error| StoreError::Open {
-            path: location.clone(),
-            source,
-        };
-        let mut conn = Connection::open(&file).map_err(with_path)?;
+        let mut conn = Connection::open(&file).map_err(|e| opening(&location, e))?;
         setup(&mut conn, true).map_err(|e| match e {
-            StoreError::Sql(source) => with_path(source),
-            other => other,
+            Setup::Sql(e) => opening(&location, e),
+            Setup::Newer { found, known } => newer_schema(found, known),
         })?;
         // SQLite created its -wal and -shm files with the database's mode;
         // this only narrows what was left from before.
         tighten_companions(&file)?;
-        Ok(SqliteStore {
-            conn: Mutex::new(conn),
-            location,
-        })
+        Ok(SqliteStore::with(conn, location))
     }
 
-    /// A private in-memory store with the same schema; gone when dropped.
-    /// For tests and for running without a data directory.
+    /// A private in-memory store with the same schema; gone when the last
+    /// clone is dropped. For tests and for running without a data
+    /// directory.
     pub fn open_in_memory() -> Result<Self, StoreError> {
-        let mut conn = Connection::open_in_memory()?;
-        setup(&mut conn, false)?;
-        Ok(SqliteStore {
+        let mut conn = Connection::open_in_memory().map_err(sql)?;
+        setup(&mut conn, false).map_err(|e| match e {
+            Setup::Sql(e) => sql(e),
+            Setup::Newer { found, known } => newer_schema(found, known),
+        })?;
+        Ok(SqliteStore::with(conn, ":memory:".into()))
+    }
+
+    fn with(conn: Connection, location: String) -> Self {
+        SqliteStore(Arc::new(Db {
             conn: Mutex::new(conn),
-            location: ":memory:".into(),
-        })
+            location,
+        }))
     }
 
     /// Deletes all but the newest `keep_per_backend` transitions of every
-    /// backend and returns how many rows went. Maintenance only: the
-    /// [`Store`] contract itself is append-only.
+    /// backend and returns how many rows went. Maintenance only (and
+    /// blocking): the [`HealthStore`] contract itself is append-only.
     pub fn prune_transitions(&self, keep_per_backend: usize) -> Result<usize, StoreError> {
-        let conn = self.conn();
-        let deleted = conn.execute(
-            "DELETE FROM transitions WHERE id IN (
-                 SELECT id FROM (
-                     SELECT id, ROW_NUMBER() OVER (PARTITION BY backend ORDER BY id DESC) AS newer
-                     FROM transitions
-                 ) WHERE newer > ?1
-             )",
-            params![sql_int(keep_per_backend)],
-        )?;
-        Ok(deleted)
+        self.0
+            .conn()
+            .execute(
+                "DELETE FROM transitions WHERE id IN (
+                     SELECT id FROM (
+                         SELECT id, ROW_NUMBER() OVER (PARTITION BY backend ORDER BY id DESC) AS newer
+                         FROM transitions
+                     ) WHERE newer > ?1
+                 )",
+                params![sql_int(keep_per_backend)],
+            )
+            .map_err(sql)
     }
 
+    /// The connection, for tests that write what no Vigil writes.
+    #[cfg(test)]
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.0.conn()
+    }
+
+    /// Runs `f` on the blocking pool: the statements wait there for the
+    /// connection and the disk, never on an async worker thread.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Db) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = self.0.clone();
+        match tokio::task::spawn_blocking(move || f(&db)).await {
+            Ok(r) => r.map_err(sql),
+            Err(e) => Err(StoreError::new(StoreErrorKind::Other, e).context("store task")),
+        }
+    }
+}
+
+impl Db {
     /// The connection. A panic while it was held cannot leave it half
     /// written (an open transaction rolls back when dropped), so a poisoned
     /// lock is taken over rather than propagated.
@@ -194,172 +238,278 @@ impl SqliteStore {
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
-            .field("location", &self.location)
+            .field("location", &self.0.location)
             .finish_non_exhaustive()
     }
 }
 
-impl Store for SqliteStore {
-    fn record_transition(&self, t: &Transition) -> Result<(), StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "INSERT INTO transitions (backend, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        stmt.execute(params![
-            t.backend,
-            t.from.as_str(),
-            t.to.as_str(),
-            t.reason,
-            unix_ms::to_ms(t.at)
-        ])?;
-        Ok(())
+#[async_trait]
+impl HealthStore for SqliteStore {
+    async fn write(&self, writes: Vec<HealthWrite>) -> Result<(), StoreError> {
+        self.blocking(move |db| write_health(&mut db.conn(), &writes))
+            .await
     }
 
-    fn transitions(&self, backend: &str, limit: usize) -> Result<Rows<Transition>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT backend, from_state, to_state, reason, at, id FROM (
-                 SELECT * FROM transitions WHERE backend = ?1 ORDER BY id DESC LIMIT ?2
-             ) ORDER BY id ASC",
-        )?;
-        let mut rows = stmt.query(params![backend, sql_int(limit)])?;
-        let mut out = Rows::default();
-        while let Some(row) = rows.next()? {
-            let read = (|| -> Result<Transition, Unread> {
-                Ok(Transition {
-                    backend: row.get(0)?,
-                    from: state(row, 1, "from_state")?,
-                    to: state(row, 2, "to_state")?,
-                    reason: row.get(3)?,
-                    at: time(row, 4, "at")?,
-                })
-            })();
-            out.take(read, || SkippedRow {
-                table: "transitions",
-                backend: row.get(0).ok(),
-                id: row.get(5).ok(),
-                ..SkippedRow::default()
-            })?;
-        }
-        Ok(out)
+    async fn transitions(
+        &self,
+        backend: &str,
+        limit: usize,
+    ) -> Result<Rows<Transition>, StoreError> {
+        let backend = backend.to_owned();
+        self.blocking(move |db| transitions(&db.conn(), &backend, limit))
+            .await
     }
 
-    fn save_instance(&self, r: &InstanceRecord) -> Result<(), StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "INSERT INTO instances
-                 (backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (backend) DO UPDATE SET
-                 state = excluded.state,
-                 restart_count = excluded.restart_count,
-                 consecutive_failures = excluded.consecutive_failures,
-                 quarantine_reason = excluded.quarantine_reason,
-                 updated_at = excluded.updated_at",
-        )?;
-        stmt.execute(params![
-            r.backend,
-            r.state.as_str(),
-            // Saturates at i64::MAX, far beyond any real restart count.
-            i64::try_from(r.restart_count).unwrap_or(i64::MAX),
-            r.consecutive_failures,
-            r.quarantine_reason,
-            unix_ms::to_ms(r.updated_at),
-        ])?;
-        Ok(())
+    async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
+        self.blocking(|db| load_instances(&db.conn())).await
+    }
+}
+
+#[async_trait]
+impl CallStore for SqliteStore {
+    async fn append(&self, records: Vec<CallRecord>) -> Result<(), StoreError> {
+        self.blocking(move |db| calls::append(&mut db.conn(), &records))
+            .await
     }
 
-    fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at
-             FROM instances ORDER BY backend",
-        )?;
-        let mut rows = stmt.query([])?;
-        let mut out = Rows::default();
-        while let Some(row) = rows.next()? {
-            let read = (|| -> Result<InstanceRecord, Unread> {
-                Ok(InstanceRecord {
-                    backend: row.get(0)?,
-                    state: state(row, 1, "state")?,
-                    restart_count: int(row, 2, "restart_count")?,
-                    consecutive_failures: int(row, 3, "consecutive_failures")?,
-                    quarantine_reason: row.get(4)?,
-                    updated_at: time(row, 5, "updated_at")?,
-                })
-            })();
-            out.take(read, || SkippedRow {
-                table: "instances",
-                backend: row.get(0).ok(),
-                ..SkippedRow::default()
-            })?;
-        }
-        Ok(out)
+    async fn query(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
+        let q = q.clone();
+        self.blocking(move |db| calls::read(&db.conn(), &q)).await
     }
 
-    fn record_audit(&self, a: &AuditEntry) -> Result<(), StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "INSERT INTO audit (principal, action, target, outcome, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        stmt.execute(params![
-            a.principal,
-            a.action,
-            a.target,
-            a.outcome,
-            unix_ms::to_ms(a.at)
-        ])?;
-        Ok(())
-    }
-
-    fn append_calls(&self, calls: &[CallRecord]) -> Result<(), StoreError> {
-        calls::append(&mut self.conn(), calls)
-    }
-
-    fn calls(&self, q: &CallQuery) -> Result<Rows<StoredCall>, StoreError> {
-        calls::read(&self.conn(), q)
-    }
-
-    fn prune_calls(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
+    async fn prune(&self, cutoff: SystemTime) -> Result<usize, StoreError> {
         // In chunks, taking the lock for each: a prune of a large backlog
         // never holds up the writer for long.
-        let mut deleted = 0;
-        loop {
-            let n = calls::prune_chunk(&self.conn(), cutoff)?;
-            deleted += n;
-            if n < calls::PRUNE_CHUNK {
-                return Ok(deleted);
+        self.blocking(move |db| {
+            let mut deleted = 0;
+            loop {
+                let n = calls::prune_chunk(&db.conn(), cutoff)?;
+                deleted += n;
+                if n < calls::PRUNE_CHUNK {
+                    return Ok(deleted);
+                }
+            }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ActionLog for SqliteStore {
+    async fn record(&self, entry: AuditEntry) -> Result<(), StoreError> {
+        self.blocking(move |db| record_action(&db.conn(), &entry))
+            .await
+    }
+
+    async fn list(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
+        self.blocking(move |db| actions(&db.conn(), limit)).await
+    }
+}
+
+// === statements ===
+
+/// Applies `writes` in order in one transaction.
+fn write_health(conn: &mut Connection, writes: &[HealthWrite]) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    for w in writes {
+        match w {
+            HealthWrite::Transition(t) => {
+                tx.prepare_cached(
+                    "INSERT INTO transitions (backend, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .execute(params![
+                    t.backend,
+                    t.from.as_str(),
+                    t.to.as_str(),
+                    t.reason,
+                    unix_ms::to_ms(t.at)
+                ])?;
+            }
+            HealthWrite::Instance(r) => {
+                tx.prepare_cached(
+                    "INSERT INTO instances
+                         (backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (backend) DO UPDATE SET
+                         state = excluded.state,
+                         restart_count = excluded.restart_count,
+                         consecutive_failures = excluded.consecutive_failures,
+                         quarantine_reason = excluded.quarantine_reason,
+                         updated_at = excluded.updated_at",
+                )?
+                .execute(params![
+                    r.backend,
+                    r.state.as_str(),
+                    // Saturates at i64::MAX, far beyond any real restart count.
+                    i64::try_from(r.restart_count).unwrap_or(i64::MAX),
+                    r.consecutive_failures,
+                    r.quarantine_reason,
+                    unix_ms::to_ms(r.updated_at),
+                ])?;
             }
         }
     }
+    tx.commit()
+}
 
-    fn audit(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT principal, action, target, outcome, at, id FROM (
-                 SELECT * FROM audit ORDER BY id DESC LIMIT ?1
-             ) ORDER BY id ASC",
-        )?;
-        let mut rows = stmt.query(params![sql_int(limit)])?;
-        let mut out = Rows::default();
-        while let Some(row) = rows.next()? {
-            let read = (|| -> Result<AuditEntry, Unread> {
-                Ok(AuditEntry {
-                    principal: row.get(0)?,
-                    action: row.get(1)?,
-                    target: row.get(2)?,
-                    outcome: row.get(3)?,
-                    at: time(row, 4, "at")?,
-                })
-            })();
-            out.take(read, || SkippedRow {
-                table: "audit",
-                id: row.get(5).ok(),
-                ..SkippedRow::default()
-            })?;
-        }
-        Ok(out)
+fn transitions(
+    conn: &Connection,
+    backend: &str,
+    limit: usize,
+) -> rusqlite::Result<Rows<Transition>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT backend, from_state, to_state, reason, at, id FROM (
+             SELECT * FROM transitions WHERE backend = ?1 ORDER BY id DESC LIMIT ?2
+         ) ORDER BY id ASC",
+    )?;
+    let mut rows = stmt.query(params![backend, sql_int(limit)])?;
+    let mut out = Rows::default();
+    while let Some(row) = rows.next()? {
+        let read = (|| -> Result<Transition, Unread> {
+            Ok(Transition {
+                backend: row.get(0)?,
+                from: state(row, 1, "from_state")?,
+                to: state(row, 2, "to_state")?,
+                reason: row.get(3)?,
+                at: time(row, 4, "at")?,
+            })
+        })();
+        out.take(read, || SkippedRow {
+            table: "transitions",
+            backend: row.get(0).ok(),
+            id: row.get(5).ok(),
+            ..SkippedRow::default()
+        })?;
     }
+    Ok(out)
+}
+
+fn load_instances(conn: &Connection) -> rusqlite::Result<Rows<InstanceRecord>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at
+         FROM instances ORDER BY backend",
+    )?;
+    let mut rows = stmt.query([])?;
+    let mut out = Rows::default();
+    while let Some(row) = rows.next()? {
+        let read = (|| -> Result<InstanceRecord, Unread> {
+            Ok(InstanceRecord {
+                backend: row.get(0)?,
+                state: state(row, 1, "state")?,
+                restart_count: int(row, 2, "restart_count")?,
+                consecutive_failures: int(row, 3, "consecutive_failures")?,
+                quarantine_reason: row.get(4)?,
+                updated_at: time(row, 5, "updated_at")?,
+            })
+        })();
+        out.take(read, || SkippedRow {
+            table: "instances",
+            backend: row.get(0).ok(),
+            ..SkippedRow::default()
+        })?;
+    }
+    Ok(out)
+}
+
+fn record_action(conn: &Connection, a: &AuditEntry) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO audit (principal, action, target, outcome, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    stmt.execute(params![
+        a.principal,
+        a.action,
+        a.target,
+        a.outcome,
+        unix_ms::to_ms(a.at)
+    ])?;
+    Ok(())
+}
+
+fn actions(conn: &Connection, limit: usize) -> rusqlite::Result<Rows<AuditEntry>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT principal, action, target, outcome, at, id FROM (
+             SELECT * FROM audit ORDER BY id DESC LIMIT ?1
+         ) ORDER BY id ASC",
+    )?;
+    let mut rows = stmt.query(params![sql_int(limit)])?;
+    let mut out = Rows::default();
+    while let Some(row) = rows.next()? {
+        let read = (|| -> Result<AuditEntry, Unread> {
+            Ok(AuditEntry {
+                principal: row.get(0)?,
+                action: row.get(1)?,
+                target: row.get(2)?,
+                outcome: row.get(3)?,
+                at: time(row, 4, "at")?,
+            })
+        })();
+        out.take(read, || SkippedRow {
+            table: "audit",
+            id: row.get(5).ok(),
+            ..SkippedRow::default()
+        })?;
+    }
+    Ok(out)
+}
+
+// === errors ===
+
+/// What an operator does about a failure on an open store.
+const CHECK_THE_DISK: &str = "check the disk and the store's files; moving vigil.db (with its -wal and -shm files) away starts with an empty store";
+
+/// The kind of a SQLite failure, from its result code.
+fn kind_of(e: &rusqlite::Error) -> StoreErrorKind {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => StoreErrorKind::Corrupt,
+        Some(
+            ErrorCode::CannotOpen
+            | ErrorCode::PermissionDenied
+            | ErrorCode::ReadOnly
+            | ErrorCode::DatabaseBusy
+            | ErrorCode::DatabaseLocked
+            | ErrorCode::FileLockingProtocolFailed,
+        ) => StoreErrorKind::Unavailable,
+        Some(ErrorCode::SystemIoFailure | ErrorCode::DiskFull) => StoreErrorKind::Io,
+        Some(ErrorCode::ConstraintViolation) => StoreErrorKind::Conflict,
+        _ => StoreErrorKind::Other,
+    }
+}
+
+/// A statement failed on the open store.
+fn sql(e: rusqlite::Error) -> StoreError {
+    StoreError::new(kind_of(&e), e)
+        .context("store")
+        .with_fix(CHECK_THE_DISK)
+}
+
+/// The database at `path` could not be opened or set up.
+fn opening(path: &str, e: rusqlite::Error) -> StoreError {
+    let fix = if e.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
+        format!(
+            "{path} is not a SQLite database: move it away (Vigil then creates a new, empty store) or restore it from a backup"
+        )
+    } else {
+        format!(
+            "make {path} and its directory readable and writable by the user Vigil runs as, or point `data_dir` elsewhere"
+        )
+    };
+    StoreError::new(kind_of(&e), e)
+        .context(format!("store at {path}"))
+        .with_fix(fix)
+}
+
+/// The file's schema is newer than this build's.
+fn newer_schema(found: i64, known: usize) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Corrupt,
+        format!(
+            "bad value in column PRAGMA user_version: {found} (this build knows schema versions up to {known})"
+        ),
+    )
+    .context("store")
+    .with_fix(
+        "the store was written by a newer Vigil: run that version, or move vigil.db (with its -wal and -shm files) away to start with an empty store",
+    )
 }
 
 // === files ===
@@ -416,10 +566,27 @@ fn tighten_companions(db: &Path) -> Result<(), StoreError> {
 
 // === setup ===
 
+/// Why the setup of a connection failed.
+#[derive(Debug)]
+enum Setup {
+    Sql(rusqlite::Error),
+    /// The file's `user_version` is not one this build knows.
+    Newer {
+        found: i64,
+        known: usize,
+    },
+}
+
+impl From<rusqlite::Error> for Setup {
+    fn from(e: rusqlite::Error) -> Self {
+        Setup::Sql(e)
+    }
+}
+
 /// What `open` and `open_in_memory` share: connection settings, then the
 /// schema brought up to date. `file_backed` turns on WAL (an in-memory
 /// database has no journal file to speak of).
-fn setup(conn: &mut Connection, file_backed: bool) -> Result<(), StoreError> {
+fn setup(conn: &mut Connection, file_backed: bool) -> Result<(), Setup> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     if file_backed {
         let mode: String =
@@ -434,17 +601,14 @@ fn setup(conn: &mut Connection, file_backed: bool) -> Result<(), StoreError> {
 
 /// Applies the migrations past the file's `user_version`, all in one
 /// transaction, and refuses a file from a newer schema.
-fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+fn migrate(conn: &mut Connection) -> Result<(), Setup> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let found: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let known = MIGRATIONS.len();
     let from = usize::try_from(found)
         .ok()
         .filter(|v| *v <= known)
-        .ok_or_else(|| StoreError::Corrupt {
-            column: "PRAGMA user_version",
-            value: format!("{found} (this build knows schema versions up to {known})"),
-        })?;
+        .ok_or(Setup::Newer { found, known })?;
     if from == known {
         return Ok(());
     }
@@ -487,7 +651,7 @@ impl<T> Rows<T> {
         &mut self,
         read: Result<T, Unread>,
         row: impl FnOnce() -> SkippedRow,
-    ) -> Result<(), StoreError> {
+    ) -> rusqlite::Result<()> {
         match read {
             Ok(r) => self.rows.push(r),
             Err(Unread::Value { column, value, why }) => self.skipped.push(SkippedRow {
@@ -496,7 +660,7 @@ impl<T> Rows<T> {
                 why,
                 ..row()
             }),
-            Err(Unread::Sql(e)) => return Err(e.into()),
+            Err(Unread::Sql(e)) => return Err(e),
         }
         Ok(())
     }

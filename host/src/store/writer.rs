@@ -1,146 +1,311 @@
-//! The one writer of health state to the store: supervisors hand it
-//! transitions and instance records (and the monitor's audit entries); it
-//! writes them in order on the blocking pool, so a slow disk never stalls a
-//! supervisor or the data plane.
+//! [`Writer`]: the one batched writer to the store. Whoever must not wait
+//! on a disk (a supervisor, a call path) hands it items without waiting;
+//! its one task takes them from the queue in batches and writes each batch
+//! on a [`Sink`], in the order they were handed over, so a slow disk never
+//! stalls a supervisor or the data plane.
 //!
-//! Shutdown loses no write that was handed over before it: when the
+//! Shutdown loses no item that was handed over before it: when the
 //! shutdown token fires, the writer closes its queue and writes everything
 //! already in it before its task ends, so waiting for the task tracker
 //! after cancelling the token (as `vigil serve` does) puts every accepted
-//! transition on disk. A write handed over after the close is refused with
-//! a WARN naming it, never dropped silently. Without a shutdown, the task
-//! ends once every handle is gone and the queue is written out.
+//! item in the store. An item handed over after the close is refused and
+//! the sink says so ([`Sink::refused`]: a WARN naming it, a counter), never
+//! dropped silently. Without a shutdown, the task ends once every handle is
+//! gone and the queue is written out.
+//!
+//! What differs between users is a [`Policy`], not another writer:
+//!
+//! - health writes ([`HealthWriter`], policy [`HEALTH`]): an unbounded
+//!   queue (a supervisor's transition is never dropped; their rate is
+//!   bounded by the probes), batches of up to 256 written as soon as they
+//!   are taken, each in one store transaction;
+//! - the call audit (`crate::audit`): a bounded queue whose overflow is
+//!   counted, larger batches that linger a few milliseconds to fill, so
+//!   a stream of calls costs one commit per linger, not one each.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{AuditEntry, InstanceRecord, Store};
+use super::{HealthStore, HealthWrite, InstanceRecord};
 use crate::health::Transition;
 
-/// The most writes handed to the blocking pool at once: a burst costs few
-/// hops, and one hop stays short.
-const BATCH: usize = 256;
-
-enum Write {
-    Transition(Transition),
-    Instance(InstanceRecord),
-    Audit(AuditEntry),
+/// How a [`Writer`] queues and batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// What the writer's logs call what it writes (`health state`, `call
+    /// audit`).
+    pub name: &'static str,
+    /// The most items written in one batch: large enough that a burst
+    /// costs few writes, small enough that one write stays short.
+    pub batch: usize,
+    /// How long a batch waits for more items before it is written;
+    /// `Duration::ZERO` writes what is queued at once. Also what a crash
+    /// (not a shutdown, which drains) can lose at most beyond the batch
+    /// being written.
+    pub linger: Duration,
+    /// The most items the queue holds; a handover beyond it is refused
+    /// ([`Refusal::Full`]). `None`: unbounded, a handover is refused only
+    /// after the shutdown.
+    pub capacity: Option<usize>,
 }
 
-/// Cheap to clone; writes are queued, never awaited.
-#[derive(Clone)]
-pub struct StoreWriter(mpsc::UnboundedSender<Write>);
+/// The health writer's policy: unbounded, batches of 256 written at once.
+pub const HEALTH: Policy = Policy {
+    name: "health state",
+    batch: 256,
+    linger: Duration::ZERO,
+    capacity: None,
+};
 
-// === impl StoreWriter ===
+/// Why [`Writer::send`] did not queue an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The bounded queue is full: the store does not keep up.
+    Full,
+    /// The writer closed its queue for shutdown.
+    Closed,
+}
 
-impl StoreWriter {
-    /// Starts the writer over `store` on `tracker`; it drains and ends when
-    /// `shutdown` fires (see the module doc).
+/// Where a [`Writer`]'s batches go.
+#[async_trait]
+pub trait Sink: Send + Sync + 'static {
+    /// What is queued.
+    type Item: Send + 'static;
+
+    /// Writes one batch, its items in the order they were handed over. A
+    /// failure is the sink's to report (log, count); the writer goes on
+    /// with the next batch.
+    async fn write(&self, batch: Vec<Self::Item>);
+
+    /// `item` was not queued, for `why`: say so (a WARN naming it, a
+    /// counter). Called on the handing-over thread; must not block.
+    fn refused(&self, item: Self::Item, why: Refusal);
+}
+
+/// The handle: cheap to clone, every clone queues into the same writer.
+pub struct Writer<S: Sink> {
+    queue: Queue<S::Item>,
+    sink: Arc<S>,
+}
+
+enum Queue<T> {
+    Unbounded(mpsc::UnboundedSender<T>),
+    Bounded(mpsc::Sender<T>),
+}
+
+enum Receiver<T> {
+    Unbounded(mpsc::UnboundedReceiver<T>),
+    Bounded(mpsc::Receiver<T>),
+}
+
+// === impl Writer ===
+
+impl<S: Sink> Writer<S> {
+    /// A writer over `sink` with `policy`, and the task that writes: run
+    /// it (spawned, tracked) until it ends. It drains and ends when
+    /// `shutdown` fires, or ends when every handle is gone and the queue
+    /// is written (see the module doc).
+    pub fn pair(
+        sink: S,
+        policy: Policy,
+        shutdown: &CancellationToken,
+    ) -> (Writer<S>, impl Future<Output = ()> + Send + 'static) {
+        let sink = Arc::new(sink);
+        let (queue, rx) = match policy.capacity {
+            None => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (Queue::Unbounded(tx), Receiver::Unbounded(rx))
+            }
+            Some(n) => {
+                let (tx, rx) = mpsc::channel(n.max(1));
+                (Queue::Bounded(tx), Receiver::Bounded(rx))
+            }
+        };
+        let task = run(rx, sink.clone(), policy, shutdown.clone());
+        (Writer { queue, sink }, task)
+    }
+
+    /// [`Writer::pair`], its task spawned on `tracker` in a span named
+    /// after the policy.
     pub fn spawn(
-        store: Arc<dyn Store>,
+        sink: S,
+        policy: Policy,
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
-    ) -> StoreWriter {
-        let (tx, rx) = mpsc::unbounded_channel();
+    ) -> Writer<S> {
+        let (writer, task) = Writer::pair(sink, policy, shutdown);
         tracker.spawn(tracing::Instrument::instrument(
-            run(rx, store, shutdown.clone()),
-            tracing::info_span!("store_writer"),
+            task,
+            tracing::info_span!("store_writer", of = policy.name),
         ));
-        StoreWriter(tx)
+        writer
     }
 
-    /// Queues `t`; `false` when the writer has closed for shutdown (the
-    /// refusal is logged). A caller that tells others of `t` does so only
-    /// after `true`: what anyone heard of is on disk after the shutdown.
-    pub fn transition(&self, t: Transition) -> bool {
-        match self.0.send(Write::Transition(t)) {
-            Ok(()) => true,
-            Err(mpsc::error::SendError(w)) => {
-                refused(&w);
-                false
-            }
-        }
+    /// Queues `item`; never waits. `false` when it was refused (the queue
+    /// is full, or closed for shutdown), after [`Sink::refused`] said so.
+    pub fn send(&self, item: S::Item) -> bool {
+        let refused = match &self.queue {
+            Queue::Unbounded(tx) => match tx.send(item) {
+                Ok(()) => return true,
+                Err(mpsc::error::SendError(item)) => (item, Refusal::Closed),
+            },
+            Queue::Bounded(tx) => match tx.try_send(item) {
+                Ok(()) => return true,
+                Err(mpsc::error::TrySendError::Full(item)) => (item, Refusal::Full),
+                Err(mpsc::error::TrySendError::Closed(item)) => (item, Refusal::Closed),
+            },
+        };
+        self.sink.refused(refused.0, refused.1);
+        false
     }
+}
 
-    pub fn instance(&self, r: InstanceRecord) {
-        if let Err(mpsc::error::SendError(w)) = self.0.send(Write::Instance(r)) {
-            refused(&w);
-        }
-    }
-
-    pub fn audit(&self, a: AuditEntry) {
-        if let Err(mpsc::error::SendError(w)) = self.0.send(Write::Audit(a)) {
-            refused(&w);
+impl<S: Sink> Clone for Writer<S> {
+    fn clone(&self) -> Self {
+        let queue = match &self.queue {
+            Queue::Unbounded(tx) => Queue::Unbounded(tx.clone()),
+            Queue::Bounded(tx) => Queue::Bounded(tx.clone()),
+        };
+        Writer {
+            queue,
+            sink: self.sink.clone(),
         }
     }
 }
 
-/// Says which write came after the writer closed.
-fn refused(w: &Write) {
-    let (what, backend) = match w {
-        Write::Transition(t) => ("transition", t.backend.as_str()),
-        Write::Instance(i) => ("instance record", i.backend.as_str()),
-        Write::Audit(a) => ("audit entry", a.target.as_str()),
-    };
-    tracing::warn!(
-        backend,
-        "health state not written: a {what} came after the store writer closed for shutdown"
-    );
+impl<T> Receiver<T> {
+    async fn recv_many(&mut self, buf: &mut Vec<T>, limit: usize) -> usize {
+        match self {
+            Receiver::Unbounded(rx) => rx.recv_many(buf, limit).await,
+            Receiver::Bounded(rx) => rx.recv_many(buf, limit).await,
+        }
+    }
+
+    fn close(&mut self) {
+        match self {
+            Receiver::Unbounded(rx) => rx.close(),
+            Receiver::Bounded(rx) => rx.close(),
+        }
+    }
 }
 
 /// Writes batches until shutdown (then drains the queue) or until every
 /// handle is gone (then what was queued is written, too).
-async fn run(
-    mut rx: mpsc::UnboundedReceiver<Write>,
-    store: Arc<dyn Store>,
+async fn run<S: Sink>(
+    mut rx: Receiver<S::Item>,
+    sink: Arc<S>,
+    policy: Policy,
     shutdown: CancellationToken,
 ) {
-    let mut batch = Vec::with_capacity(BATCH);
+    let limit = policy.batch.max(1);
+    let mut batch = Vec::with_capacity(limit);
     loop {
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
-            n = rx.recv_many(&mut batch, BATCH) => {
+            n = rx.recv_many(&mut batch, limit) => {
                 if n == 0 {
                     return; // every handle dropped and nothing queued
                 }
             }
         }
-        write(&store, std::mem::take(&mut batch)).await;
+        if !policy.linger.is_zero() {
+            // Linger for more: items a few milliseconds apart then cost
+            // one write per linger, not one each.
+            let until = tokio::time::Instant::now() + policy.linger;
+            while batch.len() < limit {
+                let room = limit - batch.len();
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep_until(until) => break,
+                    n = rx.recv_many(&mut batch, room) => {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        sink.write(std::mem::take(&mut batch)).await;
     }
     rx.close();
     let mut drained = 0;
-    while rx.recv_many(&mut batch, BATCH).await > 0 {
+    while rx.recv_many(&mut batch, limit).await > 0 {
         drained += batch.len();
-        write(&store, std::mem::take(&mut batch)).await;
+        sink.write(std::mem::take(&mut batch)).await;
     }
     tracing::debug!(
-        writes = drained,
-        "health state: queue written out at shutdown"
+        items = drained,
+        "{}: queue written out at shutdown",
+        policy.name
     );
 }
 
-/// Writes one batch in order on the blocking pool; each failure is logged.
-async fn write(store: &Arc<dyn Store>, batch: Vec<Write>) {
-    let store = store.clone();
-    let done = tokio::task::spawn_blocking(move || {
-        for w in batch {
-            let r = match &w {
-                Write::Transition(t) => store.record_transition(t),
-                Write::Instance(i) => store.save_instance(i),
-                Write::Audit(a) => store.record_audit(a),
-            };
-            if let Err(e) = r {
-                tracing::error!(error = %e, "could not write health state to the store");
-            }
+// === health writes ===
+
+/// The supervisors' writer of health state: transitions and instance
+/// records, in order, on a [`HealthStore`] (policy [`HEALTH`]).
+pub type HealthWriter = Writer<HealthSink>;
+
+/// The [`Sink`] of a [`HealthWriter`].
+pub struct HealthSink(Arc<dyn HealthStore>);
+
+impl Writer<HealthSink> {
+    /// Starts the health writer over `store` on `tracker`; it drains and
+    /// ends when `shutdown` fires (see the module doc).
+    pub fn start(
+        store: Arc<dyn HealthStore>,
+        tracker: &TaskTracker,
+        shutdown: &CancellationToken,
+    ) -> HealthWriter {
+        Writer::spawn(HealthSink(store), HEALTH, tracker, shutdown)
+    }
+
+    /// Queues `t`; `false` when the writer has closed for shutdown (the
+    /// refusal is logged). A caller that tells others of `t` does so only
+    /// after `true`: what anyone heard of is in the store after the
+    /// shutdown.
+    pub fn transition(&self, t: Transition) -> bool {
+        self.send(HealthWrite::Transition(t))
+    }
+
+    /// Queues `r` (a refusal after the shutdown is logged).
+    pub fn instance(&self, r: InstanceRecord) {
+        self.send(HealthWrite::Instance(r));
+    }
+}
+
+#[async_trait]
+impl Sink for HealthSink {
+    type Item = HealthWrite;
+
+    async fn write(&self, batch: Vec<HealthWrite>) {
+        let n = batch.len();
+        if let Err(e) = self.0.write(batch).await {
+            tracing::error!(writes = n, kind = %e.kind(), error = %e, "could not write health state to the store");
         }
-    })
-    .await;
-    if let Err(e) = done {
-        tracing::error!(error = %e, "store writer failed");
+    }
+
+    /// Says which write came after the writer closed.
+    fn refused(&self, w: HealthWrite, why: Refusal) {
+        let what = match &w {
+            HealthWrite::Transition(_) => "transition",
+            HealthWrite::Instance(_) => "instance record",
+        };
+        let when = match why {
+            Refusal::Closed => "came after the store writer closed for shutdown",
+            Refusal::Full => "found the store writer's queue full",
+        };
+        tracing::warn!(
+            backend = w.backend(),
+            "health state not written: a {what} {when}"
+        );
     }
 }
 

@@ -31,7 +31,7 @@ use crate::health::sanitize::Sanitizer;
 use crate::health::{HealthState, Status, Transition};
 use crate::runtime::process::StderrTail;
 use crate::runtime::{Exit, Runtime};
-use crate::store::{InstanceRecord, StoreWriter};
+use crate::store::{HealthWriter, InstanceRecord};
 
 /// Where the supervisor is in its loop.
 enum Phase {
@@ -48,7 +48,7 @@ enum Phase {
 pub struct Outlets {
     pub updates: mpsc::UnboundedSender<BackendUpdate>,
     pub events: broadcast::Sender<Transition>,
-    pub store: Option<StoreWriter>,
+    pub store: Option<HealthWriter>,
     /// Runs probe plugins (none without `[plugins] dir`).
     pub plugins: Option<Arc<crate::plugins::Plugins>>,
 }

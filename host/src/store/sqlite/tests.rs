@@ -1,7 +1,13 @@
+//! The SQLite store: the store suite (`store::suite`) over a file store in
+//! a temporary directory, then what only SQLite has — its schema, its
+//! files and their modes, rows a hand-edited database holds.
+
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::*;
+use crate::store::Stores;
+use crate::store::suite::{self, Fixture, audit_entry, instance, transition};
 
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -29,46 +35,54 @@ impl Drop for TempDir {
     }
 }
 
-fn at(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
+/// The suite's fixture: a file store in a directory of its own, opened
+/// again by each `open`.
+struct FileFixture(TempDir);
 
-fn transition(backend: &str, from: HealthState, to: HealthState, n: u64) -> Transition {
-    Transition {
-        backend: backend.into(),
-        from,
-        to,
-        reason: format!("reason {n}"),
-        at: at(1_700_000_000_000 + n),
+#[async_trait]
+impl Fixture for FileFixture {
+    async fn open(&self) -> Stores {
+        let dir = self.0.path().join("data");
+        let store = tokio::task::spawn_blocking(move || SqliteStore::open(&dir))
+            .await
+            .unwrap()
+            .unwrap();
+        Stores::of(Arc::new(store))
     }
 }
 
-fn instance(backend: &str, state: HealthState) -> InstanceRecord {
-    InstanceRecord {
-        backend: backend.into(),
-        state,
-        restart_count: 3,
-        consecutive_failures: 2,
-        quarantine_reason: None,
-        updated_at: at(1_700_000_000_123),
-    }
+/// The store contract (`store::suite`), on a file store.
+mod contract {
+    use super::*;
+
+    suite::store_suite!(FileFixture(TempDir::new("suite")));
 }
 
-fn audit_entry(n: u64) -> AuditEntry {
-    AuditEntry {
-        principal: if n.is_multiple_of(2) {
-            "system:health".into()
-        } else {
-            "ops-token".into()
-        },
-        action: "restart".into(),
-        target: format!("backend-{n}"),
-        outcome: if n.is_multiple_of(3) {
-            "denied: role viewer".into()
-        } else {
-            "ok".into()
-        },
-        at: at(1_700_000_000_000 + n),
+/// The in-memory store keeps the contract too (one handle: nothing to
+/// reopen, so only the tests that do not reopen).
+mod in_memory {
+    use super::*;
+
+    async fn stores() -> Stores {
+        Stores::of(Arc::new(SqliteStore::open_in_memory().unwrap()))
+    }
+
+    #[tokio::test]
+    async fn serves_every_concern() {
+        suite::an_empty_store_reads_nothing(&Memory).await;
+        suite::a_health_batch_is_applied_in_order(&Memory).await;
+        suite::actions_round_trip_newest_limit_oldest_first(&Memory).await;
+        suite::call_filters_limit_and_the_after_cursor(&Memory).await;
+    }
+
+    /// A fresh in-memory store per `open`: for tests that open once.
+    struct Memory;
+
+    #[async_trait]
+    impl Fixture for Memory {
+        async fn open(&self) -> Stores {
+            stores().await
+        }
     }
 }
 
@@ -76,121 +90,25 @@ fn memory() -> SqliteStore {
     SqliteStore::open_in_memory().unwrap()
 }
 
-#[test]
-fn transitions_round_trip_every_state() {
-    let store = memory();
-    let all: Vec<Transition> = HealthState::ALL
-        .iter()
-        .zip(HealthState::ALL.iter().cycle().skip(1))
-        .enumerate()
-        .map(|(n, (&from, &to))| transition("alpha", from, to, n as u64))
-        .collect();
-    for t in &all {
-        store.record_transition(t).unwrap();
-    }
-    assert_eq!(store.transitions("alpha", 100).unwrap().rows, all);
+async fn save(store: &SqliteStore, r: InstanceRecord) {
+    store.write(vec![HealthWrite::Instance(r)]).await.unwrap();
 }
 
-#[test]
-fn transitions_are_newest_limit_oldest_first_per_backend() {
-    let store = memory();
-    for n in 0..10 {
-        store
-            .record_transition(&transition(
-                "alpha",
-                HealthState::Running,
-                HealthState::Offline,
-                n,
-            ))
-            .unwrap();
-        store
-            .record_transition(&transition(
-                "beta",
-                HealthState::Offline,
-                HealthState::Running,
-                100 + n,
-            ))
-            .unwrap();
-    }
-    let reasons = |v: Vec<Transition>| v.into_iter().map(|t| t.reason).collect::<Vec<_>>();
-    assert_eq!(
-        reasons(store.transitions("alpha", 3).unwrap().rows),
-        ["reason 7", "reason 8", "reason 9"]
-    );
-    assert_eq!(
-        reasons(store.transitions("beta", 2).unwrap().rows),
-        ["reason 108", "reason 109"]
-    );
-    assert_eq!(store.transitions("alpha", 1000).unwrap().rows.len(), 10);
-    assert_eq!(
-        store.transitions("alpha", usize::MAX).unwrap().rows.len(),
-        10
-    );
-    assert!(store.transitions("alpha", 0).unwrap().rows.is_empty());
-    assert!(store.transitions("gamma", 10).unwrap().rows.is_empty());
-}
-
-#[test]
-fn instance_round_trip_and_upsert_replaces() {
-    let store = memory();
-    let mut a = instance("alpha", HealthState::Quarantined);
-    a.quarantine_reason = Some("5 failed starts".into());
-    a.restart_count = u64::from(u32::MAX) + 7;
-    let b = instance("beta", HealthState::Running);
-    store.save_instance(&b).unwrap();
-    store.save_instance(&a).unwrap();
-    assert_eq!(store.load_instances().unwrap().rows, [a.clone(), b.clone()]);
-
-    let released = InstanceRecord {
-        state: HealthState::Starting,
-        consecutive_failures: 0,
-        quarantine_reason: None,
-        updated_at: at(1_800_000_000_000),
-        ..a
-    };
-    store.save_instance(&released).unwrap();
-    assert_eq!(store.load_instances().unwrap().rows, [released, b]);
-}
-
-#[test]
-fn restart_count_beyond_i64_saturates() {
-    let store = memory();
-    let mut a = instance("alpha", HealthState::Running);
-    a.restart_count = u64::MAX;
-    store.save_instance(&a).unwrap();
-    assert_eq!(
-        store.load_instances().unwrap().rows[0].restart_count,
-        i64::MAX as u64
-    );
-}
-
-#[test]
-fn audit_round_trip_newest_limit_oldest_first() {
-    let store = memory();
-    let all: Vec<AuditEntry> = (0..6).map(audit_entry).collect();
-    for a in &all {
-        store.record_audit(a).unwrap();
-    }
-    assert_eq!(store.audit(100).unwrap().rows, all);
-    assert_eq!(store.audit(2).unwrap().rows, all[4..]);
-    assert!(store.audit(0).unwrap().rows.is_empty());
+async fn record(store: &SqliteStore, t: Transition) {
+    store.write(vec![HealthWrite::Transition(t)]).await.unwrap();
 }
 
 /// The regression of issue 12 item 14: one row with a state this build
 /// does not know made the whole read fail, and the gateway then dropped
 /// every saved quarantine.
-#[test]
-fn an_unknown_state_skips_that_row_and_keeps_the_others() {
+#[tokio::test]
+async fn an_unknown_state_skips_that_row_and_keeps_the_others() {
     let store = memory();
     let mut held = instance("alpha", HealthState::Quarantined);
     held.quarantine_reason = Some("held by an operator".into());
-    store.save_instance(&held).unwrap();
-    store
-        .save_instance(&instance("beta", HealthState::Running))
-        .unwrap();
-    store
-        .save_instance(&instance("gamma", HealthState::Running))
-        .unwrap();
+    save(&store, held.clone()).await;
+    save(&store, instance("beta", HealthState::Running)).await;
+    save(&store, instance("gamma", HealthState::Running)).await;
     store
         .conn()
         .execute(
@@ -199,7 +117,7 @@ fn an_unknown_state_skips_that_row_and_keeps_the_others() {
         )
         .unwrap();
 
-    let read = store.load_instances().unwrap();
+    let read = store.load_instances().await.unwrap();
     assert_eq!(
         read.rows,
         [held, instance("gamma", HealthState::Running)],
@@ -223,50 +141,40 @@ fn an_unknown_state_skips_that_row_and_keeps_the_others() {
     );
 }
 
-#[test]
-fn values_out_of_range_skip_their_rows_in_every_reader() {
+#[tokio::test]
+async fn values_out_of_range_skip_their_rows_in_every_reader() {
     let store = memory();
     for name in ["alpha", "beta"] {
-        store
-            .save_instance(&instance(name, HealthState::Running))
-            .unwrap();
+        save(&store, instance(name, HealthState::Running)).await;
     }
     for n in 0..3 {
-        store
-            .record_transition(&transition(
-                "alpha",
-                HealthState::Starting,
-                HealthState::Running,
-                n,
-            ))
-            .unwrap();
-        store.record_audit(&audit_entry(n)).unwrap();
+        record(
+            &store,
+            transition("alpha", HealthState::Starting, HealthState::Running, n),
+        )
+        .await;
+        store.record(audit_entry(n)).await.unwrap();
     }
-    let conn = store.conn();
-    conn.execute(
-        "UPDATE instances SET consecutive_failures = -1 WHERE backend = 'alpha'",
-        [],
-    )
-    .unwrap();
-    conn.execute(
-        "UPDATE transitions SET to_state = 'Running' WHERE id = 2",
-        [],
-    )
-    .unwrap();
-    conn.execute("UPDATE transitions SET at = -7 WHERE id = 3", [])
-        .unwrap();
-    conn.execute("UPDATE audit SET at = -5 WHERE id = 1", [])
-        .unwrap();
-    drop(conn);
+    {
+        let conn = store.conn();
+        for sql in [
+            "UPDATE instances SET consecutive_failures = -1 WHERE backend = 'alpha'",
+            "UPDATE transitions SET to_state = 'Running' WHERE id = 2",
+            "UPDATE transitions SET at = -7 WHERE id = 3",
+            "UPDATE audit SET at = -5 WHERE id = 1",
+        ] {
+            conn.execute(sql, []).unwrap();
+        }
+    }
 
-    let instances = store.load_instances().unwrap();
+    let instances = store.load_instances().await.unwrap();
     assert_eq!(instances.rows, [instance("beta", HealthState::Running)]);
     assert_eq!(
         instances.skipped[0].to_string(),
         "instances row of backend `alpha`: consecutive_failures `-1` is out of range"
     );
 
-    let history = store.transitions("alpha", 10).unwrap();
+    let history = store.transitions("alpha", 10).await.unwrap();
     assert_eq!(
         history.rows,
         [transition(
@@ -285,7 +193,7 @@ fn values_out_of_range_skip_their_rows_in_every_reader() {
         ]
     );
 
-    let audit = store.audit(10).unwrap();
+    let audit = store.list(10).await.unwrap();
     assert_eq!(audit.rows, [audit_entry(1), audit_entry(2)]);
     assert_eq!(
         audit.skipped[0].to_string(),
@@ -293,50 +201,43 @@ fn values_out_of_range_skip_their_rows_in_every_reader() {
     );
 }
 
-#[test]
-fn prune_keeps_newest_per_backend() {
+#[tokio::test]
+async fn prune_keeps_newest_per_backend() {
     let store = memory();
     for n in 0..5 {
-        store
-            .record_transition(&transition(
-                "alpha",
-                HealthState::Running,
-                HealthState::Offline,
-                n,
-            ))
-            .unwrap();
+        record(
+            &store,
+            transition("alpha", HealthState::Running, HealthState::Offline, n),
+        )
+        .await;
     }
-    store
-        .record_transition(&transition(
-            "beta",
-            HealthState::Starting,
-            HealthState::Running,
-            50,
-        ))
-        .unwrap();
+    record(
+        &store,
+        transition("beta", HealthState::Starting, HealthState::Running, 50),
+    )
+    .await;
     assert_eq!(store.prune_transitions(2).unwrap(), 3);
     let reasons: Vec<String> = store
         .transitions("alpha", 10)
+        .await
         .unwrap()
         .rows
         .into_iter()
         .map(|t| t.reason)
         .collect();
     assert_eq!(reasons, ["reason 3", "reason 4"]);
-    assert_eq!(store.transitions("beta", 10).unwrap().rows.len(), 1);
+    assert_eq!(store.transitions("beta", 10).await.unwrap().rows.len(), 1);
     assert_eq!(store.prune_transitions(2).unwrap(), 0);
 
     // Ids are never reused, so new rows still sort after the kept ones.
-    store
-        .record_transition(&transition(
-            "alpha",
-            HealthState::Offline,
-            HealthState::Restarting,
-            5,
-        ))
-        .unwrap();
+    record(
+        &store,
+        transition("alpha", HealthState::Offline, HealthState::Restarting, 5),
+    )
+    .await;
     let reasons: Vec<String> = store
         .transitions("alpha", 10)
+        .await
         .unwrap()
         .rows
         .into_iter()
@@ -345,7 +246,14 @@ fn prune_keeps_newest_per_backend() {
     assert_eq!(reasons, ["reason 3", "reason 4", "reason 5"]);
 
     assert_eq!(store.prune_transitions(0).unwrap(), 4);
-    assert!(store.transitions("alpha", 10).unwrap().rows.is_empty());
+    assert!(
+        store
+            .transitions("alpha", 10)
+            .await
+            .unwrap()
+            .rows
+            .is_empty()
+    );
 }
 
 #[test]
@@ -361,41 +269,78 @@ fn setup_is_idempotent_and_refuses_a_newer_schema() {
     conn.pragma_update(None, "user_version", 99).unwrap();
     let e = setup(&mut conn, false).unwrap_err();
     assert!(
-        matches!(&e, StoreError::Corrupt { column: "PRAGMA user_version", value } if value.starts_with("99 "))
+        matches!(e, Setup::Newer { found: 99, known } if known == MIGRATIONS.len()),
+        "{e:?}"
     );
 }
 
-/// The acceptance point: quarantine and history survive a gateway restart.
+/// A file a newer Vigil wrote refuses the open as `Corrupt`, naming the
+/// version and saying what to do.
 #[test]
-fn file_store_keeps_state_across_reopen() {
-    let dir = TempDir::new("reopen");
-    let data_dir = dir.path().join("nested").join("data");
-    let mut q = instance("alpha", HealthState::Quarantined);
-    q.quarantine_reason = Some("restarts kept failing".into());
-    let t = transition(
-        "alpha",
-        HealthState::Restarting,
-        HealthState::Quarantined,
-        1,
-    );
-    let a = audit_entry(2);
-    {
-        let store = SqliteStore::open(&data_dir).unwrap();
-        store.save_instance(&q).unwrap();
-        store.record_transition(&t).unwrap();
-        store.record_audit(&a).unwrap();
-        let mode: String = store
-            .conn()
-            .pragma_query_value(None, "journal_mode", |r| r.get(0))
-            .unwrap();
-        assert_eq!(mode, "wal");
-    }
-    assert!(data_dir.join(FILE_NAME).is_file());
+fn a_newer_schema_is_refused_as_corrupt_with_its_fix() {
+    let dir = TempDir::new("newer");
+    let data_dir = dir.path().join("data");
+    drop(SqliteStore::open(&data_dir).unwrap());
+    let conn = Connection::open(data_dir.join(FILE_NAME)).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
 
-    let store = SqliteStore::open(&data_dir).unwrap();
-    assert_eq!(store.load_instances().unwrap().rows, [q]);
-    assert_eq!(store.transitions("alpha", 10).unwrap().rows, [t]);
-    assert_eq!(store.audit(10).unwrap().rows, [a]);
+    let e = SqliteStore::open(&data_dir).unwrap_err();
+    assert_eq!(e.kind(), StoreErrorKind::Corrupt);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "store: bad value in column PRAGMA user_version: 99 (this build knows schema versions up to {})",
+            MIGRATIONS.len()
+        )
+    );
+    assert_eq!(
+        e.fix(),
+        Some(
+            "the store was written by a newer Vigil: run that version, or move vigil.db (with its -wal and -shm files) away to start with an empty store"
+        )
+    );
+}
+
+/// File stores run in WAL mode (see the module doc).
+#[test]
+fn a_file_store_runs_in_wal_mode() {
+    let dir = TempDir::new("wal");
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mode: String = store
+        .conn()
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    assert!(dir.path().join(FILE_NAME).is_file());
+}
+
+/// Failures are classified by SQLite's result code, never by the text.
+#[test]
+fn kinds_come_from_sqlite_result_codes() {
+    use std::error::Error as _;
+    let code = |code: i32| {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), Some("any text".into()))
+    };
+    for (raw, kind) in [
+        (rusqlite::ffi::SQLITE_NOTADB, StoreErrorKind::Corrupt),
+        (rusqlite::ffi::SQLITE_CORRUPT, StoreErrorKind::Corrupt),
+        (rusqlite::ffi::SQLITE_BUSY, StoreErrorKind::Unavailable),
+        (rusqlite::ffi::SQLITE_CANTOPEN, StoreErrorKind::Unavailable),
+        (rusqlite::ffi::SQLITE_FULL, StoreErrorKind::Io),
+        (rusqlite::ffi::SQLITE_IOERR, StoreErrorKind::Io),
+        (rusqlite::ffi::SQLITE_CONSTRAINT, StoreErrorKind::Conflict),
+        (rusqlite::ffi::SQLITE_ERROR, StoreErrorKind::Other),
+    ] {
+        assert_eq!(sql(code(raw)).kind(), kind, "code {raw}");
+    }
+    let e = sql(code(rusqlite::ffi::SQLITE_FULL));
+    assert_eq!(e.to_string(), "store: any text");
+    assert_eq!(e.fix(), Some(CHECK_THE_DISK));
+    assert!(
+        e.source().is_some_and(|s| s.is::<rusqlite::Error>()),
+        "the driver's error stays reachable by type"
+    );
 }
 
 #[test]
@@ -405,7 +350,7 @@ fn open_where_the_dir_cannot_be_created_names_the_path() {
     std::fs::write(&blocker, b"not a directory").unwrap();
 
     let e = SqliteStore::open(&blocker).unwrap_err();
-    assert!(matches!(&e, StoreError::Path(_)), "{e:?}");
+    assert_eq!(e.kind(), StoreErrorKind::Path, "{e:?}");
     assert_eq!(
         e.to_string(),
         format!(
@@ -438,14 +383,12 @@ fn companion(db: &Path, suffix: &str) -> PathBuf {
 
 /// Issue 12 item 13: the store was created world-readable. The umask is
 /// the test process's (0022 usually); the e2e test runs Vigil under 000.
-#[test]
-fn a_new_store_is_private_to_vigils_user() {
+#[tokio::test]
+async fn a_new_store_is_private_to_vigils_user() {
     let dir = TempDir::new("modes");
     let data_dir = dir.path().join("data");
     let store = SqliteStore::open(&data_dir).unwrap();
-    store
-        .save_instance(&instance("alpha", HealthState::Running))
-        .unwrap();
+    save(&store, instance("alpha", HealthState::Running)).await;
     let db = data_dir.join(FILE_NAME);
     assert_eq!(mode_of(&data_dir), 0o700);
     assert_eq!(mode_of(&db), 0o600);
@@ -456,15 +399,13 @@ fn a_new_store_is_private_to_vigils_user() {
     }
 }
 
-#[test]
-fn an_existing_loose_store_is_tightened_and_kept() {
+#[tokio::test]
+async fn an_existing_loose_store_is_tightened_and_kept() {
     let dir = TempDir::new("loose");
     let data_dir = dir.path().join("data");
     {
         let store = SqliteStore::open(&data_dir).unwrap();
-        store
-            .save_instance(&instance("alpha", HealthState::Quarantined))
-            .unwrap();
+        save(&store, instance("alpha", HealthState::Quarantined)).await;
     }
     let db = data_dir.join(FILE_NAME);
     set_mode(&data_dir, 0o777);
@@ -478,15 +419,15 @@ fn an_existing_loose_store_is_tightened_and_kept() {
     assert_eq!(mode_of(&db), 0o600);
     assert_eq!(mode_of(&stale_journal), 0o600);
     assert_eq!(
-        store.load_instances().unwrap().rows,
+        store.load_instances().await.unwrap().rows,
         [instance("alpha", HealthState::Quarantined)]
     );
 }
 
 /// A shared directory (`/tmp`, a home directory) is never chmod'ed: its
 /// other users would break. Refused when others can write it.
-#[test]
-fn a_shared_data_dir_is_left_alone_and_refused_when_others_can_write_it() {
+#[tokio::test]
+async fn a_shared_data_dir_is_left_alone_and_refused_when_others_can_write_it() {
     let dir = TempDir::new("shared");
     let shared = dir.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
@@ -507,9 +448,7 @@ fn a_shared_data_dir_is_left_alone_and_refused_when_others_can_write_it() {
 
     set_mode(&shared, 0o755);
     let store = SqliteStore::open(&shared).unwrap();
-    store
-        .save_instance(&instance("alpha", HealthState::Running))
-        .unwrap();
+    save(&store, instance("alpha", HealthState::Running)).await;
     assert_eq!(mode_of(&shared), 0o755, "readable is left as it is");
     assert_eq!(
         mode_of(&shared.join(FILE_NAME)),
@@ -541,8 +480,8 @@ fn a_store_file_another_user_owns_is_refused() {
 }
 
 /// Issue 12 item 15: what `vigil serve` prints when it refuses to start.
-#[test]
-fn a_refused_start_says_what_where_and_how_to_fix_it() {
+#[tokio::test]
+async fn a_refused_start_says_what_where_and_how_to_fix_it() {
     let dir = TempDir::new("refused");
     let data_dir = dir.path().join("data");
     std::fs::create_dir(&data_dir).unwrap();
@@ -553,7 +492,7 @@ fn a_refused_start_says_what_where_and_how_to_fix_it() {
     )
     .unwrap();
 
-    let Err(refused) = crate::store::open(&data_dir, false) else {
+    let Err(refused) = crate::store::open(&data_dir, false).await else {
         panic!("a store that is not a database must refuse the start")
     };
     assert_eq!(
@@ -567,8 +506,9 @@ fn a_refused_start_says_what_where_and_how_to_fix_it() {
             f = db.display(),
         )
     );
+    assert_eq!(refused.source.kind(), StoreErrorKind::Corrupt);
     assert!(
-        matches!(crate::store::open(&data_dir, true), Ok(None)),
+        matches!(crate::store::open(&data_dir, true).await, Ok(None)),
         "optional: serves without it"
     );
 }
