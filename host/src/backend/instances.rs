@@ -476,7 +476,7 @@ mod tests {
         Pool::new(
             1,
             Arc::new(super::super::pool::Context {
-                backends: Default::default(),
+                generations: Default::default(),
                 naming: crate::config::Naming::Prefix {
                     separator: "__".into(),
                 },

@@ -34,8 +34,8 @@ use tokio::sync::Notify;
 
 use super::Era;
 use super::capset::CapSet;
+use super::generation::Generations;
 use super::instances::{Lease, Owner};
-use super::set::CurrentSet;
 use super::{Backend, BackendError, Connection};
 use crate::auth::exchange::Exchanger;
 use crate::catalog::{BackendCatalog, Catalog};
@@ -44,10 +44,11 @@ use crate::freshness::poller::Listing;
 use crate::health::advertisable;
 
 /// What every pool reads of its surroundings, handed in when it is made:
-/// the backend set in force, the naming rule, the token exchanger. Not a
+/// the generation in force (for its backend set), the naming rule, the
+/// token exchanger. Not a
 /// reference to the gateway: a pool depends on these, nothing above.
 pub struct Context {
-    pub backends: CurrentSet,
+    pub generations: Generations,
     pub naming: Naming,
     pub exchanger: Option<Arc<Exchanger>>,
     /// What each capability set sees (shared by every pool).
@@ -61,7 +62,7 @@ impl Context {
     /// `forward_auth` catalogs, see [`Pool::derive`]).
     pub async fn view(&self, shared: Arc<Catalog>, capset: &CapSet) -> Arc<Catalog> {
         self.views
-            .of(&self.backends, &self.naming, shared, capset)
+            .of(&self.generations, &self.naming, shared, capset)
             .await
     }
 }
@@ -499,8 +500,8 @@ impl Pool {
         let auth = lock(&self.auth).clone();
         let due: Vec<Arc<Backend>> = self
             .ctx
-            .backends
-            .get()
+            .generations
+            .backends()
             .forwarded()
             .filter(|b| shared.shows(&b.name) && advertisable(b.state()))
             .filter(|b| {
@@ -542,7 +543,7 @@ impl Pool {
         // The common case, on every session of every fan-out: no
         // forward_auth backend, no instance of a client's own, and nothing
         // its backend sessions listed themselves: nothing more to derive.
-        let set = self.ctx.backends.get();
+        let set = self.ctx.generations.backends();
         if !set.has_own_catalogs() && self.version.load(Ordering::Acquire) == 0 {
             return shared;
         }
@@ -565,7 +566,7 @@ impl Pool {
         {
             return view.clone();
         }
-        let set = self.ctx.backends.get();
+        let set = self.ctx.generations.backends();
         let mut own: HashMap<Arc<str>, Own> = HashMap::new();
         for (name, slot) in lock(&self.slots).iter() {
             let Some(b) = set.get(name).filter(|b| b.uid == slot.uid) else {
@@ -634,7 +635,7 @@ impl Pool {
     /// of instances of its own unused as long, or of a backend the config
     /// no longer has as it was (the instance stops with its last lease).
     pub fn reap_idle(&self, now: Instant) {
-        let set = self.ctx.backends.get();
+        let set = self.ctx.generations.backends();
         for (name, slot) in lock(&self.slots).iter() {
             let mut lease = lock(&slot.lease);
             if let Some(l) = lease.as_ref() {
@@ -731,7 +732,7 @@ impl Listing for SessionListing {
 /// `pools` lists; `None` once the sessions are gone) until `shutdown`,
 /// looking a few times per shortest `session_idle`.
 pub async fn reap_idle(
-    backends: CurrentSet,
+    generations: Generations,
     pools: impl Fn() -> Option<Vec<Arc<Pool>>>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
@@ -739,7 +740,7 @@ pub async fn reap_idle(
         let pause = match pools() {
             None => return,
             Some(pools) => {
-                let set = backends.get();
+                let set = generations.backends();
                 let shortest = set
                     .iter()
                     .filter(|b| b.forwards_auth() || b.owns_instances())

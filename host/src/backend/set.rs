@@ -4,27 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use crate::backend::Backend;
 use crate::catalog::registry::{Member, Roster};
-
-/// The backend set in force: the gateway installs one at start and at
-/// each reload; routes and session pools read it on every request without
-/// a lock. Clones share the one cell.
-#[derive(Clone, Default)]
-pub struct CurrentSet(Arc<ArcSwap<BackendSet>>);
-
-impl CurrentSet {
-    pub fn get(&self) -> Arc<BackendSet> {
-        self.0.load_full()
-    }
-
-    /// Replaces the set (the gateway's start and reloads only).
-    pub fn install(&self, set: BackendSet) {
-        self.0.store(Arc::new(set));
-    }
-}
 
 #[derive(Default)]
 pub struct BackendSet {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::capset::CapSet;
-use super::set::CurrentSet;
+use super::generation::Generations;
 use crate::catalog::{BackendCatalog, Catalog};
 use crate::config::Naming;
 use crate::health::advertisable;
@@ -48,7 +48,7 @@ impl Views {
     /// shared one (logged).
     pub async fn of(
         &self,
-        backends: &CurrentSet,
+        generations: &Generations,
         naming: &Naming,
         shared: Arc<Catalog>,
         capset: &CapSet,
@@ -56,7 +56,7 @@ impl Views {
         if capset.is_none() {
             return shared;
         }
-        let set = backends.get();
+        let set = generations.backends();
         let shown: Vec<_> = shared
             .shown()
             .filter_map(|name| set.get(name).cloned())

@@ -10,18 +10,16 @@
 //! which backends are shown, and turns batches of backend updates into
 //! snapshots. This module does no I/O.
 
-mod current;
 mod entry;
 mod naming;
 pub mod registry;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 mod uri;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use current::Current;
 pub use entry::{Entry, EntryError, EntryKind};
 pub use naming::conflicts;
 use naming::expose;

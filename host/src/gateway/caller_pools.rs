@@ -133,12 +133,12 @@ impl CallerPools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::CurrentSet;
+    use crate::backend::Generations;
     use crate::config::Naming;
 
     fn pools(max: usize) -> CallerPools {
         let ctx = Context {
-            backends: CurrentSet::default(),
+            generations: Generations::default(),
             naming: Naming::Prefix {
                 separator: "__".into(),
             },

@@ -50,10 +50,10 @@ use tokio_util::task::TaskTracker;
 use crate::backend::capset::CapSet;
 use crate::backend::pool::{self, Pool};
 use crate::backend::{Backend, BackendUpdate, Bounds, Downstream, ListKind};
-use crate::backend::{BackendSet, CurrentSet};
+use crate::backend::{BackendSet, Generation, Generations};
 use crate::background::Background;
 use crate::catalog::registry::{self, Registry};
-use crate::catalog::{Catalog, Conflict, Current};
+use crate::catalog::{Catalog, Conflict};
 use crate::config::{BackendConfig, RuntimeKind, Transport};
 use crate::config::{Config, Naming};
 use crate::freshness::debounce::Debouncer;
@@ -101,8 +101,10 @@ pub struct Gateway {
     /// The config the gateway started with; a reload changes the backend
     /// set and the API tokens (see `reload.rs`), never this.
     pub config: Config,
-    /// The backend set in force (installed at start and by reloads).
-    backends: CurrentSet,
+    /// The generation in force: the catalog and the backend set every
+    /// call reads as one snapshot (`backend::generation`); published by the
+    /// update task (catalog) and by start and reloads (set).
+    generations: Generations,
     /// What each session's pool is handed (shares `backends`).
     pool_context: Arc<pool::Context>,
     /// The `forward_auth` connections of sessionless (2026-07-28) requests,
@@ -113,7 +115,6 @@ pub struct Gateway {
     downstream: Arc<dyn Downstream>,
     /// Serializes config reloads.
     reloading: tokio::sync::Mutex<()>,
-    catalog: Arc<Current>,
     sessions: Arc<Sessions>,
     /// The backend subscriptions clients' resource watches need.
     resource_watch: Arc<resource_watch::ResourceWatch>,
@@ -299,7 +300,6 @@ impl Gateway {
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Startup {
-        let catalog = Arc::new(Current::default());
         let policies = Arc::new(crate::policy::Policies::new(config.policies.clone()));
         let oauth = config
             .auth
@@ -307,9 +307,9 @@ impl Gateway {
             .clone()
             .map(crate::auth::oauth::OAuth::new);
         let background = Background::new(tracker.clone(), shutdown.clone());
-        let backends = CurrentSet::default();
+        let generations = Generations::default();
         let pool_context = Arc::new(pool::Context {
-            backends: backends.clone(),
+            generations: generations.clone(),
             naming: config.naming.clone(),
             // RFC 8693 token exchange for `forward_auth` backends (with OAuth).
             exchanger: oauth
@@ -319,7 +319,7 @@ impl Gateway {
             instances: crate::backend::instances::Instances::new(config.limits.max_instances),
         });
         let sessions = Sessions::new(
-            catalog.clone(),
+            generations.clone(),
             policies.clone(),
             background.clone(),
             pool_context.clone(),
@@ -336,13 +336,12 @@ impl Gateway {
         let caller_pools =
             caller_pools::CallerPools::new(pool_context.clone(), config.limits.max_sessions);
         let gw = Arc::new(Gateway {
-            backends,
+            generations,
             pool_context,
             caller_pools,
             spawner: OnceLock::new(),
             downstream,
             reloading: tokio::sync::Mutex::new(()),
-            catalog,
             sessions,
             resource_watch: Arc::default(),
             next_session: AtomicU64::new(1),
@@ -539,7 +538,7 @@ impl Startup {
         let source = Arc::downgrade(&gw);
         let reaped = Arc::downgrade(&gw);
         tracker.spawn(pool::reap_idle(
-            gw.backends.clone(),
+            gw.generations.clone(),
             move || reaped.upgrade().map(|gw| gw.pools()),
             shutdown.clone(),
         ));
@@ -606,7 +605,7 @@ impl Gateway {
             .map(|u| (u.backend.clone(), u.uid))
             .collect();
         let applied = registry.apply(set.roster(), batch.into_iter().map(registry_update));
-        self.catalog.replace(applied.catalog.clone());
+        self.generations.publish_catalog(applied.catalog.clone());
         // Who waits for a listing wants to see it in the catalog.
         for (name, uid) in listed {
             if let Some(b) = set.get(&name).filter(|b| b.uid == uid) {
@@ -690,9 +689,15 @@ impl Gateway {
         self.plugins.get().cloned().flatten()
     }
 
-    /// The current catalog snapshot.
+    /// The generation in force: what one request is decided against,
+    /// read once and held to its end.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.generations.load()
+    }
+
+    /// The catalog of the generation in force.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.get()
+        self.generations.catalog()
     }
 
     /// What a client of `capset` sees of `shared` (`backend::views`).
@@ -725,13 +730,14 @@ impl Gateway {
         }
     }
 
-    /// The current backend set (a reload may install another).
+    /// The backend set of the generation in force (a reload may publish
+    /// another).
     pub fn backends(&self) -> Arc<BackendSet> {
-        self.backends.get()
+        self.generations.backends()
     }
 
     fn install(&self, set: BackendSet) {
-        self.backends.install(set);
+        self.generations.publish_backends(set);
     }
 
     /// A new client session's pool of backend connections.

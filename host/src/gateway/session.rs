@@ -28,7 +28,9 @@ use crate::backend::ask::Asker;
 use crate::backend::capset::CapSet;
 use crate::backend::inflight::{CAPABILITIES_KEY, CallLog};
 use crate::backend::pool::Pool;
-use crate::backend::{Backend, BackendError, Connection, Era, FrontCall, Outbox, StreamClosed};
+use crate::backend::{
+    Backend, BackendError, Connection, Era, FrontCall, Generation, Outbox, StreamClosed,
+};
 use crate::catalog::{Catalog, Entry, EntryKind, Kind};
 use crate::dataplane::outcome::{CallError, Ended};
 use crate::health::{HealthState, advertisable};
@@ -107,10 +109,12 @@ impl FrontSession {
         {
             return Err(unknown_uri(uri));
         }
-        let name = Self::uri_backend(&*self.catalog(ctx).await, uri)?;
-        let b = self
-            .gw
-            .backend(&name)
+        let generation = self.gw.generation();
+        let name = Self::uri_backend(&*self.catalog(&generation, ctx).await, uri)?;
+        let b = generation
+            .backends
+            .get(&name)
+            .cloned()
             .ok_or_else(|| unavailable(&name, HealthState::Unknown, "not configured"))?;
         if !advertisable(b.state()) {
             return Err(down(&b).error);
@@ -141,13 +145,17 @@ impl FrontSession {
         }
     }
 
-    /// What this session routes by: the shared catalog, with its own
+    /// What this session routes by: the generation's catalog, with its own
     /// catalogs of `forward_auth` backends in place once it is registered
     /// (listed through its own connections first where due). Calls are
     /// checked by [`FrontSession::admit`] first; lists show
     /// [`FrontSession::visible`].
-    async fn catalog(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
-        let shared = self.gw.catalog();
+    async fn catalog(
+        &self,
+        generation: &Generation,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Arc<Catalog> {
+        let shared = generation.catalog.clone();
         let capset = self.capset(ctx);
         let Some(pool) = self.own_pool(ctx) else {
             return self.gw.capset_view(shared, &capset).await;
@@ -230,8 +238,12 @@ impl FrontSession {
 
     /// What the caller of `ctx` may see of this session's catalog
     /// (`[[policy]]`).
-    async fn visible(&self, ctx: &RequestContext<RoleServer>) -> Arc<Catalog> {
-        let base = self.catalog(ctx).await;
+    async fn visible(
+        &self,
+        generation: &Generation,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Arc<Catalog> {
+        let base = self.catalog(generation, ctx).await;
         self.gw
             .policies()
             .view(&Principal::of(&ctx.extensions), base)
@@ -360,13 +372,14 @@ impl FrontSession {
     /// ([`for_client`]), or an input-required result Vigil made (MRTR).
     async fn forward(
         &self,
+        generation: &Generation,
         backend: &Arc<str>,
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Value, CallError> {
         let call = matches!(request, ClientRequest::CallToolRequest(_));
         let mut result = self
-            .forward_unmasked(backend, request, ctx)
+            .forward_unmasked(generation, backend, request, ctx)
             .await
             .map_err(|e| e.map(|e| self.gw.redactor().mask_error(e)))?;
         if let Value::Object(m) = &mut result {
@@ -377,13 +390,15 @@ impl FrontSession {
 
     async fn forward_unmasked(
         &self,
+        generation: &Generation,
         backend: &Arc<str>,
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Value, CallError> {
-        let b = self
-            .gw
-            .backend(backend)
+        let b = generation
+            .backends
+            .get(backend)
+            .cloned()
             .ok_or_else(|| unavailable_call(backend, HealthState::Unknown, "not configured"))?;
         if !advertisable(b.state()) {
             return Err(down(&b));
@@ -669,8 +684,9 @@ impl FrontSession {
     /// Vigil's instructions for the caller of `ctx`, with those of the
     /// backends it can use something of ([`super::discovery::instructions`]).
     async fn instructions(&self, ctx: &RequestContext<RoleServer>) -> String {
-        let view = self.visible(ctx).await;
-        let set = self.gw.backends();
+        let generation = self.gw.generation();
+        let view = self.visible(&generation, ctx).await;
+        let set = &generation.backends;
         let texts: Vec<(&str, String)> = view
             .contributing()
             .into_iter()
@@ -698,7 +714,7 @@ impl FrontSession {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<MetaObject, McpError> {
         let cursor = p.as_ref().and_then(|p| p.cursor.as_deref());
-        let view = self.visible(ctx).await;
+        let view = self.visible(&self.gw.generation(), ctx).await;
         let (items, next) = page(list(&view), cursor, self.gw.config.page_size)?;
         let mut result = Map::new();
         let items = items.iter().map(Entry::to_value).collect();
@@ -963,9 +979,10 @@ impl ServerHandler for FrontSession {
                 &ctx.extensions,
             )
         })?;
-        // The route is taken from one snapshot, so a call never mixes a
-        // name from one catalog generation with a backend from another.
-        let catalog = self.catalog(&ctx).await;
+        // One generation for the whole call: a name of one catalog never
+        // routes to a backend of another set.
+        let generation = self.gw.generation();
+        let catalog = self.catalog(&generation, &ctx).await;
         let Some(route) = catalog.route_tool(&p.name).cloned() else {
             self.forget_stream(&ctx);
             let (e, down) = self.unrouted(&catalog, &p.name, unknown_tool);
@@ -978,6 +995,7 @@ impl ServerHandler for FrontSession {
         let t0 = tokio::time::Instant::now();
         let result = tracing::Instrument::instrument(
             self.forward(
+                &generation,
                 &route.backend,
                 ClientRequest::CallToolRequest(CallToolRequest::new(p)),
                 &ctx,
@@ -988,12 +1006,12 @@ impl ServerHandler for FrontSession {
         // Application signal: real traffic's outcome and latency.
         // A question for the client (MRTR) is no failure of the backend.
         let ended = Ended::of(&result, true);
-        let b = self.gw.backend(&route.backend);
+        let b = generation.backends.get(&route.backend);
         let call = admission::ToolCall {
             span,
             took: t0.elapsed(),
         };
-        admission::settle(audit, &route.backend, b.as_deref(), ended, Some(call));
+        admission::settle(audit, &route.backend, b.map(|b| &**b), ended, Some(call));
         let result = result.map_err(|e| e.error)?;
         self.links(&ctx).learn(&route.backend, &result);
         let mut r = CallToolResult::success(Vec::new());
@@ -1011,7 +1029,8 @@ impl ServerHandler for FrontSession {
                 .audit()
                 .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions)
         })?;
-        let routed = Self::uri_backend(&*self.catalog(&ctx).await, &p.uri);
+        let generation = self.gw.generation();
+        let routed = Self::uri_backend(&*self.catalog(&generation, &ctx).await, &p.uri);
         let backend = match routed.or_else(|e| self.links(&ctx).backend_of(&p.uri).ok_or(e)) {
             Ok(b) => b,
             Err(e) => {
@@ -1022,6 +1041,7 @@ impl ServerHandler for FrontSession {
         p.meta = forwardable_meta(p.meta);
         let result = self
             .forward(
+                &generation,
                 &backend,
                 ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p)),
                 &ctx,
@@ -1058,7 +1078,8 @@ impl ServerHandler for FrontSession {
                 &ctx.extensions,
             )
         })?;
-        let catalog = self.catalog(&ctx).await;
+        let generation = self.gw.generation();
+        let catalog = self.catalog(&generation, &ctx).await;
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
             let (e, down) = self.unrouted(&catalog, &p.name, unknown_prompt);
@@ -1069,6 +1090,7 @@ impl ServerHandler for FrontSession {
         p.meta = forwardable_meta(p.meta);
         let result = self
             .forward(
+                &generation,
                 &route.backend,
                 ClientRequest::GetPromptRequest(GetPromptRequest::new(p)),
                 &ctx,
@@ -1086,7 +1108,8 @@ impl ServerHandler for FrontSession {
         mut p: CompleteRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
-        let catalog = self.catalog(&ctx).await;
+        let generation = self.gw.generation();
+        let catalog = self.catalog(&generation, &ctx).await;
         let access = self.gw.policies().access(&Principal::of(&ctx.extensions));
         let backend = match &mut p.r#ref {
             Reference::Prompt(r) if !access.permits(&r.name) => {
@@ -1115,6 +1138,7 @@ impl ServerHandler for FrontSession {
         p.meta = forwardable_meta(p.meta);
         let result = self
             .forward(
+                &generation,
                 &backend,
                 ClientRequest::CompleteRequest(CompleteRequest::new(p)),
                 &ctx,
@@ -1148,7 +1172,7 @@ impl ServerHandler for FrontSession {
         if is_modern(&ctx) {
             return Err(removed("resources/unsubscribe"));
         }
-        Self::uri_backend(&*self.catalog(&ctx).await, &p.uri)?;
+        Self::uri_backend(&*self.catalog(&self.gw.generation(), &ctx).await, &p.uri)?;
         self.gw.sessions().subscribe(self.id, &p.uri, false);
         // Dropping the hold ends the backend subscription if nobody else
         // watches the resource there.
@@ -1170,7 +1194,8 @@ impl ServerHandler for FrontSession {
         if let Some((_, front)) = self.front.get() {
             front.set_log_level();
         }
-        for b in self.gw.backends().iter() {
+        let generation = self.gw.generation();
+        for b in generation.backends.iter() {
             let Some(shared) = b.shared() else { continue };
             // 2026-07-28 removed `logging/setLevel` (a level travels with
             // each request there).
@@ -1185,7 +1210,7 @@ impl ServerHandler for FrontSession {
             let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(
                 SetLevelRequestParams::new(p.level),
             ));
-            if let Err(e) = self.forward(&b.name, request, &ctx).await {
+            if let Err(e) = self.forward(&generation, &b.name, request, &ctx).await {
                 tracing::debug!(backend = %b.name, error = %e.error.message, "logging/setLevel not applied");
             }
         }

@@ -33,11 +33,12 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::DropGuard;
 
 use crate::auth::{CallerKey, Principal};
+use crate::backend::Generations;
 use crate::backend::Outbox;
 use crate::backend::capset::CapSet;
 use crate::backend::pool::{self, Pool};
 use crate::background::Background;
-use crate::catalog::{Catalog, Changes, Current};
+use crate::catalog::{Catalog, Changes};
 use crate::policy::Policies;
 
 pub use crate::backend::outbox::Channel;
@@ -78,7 +79,8 @@ pub struct Progress {
 
 pub struct Sessions {
     inner: Mutex<HashMap<u64, Entry>>,
-    catalog: Arc<Current>,
+    /// Where the shared catalog is read (the generation in force).
+    generations: Generations,
     /// What each session's principal may see (`[[policy]]`).
     policies: Arc<Policies>,
     /// The last diff computed by a worker, (older, newer, changes): in a
@@ -107,7 +109,7 @@ type Diffed = (Arc<Catalog>, Arc<Catalog>, Changes);
 
 impl Sessions {
     pub fn new(
-        catalog: Arc<Current>,
+        generations: Generations,
         policies: Arc<Policies>,
         background: Background,
         context: Arc<pool::Context>,
@@ -115,7 +117,7 @@ impl Sessions {
         Arc::new(Self {
             context,
             inner: Mutex::default(),
-            catalog,
+            generations,
             policies,
             last_diff: Mutex::default(),
             asked: AtomicU64::new(0),
@@ -143,7 +145,7 @@ impl Sessions {
         viewer: Viewer,
         lanes: bool,
     ) {
-        let shown = self.catalog.get();
+        let shown = self.generations.catalog();
         self.add_shown(id, channel, pool, outbox, viewer, lanes, shown);
     }
 
@@ -166,7 +168,7 @@ impl Sessions {
         outbox.connect(channel.clone());
         let caller = principal.caller().clone();
         let resync = Arc::new(Notify::new());
-        if !Arc::ptr_eq(&shown, &self.catalog.get()) {
+        if !Arc::ptr_eq(&shown, &self.generations.catalog()) {
             resync.notify_one();
         }
         let stop = self.background.child_token();
@@ -396,7 +398,7 @@ impl Resync {
             };
             // Before the catalog: see `Sessions::resync_all`.
             let asked = registry.asked.load(Ordering::Acquire);
-            let shared = registry.catalog.get();
+            let shared = registry.generations.catalog();
             let base = match &self.pool {
                 Some(p) => p.derive_for(shared, &self.capset).await,
                 None => registry.context.view(shared, &self.capset).await,
@@ -574,13 +576,13 @@ mod tests {
         ))
     }
 
-    fn registry(current: &Arc<Current>) -> Arc<Sessions> {
+    fn registry(current: &Generations) -> Arc<Sessions> {
         registry_on(current, Background::detached())
     }
 
-    fn registry_on(current: &Arc<Current>, background: Background) -> Arc<Sessions> {
+    fn registry_on(current: &Generations, background: Background) -> Arc<Sessions> {
         let context = Arc::new(pool::Context {
-            backends: Default::default(),
+            generations: Default::default(),
             naming: crate::config::Naming::Prefix {
                 separator: "__".into(),
             },
@@ -623,11 +625,11 @@ mod tests {
     /// ```
     #[tokio::test]
     async fn a_change_between_being_shown_and_registering_is_heard() {
-        let current = Arc::new(Current::default());
-        current.replace(catalog(&["a"]));
-        let shown = current.get();
+        let current = Generations::default();
+        current.publish_catalog(catalog(&["a"]));
+        let shown = current.catalog();
         let sessions = registry(&current);
-        current.replace(catalog(&["a", "b"]));
+        current.publish_catalog(catalog(&["a", "b"]));
         let mut p = connect().await;
         sessions.add_shown(
             1,
@@ -644,7 +646,7 @@ mod tests {
         p.received(1).await;
 
         // Registered with what it was shown now: nothing to tell.
-        let shown = current.get();
+        let shown = current.catalog();
         let q = connect().await;
         sessions.add_shown(
             2,
@@ -666,8 +668,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_hears_only_changes_it_has_not_seen() {
-        let current = Arc::new(Current::default());
-        current.replace(catalog(&["a"]));
+        let current = Generations::default();
+        current.publish_catalog(catalog(&["a"]));
         let sessions = registry(&current);
         let mut p = connect().await;
         sessions.add(
@@ -686,13 +688,13 @@ mod tests {
         let done = handled(&sessions, 1, asked).await;
         assert_eq!(done.notified, 0, "nothing changed since it registered");
 
-        current.replace(catalog(&["a", "b"]));
+        current.publish_catalog(catalog(&["a", "b"]));
         let asked = sessions.resync_all();
         assert_eq!(handled(&sessions, 1, asked).await.notified, 1);
         p.received(1).await;
 
         // An equal snapshot (rebuilt, not the same object) is no change.
-        current.replace(catalog(&["a", "b"]));
+        current.publish_catalog(catalog(&["a", "b"]));
         let asked = sessions.resync_all();
         assert_eq!(handled(&sessions, 1, asked).await.notified, 1);
         assert_eq!(p.count(), 1);
@@ -701,7 +703,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_removed_session_hears_nothing_more() {
-        let current = Arc::new(Current::default());
+        let current = Generations::default();
         let sessions = registry(&current);
         let p = connect().await;
         sessions.add(
@@ -720,7 +722,7 @@ mod tests {
 
         sessions.remove(7); // DELETE or close of the client session
         assert_eq!(sessions.len(), 0);
-        current.replace(catalog(&["x"]));
+        current.publish_catalog(catalog(&["x"]));
         sessions.resync_all();
         let done = ended(progress).await;
         assert_eq!(done.notified, 0, "its worker ended without a resync");
@@ -729,7 +731,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_whose_client_is_gone_leaves_at_its_next_resync() {
-        let current = Arc::new(Current::default());
+        let current = Generations::default();
         let sessions = registry(&current);
         let p = connect().await;
         let peer = p.server.peer().clone();
@@ -750,7 +752,7 @@ mod tests {
         assert_eq!(sessions.len(), 1, "registered (registration cannot tell)");
         let progress = sessions.progress(3).unwrap();
 
-        current.replace(catalog(&["y"]));
+        current.publish_catalog(catalog(&["y"]));
         sessions.resync_all();
         let done = ended(progress).await;
         assert_eq!(done.notified, 0, "the send failed");
@@ -759,7 +761,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_changes_coalesce_per_session() {
-        let current = Arc::new(Current::default());
+        let current = Generations::default();
         let sessions = registry(&current);
         let mut p = connect().await;
         sessions.add(
@@ -777,7 +779,7 @@ mod tests {
         // one queued, each comparing against the latest snapshot.
         let mut asked = 0;
         for i in 0..50 {
-            current.replace(catalog(&[&format!("t{i}")]));
+            current.publish_catalog(catalog(&[&format!("t{i}")]));
             asked = sessions.resync_all();
         }
         // Once the last wake-up is handled the worker has seen the last
@@ -793,7 +795,7 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_ends_every_worker() {
-        let current = Arc::new(Current::default());
+        let current = Generations::default();
         let (tracker, shutdown) = (
             tokio_util::task::TaskTracker::new(),
             tokio_util::sync::CancellationToken::new(),

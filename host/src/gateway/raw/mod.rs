@@ -53,13 +53,13 @@ use crate::audit::Method;
 use crate::auth::Principal;
 use crate::backend::error::HttpFailure;
 use crate::backend::raw_http::{self, PostError, Posted};
-use crate::backend::{Backend, BackendError, Era};
-use crate::catalog::{Catalog, Kind};
+use crate::backend::{Backend, BackendError, Era, Generation};
+use crate::catalog::Kind;
 use crate::dataplane::envelope::{self, Incoming, RawMethod, Target};
 use crate::dataplane::outcome::Ended;
 use crate::dataplane::plan::{self, Client, Header, Plan, Route, Serving, Via};
 use crate::dataplane::revision::Revision;
-use crate::health::{HealthState, advertisable};
+use crate::health::HealthState;
 use futures::StreamExt as _;
 
 /// The largest request body the raw path reads; a larger one (or one of
@@ -162,11 +162,11 @@ struct Facts {
     revision: Header,
 }
 
-/// The generation a request is planned against: the shared catalog as one
-/// snapshot, the backend set, and the resource links its client was given.
+/// What a request is planned against: the generation in force (its
+/// catalog and backend set, read once) and the resource links its client
+/// was given.
 struct Now<'a> {
-    catalog: Arc<Catalog>,
-    gw: &'a Gateway,
+    generation: &'a Generation,
     links: Option<&'a Links>,
 }
 
@@ -176,11 +176,11 @@ impl plan::Generation for Now<'_> {
             backend: r.backend.clone(),
             name: (r.name != name).then(|| r.name.clone()),
         };
+        let catalog = &self.generation.catalog;
         match target {
-            Target::Tool => self.catalog.route_tool(name).map(renamed),
-            Target::Prompt => self.catalog.route_prompt(name).map(renamed),
-            Target::Uri => self
-                .catalog
+            Target::Tool => catalog.route_tool(name).map(renamed),
+            Target::Prompt => catalog.route_prompt(name).map(renamed),
+            Target::Uri => catalog
                 .route_uri(name)
                 .cloned()
                 .or_else(|| self.links.and_then(|l| l.backend_of(name)))
@@ -192,9 +192,12 @@ impl plan::Generation for Now<'_> {
     }
 
     fn serving(&self, backend: &str) -> Option<Serving> {
-        let b = self.gw.backend(backend)?;
+        let b = self.generation.backends.get(backend)?;
         Some(Serving {
-            advertisable: advertisable(b.state()),
+            // Shown by this generation's catalog: advertisable when it was
+            // published (a name routes only to a backend it shows; a
+            // resource link may name another).
+            advertisable: self.generation.catalog.shows(backend),
             http: b.per_session(),
             forwards_auth: b.forwards_auth(),
             era: b.era(),
@@ -279,6 +282,8 @@ fn next_id() -> Arc<str> {
 /// A call planned raw, as the executor carries it out.
 struct Planned<'a> {
     facts: &'a Facts,
+    /// The generation it was planned against, held to its end.
+    generation: Arc<Generation>,
     route: Route,
     via: Via,
     /// The resource links of the call's client (its session's, or its
@@ -310,7 +315,8 @@ impl RawPath {
             return Handled::Answered(http::StatusCode::ACCEPTED.into_response());
         }
         let r = envelope::Request::parse(text);
-        let Some((route, via, links)) = self.plan(&facts, parts, r.as_ref()) else {
+        let generation = self.gw.generation();
+        let Some((route, via, links)) = self.plan(&facts, parts, r.as_ref(), &generation) else {
             return Handled::Typed(None);
         };
         let Some(r) = r else {
@@ -320,11 +326,12 @@ impl RawPath {
         // messages a 2026-07-28 call asked for) is relayed while it runs.
         if r.progress.is_some() || (via == Via::Stateless && r.meta.log_level) {
             let client_id = r.id.get().to_owned();
-            let planned = (route, via, links);
+            let planned = (generation, route, via, links);
             return self.streamed(facts, parts, bytes, client_id, planned).await;
         }
         let planned = Planned {
             facts: &facts,
+            generation,
             route,
             via,
             links,
@@ -339,6 +346,7 @@ impl RawPath {
         facts: &Facts,
         parts: &http::request::Parts,
         r: Option<&envelope::Request<'_>>,
+        generation: &Generation,
     ) -> Option<(Route, Via, Arc<Links>)> {
         let links = match (&facts.front, r) {
             (Some(front), _) => Some(front.links().clone()),
@@ -354,8 +362,7 @@ impl RawPath {
             }),
         };
         let now = Now {
-            catalog: self.gw.catalog(),
-            gw: &self.gw,
+            generation,
             links: links.as_deref(),
         };
         match plan::plan(&http, facts.client, r, &now) {
@@ -398,7 +405,7 @@ impl RawPath {
         parts: &http::request::Parts,
         bytes: &Bytes,
         client_id: String,
-        (route, via, links): (Route, Via, Arc<Links>),
+        (generation, route, via, links): (Arc<Generation>, Route, Via, Arc<Links>),
     ) -> Handled {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (raw, parts, bytes) = (self.clone(), parts.clone(), bytes.clone());
@@ -422,6 +429,7 @@ impl RawPath {
             };
             let planned = Planned {
                 facts: &facts,
+                generation,
                 route,
                 via,
                 links,
@@ -479,7 +487,12 @@ impl RawPath {
         progress: Option<Progress>,
     ) -> Handled {
         let gw = &self.gw;
-        let Some(b) = gw.backend(&planned.route.backend) else {
+        let Some(b) = planned
+            .generation
+            .backends
+            .get(&planned.route.backend)
+            .cloned()
+        else {
             return Handled::Typed(None);
         };
         let client_id = r.id.get();
