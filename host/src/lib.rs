@@ -8,10 +8,21 @@
 //! - [`catalog`] holds what each backend advertises and the merged, named
 //!   view with its routing tables; pure data, no I/O.
 //! - [`backend`] owns MCP client connections to backends: start, handshake,
-//!   reconnect with backoff, forward requests, relay what backends send.
+//!   reconnect with backoff, forward requests, relay what backends send;
+//!   and the [`backend::Generation`], the one snapshot (catalog and backend
+//!   set) every request is decided against, read once and held to its end.
+//! - [`dataplane`] decides, free of sockets: what a request is (its
+//!   envelope, its revision), how it travels ([`dataplane::plan`]: raw over
+//!   a lane, raw stateless, or typed, with the reason), and how a call
+//!   ended ([`dataplane::outcome`], the one account the audit, statistics,
+//!   metrics and traces read).
 //! - [`import`] turns an MCP client's server list into `[[backends]]`.
-//! - [`gateway`] is the front MCP server: sessions, routing, fan-out of
-//!   `list_changed`, over streamable HTTP or stdio.
+//! - [`gateway`] is the front MCP server: sessions, the two executors of a
+//!   plan (the raw path and rmcp's typed handlers), fan-out of
+//!   `list_changed`, over streamable HTTP or stdio; today also the
+//!   composition root (start-up, reloads, supervisor spawning).
+//! - [`background`] is where tasks run: every spawned task is on a tracker
+//!   a shutdown waits for (`scripts/structure.sh` checks).
 //! - [`origin`] decides which `Host` and `Origin` a listener answers (DNS
 //!   rebinding and cross-origin protection), for `/mcp` and the control API.
 //! - [`redact`] masks secrets (configured values, URL credentials) in every
@@ -32,8 +43,9 @@
 //!   that must not wait go through its one batched `Writer`.
 //!
 //! Data flows one way: backend supervisors send updates to the gateway,
-//! which rebuilds the catalog snapshot and notifies sessions; sessions read
-//! the snapshot and never cache their own copy.
+//! which publishes a new generation and notifies sessions; requests and
+//! sessions read the generation and never cache their own copy. No module
+//! below the front names it (`scripts/structure.sh`).
 //!
 //! ```no_run
 //! # async fn run() -> anyhow::Result<()> {
@@ -59,6 +71,7 @@ pub mod backend;
 pub mod background;
 pub mod catalog;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod dataplane;
 pub mod freshness;

@@ -1,5 +1,4 @@
-//! The `/mcp` side of `[auth]`: credentials on every request, and sessions
-//! bound to the principal that opened them.
+//! The `/mcp` side of `[auth]`: credentials on every request.
 //!
 //! - No `[[auth.keys]]` and no `[auth.oauth]`: every request is
 //!   [`Principal::local`].
@@ -18,31 +17,23 @@
 //! - An address that sends 10 unknown keys or bad tokens within a minute gets 429 for a
 //!   minute, the right key's requests too (the control API's default
 //!   cool-down, [`super::throttle`]).
-//! - A session belongs to the principal whose `initialize` opened it. A
-//!   request on it with another principal's credentials is answered
-//!   exactly as an unknown session is (404), so a session id learnt from
-//!   elsewhere is worth nothing, and logged.
+//! - Who may use a session is the front's to check: the principal that
+//!   opened it is sealed in its id (`gateway::session_ids`), which this
+//!   layer's [`Principal`] is compared with.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::oauth::{OAuth, Refusal};
 use super::throttle::{Client, Throttle};
 use super::{Keys, Principal};
 use crate::config::FailedTokens;
-use crate::log_limit::LogLimit;
-use crate::redact::session_tag;
-
-/// Whether a session still exists (rmcp's session manager knows).
-pub type Alive = Box<dyn Fn(&str) -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// What [`authenticate`] needs.
 pub struct McpAuth {
@@ -52,79 +43,16 @@ pub struct McpAuth {
     challenge: Challenge,
     /// Cool-downs for addresses that keep sending unknown keys.
     throttle: Throttle,
-    owners: Mutex<Owners>,
-    alive: Alive,
-    /// At most one WARN about a foreign session per 10 s.
-    foreign_log: Mutex<LogLimit>,
-}
-
-/// Who opened each session. Sessions that expire without a DELETE are
-/// forgotten by a sweep once the map doubles past its last size.
-struct Owners {
-    by_session: HashMap<String, Principal>,
-    sweep_at: usize,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl McpAuth {
-    /// `alive(id)` says whether rmcp still has session `id`; the first
-    /// sweep comes at `max_sessions` entries.
-    pub fn new(
-        keys: Arc<Keys>,
-        oauth: Option<Arc<OAuth>>,
-        max_sessions: usize,
-        alive: Alive,
-    ) -> Self {
+    pub fn new(keys: Arc<Keys>, oauth: Option<Arc<OAuth>>) -> Self {
         McpAuth {
             keys,
             challenge: Challenge::of(oauth.as_deref()),
             oauth,
             throttle: Throttle::new(FailedTokens::default(), "/mcp"),
-            owners: Mutex::new(Owners {
-                by_session: HashMap::new(),
-                sweep_at: max_sessions.max(16),
-            }),
-            alive,
-            foreign_log: Mutex::new(LogLimit::new(std::time::Duration::from_secs(10))),
         }
-    }
-
-    async fn bind(&self, session: &str, principal: Principal) {
-        let due = {
-            let o = lock(&self.owners);
-            (o.by_session.len() >= o.sweep_at)
-                .then(|| o.by_session.keys().cloned().collect::<Vec<_>>())
-        };
-        if let Some(ids) = due {
-            let mut dead = Vec::new();
-            for id in ids {
-                if !(self.alive)(&id).await {
-                    dead.push(id);
-                }
-            }
-            let mut o = lock(&self.owners);
-            for id in dead {
-                o.by_session.remove(&id);
-            }
-            o.sweep_at = (o.by_session.len() * 2).max(o.sweep_at);
-        }
-        lock(&self.owners)
-            .by_session
-            .insert(session.to_owned(), principal);
-    }
-
-    fn owned_by(&self, session: &str, principal: &Principal) -> bool {
-        lock(&self.owners)
-            .by_session
-            .get(session)
-            .is_some_and(|owner| owner.same_caller(principal))
-    }
-
-    fn forget(&self, session: &str) {
-        lock(&self.owners).by_session.remove(session);
     }
 }
 
@@ -140,29 +68,8 @@ pub async fn authenticate(State(auth): State<Arc<McpAuth>>, req: Request, next: 
         Ok(p) => p,
         Err(refusal) => return refusal,
     };
-    let session = parts.headers.get("mcp-session-id").cloned();
-    let session = session.as_ref().and_then(|v| v.to_str().ok());
-    let delete = parts.method == Method::DELETE;
-    // Kept only for a request that may open a session (no id yet).
-    let opener = session.is_none().then(|| principal.clone());
     parts.extensions.insert(principal);
-    let response = next.run(Request::from_parts(parts, body)).await;
-    match session {
-        None => {
-            if let (Some(id), Some(principal)) = (
-                response
-                    .headers()
-                    .get("mcp-session-id")
-                    .and_then(|v| v.to_str().ok()),
-                opener,
-            ) {
-                auth.bind(id, principal).await;
-            }
-        }
-        Some(id) if delete && response.status().is_success() => auth.forget(id),
-        Some(_) => {}
-    }
-    response
+    next.run(Request::from_parts(parts, body)).await
 }
 
 impl McpAuth {
@@ -206,19 +113,6 @@ impl McpAuth {
             },
         };
         parts.headers.remove(header::AUTHORIZATION);
-        let session = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok());
-        if let Some(id) = session
-            && !self.owned_by(id, &principal)
-        {
-            if let Some(more) = lock(&self.foreign_log).admit(Instant::now()) {
-                tracing::warn!(%principal, session = %session_tag(id), more, "a request on a session another principal opened (or none did) was answered as an unknown session");
-            }
-            // Exactly rmcp's answer for an unknown session, headers included.
-            return Err((StatusCode::NOT_FOUND, "Not Found: Session not found").into_response());
-        }
         Ok(principal)
     }
 }
@@ -373,37 +267,5 @@ mod tests {
             h.insert(header::AUTHORIZATION, HeaderValue::from_static(value));
             assert_eq!(bearer(&h), want, "{value:?}");
         }
-    }
-
-    #[tokio::test]
-    async fn sessions_belong_to_their_opener_and_the_map_forgets_dead_ones() {
-        let keys = Arc::new(Keys::new(Vec::new()));
-        let alive = Arc::new(Mutex::new(std::collections::HashSet::<String>::new()));
-        let seen = alive.clone();
-        let auth = McpAuth::new(
-            keys,
-            None,
-            1,
-            Box::new(move |id| {
-                let up = lock(&seen).contains(id);
-                Box::pin(async move { up })
-            }),
-        );
-        let (a, b) = (Principal::key("a"), Principal::key("b"));
-        auth.bind("s1", a.clone()).await;
-        assert!(auth.owned_by("s1", &a));
-        assert!(!auth.owned_by("s1", &b));
-        assert!(!auth.owned_by("s2", &a), "an unbound session is nobody's");
-        // 16 live sessions fill the map to its sweep size: the next bind
-        // drops s1, which rmcp no longer has, and keeps the live ones.
-        for i in 0..15 {
-            lock(&alive).insert(format!("k{i}"));
-            auth.bind(&format!("k{i}"), a.clone()).await;
-        }
-        auth.bind("s2", b.clone()).await;
-        assert!(!auth.owned_by("s1", &a));
-        assert!(auth.owned_by("s2", &b) && auth.owned_by("k3", &a));
-        auth.forget("s2");
-        assert!(!auth.owned_by("s2", &b));
     }
 }

@@ -14,9 +14,7 @@ use axum::Router;
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::{
-    SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
-};
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
@@ -44,16 +42,8 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         max_body_bytes: c.max_body_bytes,
         log: std::sync::Mutex::new(LogLimit::new(std::time::Duration::from_secs(10))),
     });
-    let sessions = streams.clone();
-    let auth = Arc::new(crate::auth::mcp::McpAuth::new(
-        gw.mcp_keys(),
-        gw.oauth(),
-        c.limits.max_sessions,
-        Box::new(move |id| {
-            let (sessions, id) = (sessions.clone(), SessionId::from(id));
-            Box::pin(async move { sessions.has_session(&id).await.unwrap_or(false) })
-        }),
-    ));
+    let auth = Arc::new(crate::auth::mcp::McpAuth::new(gw.mcp_keys(), gw.oauth()));
+    let ids = super::session_ids::SessionIds::new(gw.session_book.clone(), c.max_body_bytes);
     let metadata = c
         .auth
         .oauth
@@ -73,6 +63,10 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
             super::raw::forward,
         ))
         .route_layer(axum::middleware::from_fn_with_state(cap, session_cap))
+        .route_layer(axum::middleware::from_fn_with_state(
+            ids,
+            super::session_ids::seal,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             auth,
             crate::auth::mcp::authenticate,
@@ -153,14 +147,34 @@ async fn session_cap(
         .into_response()
 }
 
-/// The answer to a request body that could not be read whole within
-/// `max_body_bytes`, for the layers that read it before rmcp does.
+/// The answer to a request body that could not be read whole, for the
+/// layers that read it before rmcp does: 413 when it is larger than
+/// `max_body_bytes`, 408 when it did not arrive within the listener's
+/// `read_timeout` (the client's doing), 400 otherwise. Told by the error's
+/// type, never its text.
 pub(super) fn unreadable_body(e: axum::Error) -> Response {
     (
-        http::StatusCode::PAYLOAD_TOO_LARGE,
+        body_status(&e),
         format!("could not read the request body: {e}"),
     )
         .into_response()
+}
+
+fn body_status(e: &(dyn std::error::Error + 'static)) -> http::StatusCode {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return http::StatusCode::PAYLOAD_TOO_LARGE;
+        }
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return http::StatusCode::REQUEST_TIMEOUT;
+        }
+        cause = err.source();
+    }
+    http::StatusCode::BAD_REQUEST
 }
 
 /// The id of a JSON-RPC `initialize` request, if `body` is one.
@@ -256,4 +270,39 @@ pub async fn serve(
     listener
         .serve(tcp, router(gw, shutdown.clone()), shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn status_of(body: axum::body::Body, limit: usize) -> http::StatusCode {
+        let e = axum::body::to_bytes(body, limit).await.unwrap_err();
+        unreadable_body(e).status()
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_body_is_answered_by_what_went_wrong() {
+        let big = axum::body::Body::from(vec![b'x'; 64]);
+        assert_eq!(
+            status_of(big, 16).await,
+            http::StatusCode::PAYLOAD_TOO_LARGE
+        );
+        let late = futures::stream::once(async {
+            Err::<bytes::Bytes, _>(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "did not arrive within 2s (limits.read_timeout)",
+            ))
+        });
+        let late = axum::body::Body::from_stream(late);
+        assert_eq!(
+            status_of(late, 1024).await,
+            http::StatusCode::REQUEST_TIMEOUT
+        );
+        let broken = futures::stream::once(async {
+            Err::<bytes::Bytes, _>(std::io::Error::other("connection reset"))
+        });
+        let broken = axum::body::Body::from_stream(broken);
+        assert_eq!(status_of(broken, 1024).await, http::StatusCode::BAD_REQUEST);
+    }
 }

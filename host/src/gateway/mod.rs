@@ -34,6 +34,7 @@ pub mod reload_trigger;
 mod resource_watch;
 mod route;
 mod session;
+mod session_ids;
 mod sessions;
 pub mod stdio;
 mod streams;
@@ -154,6 +155,8 @@ pub struct Gateway {
     /// Backend calls waiting for a 2026-07-28 client's answer (MRTR);
     /// `None` if the OS gave no random key.
     mrtr: Option<mrtr::Mrtr>,
+    /// Client sessions by their sealed ids (`session_ids.rs`).
+    session_book: Arc<dyn crate::cluster::book::SessionBook>,
 }
 
 /// Relays backend traffic that is not an answer to a request.
@@ -335,6 +338,7 @@ impl Gateway {
         let (events, _) = broadcast::channel(16 * 1024);
         let caller_pools =
             caller_pools::CallerPools::new(pool_context.clone(), config.limits.max_sessions);
+        let session_book = session_book(&config.data_dir);
         let gw = Arc::new(Gateway {
             generations,
             pool_context,
@@ -368,6 +372,7 @@ impl Gateway {
             mrtr: mrtr::Mrtr::new()
                 .inspect_err(|e| tracing::error!(error = %e, "no random key for MRTR request states: backends cannot ask 2026-07-28 clients"))
                 .ok(),
+            session_book,
         });
         let restored = match &store {
             Some(store) => restore(&*store.health, &gw.config).await,
@@ -968,6 +973,29 @@ impl Gateway {
 /// The runtime that runs `b`, and its stderr tail for process backends.
 /// Config validation pairs stdio with the process runtime only, so the
 /// transport decides: stdio runs a process, HTTP a container or a remote.
+/// The book of client sessions: ids sealed under the key kept in
+/// `data_dir` (`cluster::key`), so a restart keeps them valid. A key that
+/// cannot be kept there is made for this run only (logged): ids then end
+/// with the process, as the sessions behind them do anyway.
+fn session_book(data_dir: &std::path::Path) -> Arc<dyn crate::cluster::book::SessionBook> {
+    use crate::cluster::{book::LocalBook, key, session_id::Sealer};
+    let key = key::load_or_create(data_dir).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "session ids are sealed with a key of this run only: clients reconnecting after a restart open new sessions");
+        let mut k = [0u8; 32];
+        if let Err(e) = getrandom::fill(&mut k) {
+            // No entropy at all: the MRTR states are off too (logged).
+            // A key from the clock and the process keeps ids unguessable
+            // across runs only, so say it loudly.
+            tracing::error!(error = %e, "no random bytes for the session key: ids are sealed with a key derived from the start time");
+            use sha2::Digest as _;
+            let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+            k.copy_from_slice(&sha2::Sha256::digest(seed.as_bytes()));
+        }
+        k
+    });
+    Arc::new(LocalBook::new(Sealer::new(&key, None)))
+}
+
 fn runtime_for(b: &BackendConfig) -> (Arc<dyn Runtime>, Option<StderrTail>) {
     match &b.transport {
         Transport::Stdio {

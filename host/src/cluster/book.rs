@@ -1,0 +1,162 @@
+//! The session book: where a client session is opened, found and closed,
+//! by its sealed id ([`super::session_id`]).
+//!
+//! The seam several replicas stand on: [`SessionBook`] is what the front
+//! asks; [`LocalBook`] answers from the id itself and a list of closed
+//! ids kept in memory (one replica). A PostgreSQL book keeps that list,
+//! and what changes during a session, where every replica reads it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use super::session_id::{Sealer, SessionFacts, Unsealed};
+
+/// Why an id names no session that may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error(transparent)]
+    Unsealed(#[from] Unsealed),
+    /// Closed by its client (HTTP DELETE): stays closed until it expires.
+    #[error("the session was closed")]
+    Closed,
+}
+
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("no random nonce for a session id: {0}")]
+pub struct OpenError(#[from] getrandom::Error);
+
+/// Sessions by their sealed ids.
+#[async_trait]
+pub trait SessionBook: Send + Sync + 'static {
+    /// Opens a session with `facts`; returns the id its client uses.
+    async fn open(&self, facts: &SessionFacts) -> Result<String, OpenError>;
+    /// The facts of the session `id` names, verified without a lookup of
+    /// the session itself: sealed by this gateway (or a replica sharing its
+    /// key), unexpired, not closed.
+    async fn resolve(&self, id: &str) -> Result<SessionFacts, Refused>;
+    /// Closes the session `id` names: every later [`SessionBook::resolve`]
+    /// of it is refused, until it would have expired anyway.
+    async fn close(&self, id: &str);
+}
+
+/// One replica's book: ids are verified by their seal; closed ones are
+/// remembered in memory (a restart forgets them: an id closed before a
+/// restart opens again, and finds no session behind it).
+pub struct LocalBook {
+    sealer: Sealer,
+    /// Closed ids, with when each expires (then it is refused anyway and
+    /// forgotten here).
+    closed: Mutex<HashMap<String, u64>>,
+}
+
+impl LocalBook {
+    pub fn new(sealer: Sealer) -> Self {
+        LocalBook {
+            sealer,
+            closed: Mutex::default(),
+        }
+    }
+
+    fn closed(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        // Each update is one insert or a retain: poisoning cannot leave it
+        // half done.
+        self.closed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[async_trait]
+impl SessionBook for LocalBook {
+    async fn open(&self, facts: &SessionFacts) -> Result<String, OpenError> {
+        Ok(self.sealer.seal(facts)?)
+    }
+
+    async fn resolve(&self, id: &str) -> Result<SessionFacts, Refused> {
+        let facts = self.sealer.open(id)?;
+        if self.closed().contains_key(id) {
+            return Err(Refused::Closed);
+        }
+        Ok(facts)
+    }
+
+    async fn close(&self, id: &str) {
+        let Ok(facts) = self.sealer.open(id) else {
+            return; // not an open session: nothing to remember
+        };
+        let now = facts.issued.max(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        );
+        let mut closed = self.closed();
+        closed.retain(|_, expires| *expires > now);
+        closed.insert(id.to_owned(), facts.expires);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Principal;
+
+    fn book() -> LocalBook {
+        LocalBook::new(Sealer::new(&[3; 32], None))
+    }
+
+    fn facts(local: &str) -> SessionFacts {
+        SessionFacts::new(
+            local.into(),
+            Principal::key("bob").caller(),
+            "2025-06-18".into(),
+        )
+    }
+
+    #[tokio::test]
+    async fn an_opened_session_resolves_until_it_is_closed() {
+        let b = book();
+        let id = b.open(&facts("one")).await.unwrap();
+        let other = b.open(&facts("two")).await.unwrap();
+        assert_eq!(b.resolve(&id).await.unwrap().local, "one");
+        b.close(&id).await;
+        assert_eq!(b.resolve(&id).await, Err(Refused::Closed));
+        // Closing one leaves the others.
+        assert_eq!(b.resolve(&other).await.unwrap().local, "two");
+    }
+
+    #[tokio::test]
+    async fn ids_of_another_book_or_altered_are_refused_and_not_remembered() {
+        let b = book();
+        let foreign = LocalBook::new(Sealer::new(&[4; 32], None))
+            .open(&facts("x"))
+            .await
+            .unwrap();
+        assert_eq!(
+            b.resolve(&foreign).await,
+            Err(Refused::Unsealed(Unsealed::Forged))
+        );
+        b.close(&foreign).await;
+        assert!(b.closed().is_empty(), "a forged id is not kept");
+        assert_eq!(
+            b.resolve("not-an-id").await,
+            Err(Refused::Unsealed(Unsealed::Malformed))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_book_with_the_same_key_resolves_the_others_ids() {
+        // What lets another replica (or this one after a restart) adopt a
+        // session: the id alone says what it is.
+        let a = book();
+        let id = a.open(&facts("kept")).await.unwrap();
+        let b = book();
+        let f = b.resolve(&id).await.unwrap();
+        assert_eq!(
+            (f.local.as_str(), f.revision.as_str()),
+            ("kept", "2025-06-18")
+        );
+        assert!(f.caller.is(Principal::key("bob").caller()));
+        assert!(!f.caller.is(Principal::key("alice").caller()));
+    }
+}

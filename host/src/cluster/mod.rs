@@ -1,0 +1,10 @@
+//! What several replicas will share, behind small seams with a local
+//! implementation each (one replica, today): the session book and its
+//! sealed ids ([`book`], [`session_id`], [`key`]).
+//!
+//! Nothing here names the front: the front asks these seams, and the
+//! composition root picks their implementations.
+
+pub mod book;
+pub mod key;
+pub mod session_id;
