@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,31 @@ async def test_2026_backends_are_probed_directly_with_their_server_discover(
     async with http_session(gw.url) as session:
         for name in backends:
             assert await call_text(session, f"{name}__echo", {"text": name}) == name
+
+
+async def test_a_probe_answered_with_an_http_status_is_judged_by_the_status(
+    vigil: Callable[..., Any], procs: Procs, tmp_path: Path
+) -> None:
+    """A ping answered HTTP 429 is a rate-limited, degraded backend, not a
+    dead one; 403 where credentials are configured is reachable (degraded);
+    503 is down. Told by the status Vigil's HTTP client read, never by
+    the wording of its error."""
+    status_file = tmp_path / "ping-status"
+    server = start_python_backend(procs, "statuses", "hostile_http.py", ["--ping-status-file", str(status_file)])
+    backend = {**http_backend("st", server.url), "headers": {"X-Api-Key": "k"}, "health": {"interval": "1s", "timeout": "1s"}}
+    gw = vigil([backend], api={})
+    api = ControlApi(gw.api_base)
+    await api.wait_state("st", "running")
+    status_file.write_text("429")
+    degraded = await api.wait_state("st", "degraded")
+    assert "rate limited: HTTP 429" in degraded["reason"], degraded
+    status_file.write_text("403")
+    refused = await api.wait_for(
+        "st", lambda d: "credentials are refused" in d["reason"], "the 403 with credentials judged reachable"
+    )
+    assert refused["state"] == "degraded", refused
+    status_file.unlink()
+    await api.wait_state("st", "running")
+    status_file.write_text("503")
+    down = await api.wait_state("st", "offline", "restarting")
+    assert "503" in down["reason"], down

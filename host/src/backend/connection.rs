@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Bounds;
 use super::client::BackendClient;
-use super::error::BackendError;
+use super::error::{BackendError, HttpFailure};
 use super::http_ping::{self, Direct, SessionTarget};
 use super::inflight::{CAPABILITIES_KEY, FrontCall, Inflight};
 use super::lifecycle::{self, Slot};
@@ -374,6 +374,18 @@ impl Connection {
                         timeout,
                     });
                 }
+                // A refusal by status says all a probe needs (rate limited,
+                // or credentials refused): decided here, where the status
+                // is typed (rmcp keeps only the wording of a 401 or 403).
+                Direct::Undecided(HttpFailure::Status(status))
+                    if matches!(status.as_u16(), 401 | 403 | 429) =>
+                {
+                    return Err(BackendError::Status {
+                        backend: self.backend.clone(),
+                        status,
+                        reason: format!("the readiness probe ({what}) was refused"),
+                    });
+                }
                 Direct::Undecided(why) => {
                     tracing::debug!(backend = %self.backend, %why, probe = what, "direct ping undecided; pinging through the MCP client");
                 }
@@ -648,10 +660,17 @@ impl Connection {
                 backend: self.backend.clone(),
                 timeout,
             },
-            other => BackendError::Transport {
-                backend: self.backend.clone(),
-                reason: super::error::plain(other),
-                stderr: self.stderr_tail(),
+            other => match self.ping_target.as_ref().and_then(|t| t.refused_with()) {
+                Some(status) => BackendError::Status {
+                    backend: self.backend.clone(),
+                    status,
+                    reason: super::error::plain(other),
+                },
+                None => BackendError::Transport {
+                    backend: self.backend.clone(),
+                    reason: super::error::plain(other),
+                    stderr: self.stderr_tail(),
+                },
             },
         }
     }

@@ -25,6 +25,14 @@ pub enum BackendError {
     /// not bound its port yet).
     #[error("backend '{backend}': connection refused: {reason}")]
     Refused { backend: Arc<str>, reason: String },
+    /// The backend answered a request with an HTTP error status (told by
+    /// the HTTP client's typed error, never its text).
+    #[error("backend '{backend}' answered HTTP {status}: {reason}")]
+    Status {
+        backend: Arc<str>,
+        status: http::StatusCode,
+        reason: String,
+    },
     #[error("backend '{backend}': connection failed: {reason}{}", stderr_suffix(.stderr))]
     Transport {
         backend: Arc<str>,
@@ -186,7 +194,9 @@ impl BackendError {
     pub fn is_connection_lost(&self) -> bool {
         matches!(
             self,
-            BackendError::Transport { .. } | BackendError::Refused { .. }
+            BackendError::Transport { .. }
+                | BackendError::Refused { .. }
+                | BackendError::Status { .. }
         )
     }
 

@@ -55,6 +55,9 @@ pub struct SessionTarget {
     /// Whether the last POST found nothing accepting the connection (told
     /// from reqwest's typed error while rmcp's wrapping still lost it).
     refused: std::sync::atomic::AtomicBool,
+    /// The HTTP error status the last POST was answered with (0: none), for
+    /// the error of the request it failed (rmcp's keeps only text).
+    status: std::sync::atomic::AtomicU16,
     /// How many times opening the standing GET stream ended, either way.
     standing: tokio::sync::watch::Sender<u64>,
     /// The last sessionless `server/discover` the connection sent (a
@@ -283,6 +286,21 @@ impl SessionTarget {
     pub fn record_send(&self, refused: bool) {
         self.refused
             .store(refused, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Records the HTTP error status of the last POST (`None`: it had
+    /// none).
+    pub fn record_status(&self, status: Option<http::StatusCode>) {
+        self.status.store(
+            status.map_or(0, |s| s.as_u16()),
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+
+    /// The HTTP error status the last POST was answered with, if it was.
+    pub fn refused_with(&self) -> Option<http::StatusCode> {
+        let s = self.status.load(std::sync::atomic::Ordering::Acquire);
+        http::StatusCode::from_u16(s).ok()
     }
 
     /// Whether the last POST was refused at the TCP level.

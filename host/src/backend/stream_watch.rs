@@ -105,6 +105,20 @@ impl WatchedHttp {
     fn record<T>(&self, sent: &Result<T, StreamableHttpError<reqwest::Error>>) {
         let refused = matches!(sent, Err(StreamableHttpError::Client(e)) if is_refused(e));
         self.target.record_send(refused);
+        self.target
+            .record_status(sent.as_ref().err().and_then(status_of));
+    }
+}
+
+/// The HTTP error status a POST was answered with, from rmcp's typed error
+/// (its wording is not read).
+fn status_of(e: &StreamableHttpError<reqwest::Error>) -> Option<http::StatusCode> {
+    match e {
+        StreamableHttpError::HttpStatus(h) => http::StatusCode::from_u16(h.status).ok(),
+        StreamableHttpError::AuthRequired(_) => Some(http::StatusCode::UNAUTHORIZED),
+        StreamableHttpError::InsufficientScope(_) => Some(http::StatusCode::FORBIDDEN),
+        StreamableHttpError::Client(e) => e.status(),
+        _ => None,
     }
 }
 
@@ -416,5 +430,31 @@ mod tests {
         };
         while w.next().await.is_some() {}
         assert!(rx.try_recv().is_err());
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use rmcp::transport::streamable_http_client::HttpStatusError;
+
+    use super::*;
+
+    #[test]
+    fn a_posts_status_is_read_off_the_typed_error() {
+        let limited = StreamableHttpError::HttpStatus(HttpStatusError::new(429, None));
+        assert_eq!(
+            status_of(&limited),
+            Some(http::StatusCode::TOO_MANY_REQUESTS)
+        );
+        let unavailable = StreamableHttpError::HttpStatus(HttpStatusError::new(503, None));
+        assert_eq!(
+            status_of(&unavailable),
+            Some(http::StatusCode::SERVICE_UNAVAILABLE)
+        );
+        // Text that merely mentions a status is no status.
+        let worded = StreamableHttpError::<reqwest::Error>::UnexpectedServerResponse(
+            "HTTP 429 Too Many Requests".into(),
+        );
+        assert_eq!(status_of(&worded), None);
     }
 }

@@ -5,6 +5,7 @@ it can break the rules no SDK would let it break:
 
     python hostile_http.py PORT [--hang-list-after N] [--endless-pages]
                                 [--endless-body] [--require-auth]
+                                [--ping-status-file PATH]
 
 - `initialize` gets a session (`Mcp-Session-Id`), notifications 202, `ping`
   an empty result, `tools/call` of `echo {text}` its text; GET has no
@@ -17,6 +18,8 @@ it can break the rules no SDK would let it break:
   gets HTTP 200 and a body that never ends (zeros, as fast as the client
   reads).
 - `--require-auth`: a request without `Authorization` gets 401.
+- `--ping-status-file PATH`: while PATH exists, a `ping` on the session
+  gets the HTTP status written in it (e.g. 429) and no JSON-RPC answer.
 
 Every `tools/list` is counted on stderr (`tools/list #K`), and every request
 with the `Authorization` it carried (`auth=...`), so a test can see whose
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 import uvicorn
@@ -48,6 +52,7 @@ def main() -> None:
     parser.add_argument("--endless-pages", action="store_true")
     parser.add_argument("--endless-body", action="store_true")
     parser.add_argument("--require-auth", action="store_true")
+    parser.add_argument("--ping-status-file", default=None)
     args = parser.parse_args()
     state = {"listings": 0, "page": 0}
 
@@ -91,6 +96,9 @@ def main() -> None:
             }
             return answer(result, {"mcp-session-id": "hostile-session"})
         if method == "ping":
+            if args.ping_status_file and os.path.exists(args.ping_status_file):
+                with open(args.ping_status_file) as f:
+                    return Response(status_code=int(f.read().strip()))
             return answer({})
         if method == "tools/list":
             state["listings"] += 1
