@@ -23,6 +23,9 @@
 //!   composition root (start-up, reloads, supervisor spawning).
 //! - [`background`] is where tasks run: every spawned task is on a tracker
 //!   a shutdown waits for (`scripts/structure.sh` checks).
+//! - [`cluster`] holds the seams several replicas will share, each with a
+//!   local implementation today: the session book and its sealed session
+//!   ids.
 //! - [`origin`] decides which `Host` and `Origin` a listener answers (DNS
 //!   rebinding and cross-origin protection), for `/mcp` and the control API.
 //! - [`redact`] masks secrets (configured values, URL credentials) in every
