@@ -2,6 +2,7 @@
 //! anyone on the network can cause (refused cross-origin requests,
 //! lockouts), with the count of the events not logged.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -39,6 +40,24 @@ impl LogLimit {
                 Some(std::mem::take(&mut self.suppressed))
             }
         }
+    }
+}
+
+/// A [`LogLimit`] shared by the tasks that meet its event: one lock, one
+/// decision (`Some(n)`: log, with `n` not logged since).
+#[derive(Debug)]
+pub(crate) struct SharedLogLimit(Mutex<LogLimit>);
+
+impl SharedLogLimit {
+    pub(crate) fn new(every: Duration) -> Self {
+        SharedLogLimit(Mutex::new(LogLimit::new(every)))
+    }
+
+    /// [`LogLimit::admit`] now. A poisoned lock (a panic mid-update of two
+    /// counters) still decides.
+    pub(crate) fn admit(&self) -> Option<u64> {
+        let mut limit = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        limit.admit(Instant::now())
     }
 }
 

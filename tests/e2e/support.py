@@ -492,3 +492,15 @@ def forwarded_of(metrics: str) -> dict[tuple[str, str], float]:
                 out[(s.labels["method"], s.labels["path"])] = s.value
     return out
 
+
+async def forwarded(gw: Any, token: str) -> dict[tuple[str, str], float]:
+    """`vigil_requests_forwarded_total` by (method, path), read from `gw`'s `/metrics` with `token`."""
+    async with httpx.AsyncClient(timeout=DEADLINE) as client:
+        resp = await client.get(f"{gw.api_base}/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert resp.status_code == 200, resp.text[:500]
+    return forwarded_of(resp.text)
+
+
+def moved(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """What changed between two `forwarded` readings."""
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}

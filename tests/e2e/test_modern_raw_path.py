@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from harness import DemoHttp, Procs, Vigil, http_backend, start_python_backend
-from support import DEADLINE, METRICS_VIEWER, ControlApi, forwarded_of
+import support
+from support import DEADLINE, METRICS_VIEWER, ControlApi, moved
 
 pytestmark = pytest.mark.anyio
 
@@ -69,14 +70,7 @@ async def post(url: str, method: str, name: str | None, params: dict[str, Any], 
 
 
 async def forwarded(gw: Vigil) -> dict[tuple[str, str], float]:
-    async with httpx.AsyncClient(timeout=DEADLINE) as client:
-        resp = await client.get(f"{gw.api_base}/metrics", headers={"Authorization": f"Bearer {VIEWER['token']}"})
-    assert resp.status_code == 200, resp.text[:500]
-    return forwarded_of(resp.text)
-
-
-def moved(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+    return await support.forwarded(gw, VIEWER["token"])
 
 
 #: (method, the name as Vigil shows it, as the backend knows it, params without the name)

@@ -25,14 +25,15 @@ import pytest
 from mcp import types
 
 from harness import DemoHttp, Gateways, Vigil, demo_stdio_args, http_backend, stdio_backend
+import support
 from support import (
     DEADLINE,
     METRICS_VIEWER,
     Inbox,
     call_error,
     call_text,
-    forwarded_of,
     http_session,
+    moved,
     text_of,
 )
 
@@ -53,15 +54,7 @@ def gateway(vigil: Gateways, demo_http: Callable[..., DemoHttp], demo_bin: Path)
 
 
 async def forwarded(gw: Vigil) -> dict[tuple[str, str], float]:
-    """`vigil_requests_forwarded_total` by (method, path)."""
-    async with httpx.AsyncClient(timeout=DEADLINE) as client:
-        resp = await client.get(f"{gw.api_base}/metrics", headers={"Authorization": f"Bearer {VIEWER['token']}"})
-    assert resp.status_code == 200, resp.text[:500]
-    return forwarded_of(resp.text)
-
-
-def moved(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+    return await support.forwarded(gw, VIEWER["token"])
 
 
 async def every_method(s: Any, backend: str) -> None:

@@ -8,7 +8,7 @@ use super::session_id::Key;
 use crate::private_fs;
 
 /// The key's file under `data_dir`.
-pub const FILE: &str = "session.key";
+pub use crate::config::SESSION_KEY_FILE as FILE;
 
 /// Why the key could not be read or made.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +46,7 @@ pub fn load_or_create(data_dir: &Path) -> Result<Key, KeyError> {
     let mut key: Key = [0; 32];
     getrandom::fill(&mut key)?;
     // Written aside, then renamed: a crash leaves no half key.
-    let partial = data_dir.join(format!("{FILE}.new"));
+    let partial = data_dir.join(crate::config::SESSION_KEY_PARTIAL);
     private_fs::write(&partial, &key).map_err(io)?;
     std::fs::rename(&partial, &path).map_err(io)?;
     Ok(key)

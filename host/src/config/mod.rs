@@ -42,6 +42,12 @@ pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};
 pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
 pub use oauth::{Introspection, OAuthConfig, TokenExchange};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
+
+/// The file in `data_dir` holding the key that seals MCP session ids
+/// (`cluster::key`), and the name it is written under before it is put in
+/// place.
+pub const SESSION_KEY_FILE: &str = "session.key";
+pub const SESSION_KEY_PARTIAL: &str = "session.key.new";
 pub use policy::{Issuer as PolicyIssuer, PolicyConfig, Rate, parse_rate};
 use raw::RawConfig;
 pub use store::StoreConfig;
@@ -126,7 +132,8 @@ pub struct Config {
     /// `Origin` get 403. Default: loopback origins on any port.
     pub allowed_origins: Vec<String>,
     /// `data_dir`: where state that must survive a restart is kept (the
-    /// SQLite store, and by default the compiled-plugin cache), private to
+    /// SQLite store, the session key, and by default the compiled-plugin
+    /// cache), private to
     /// Vigil's user. Default: `vigil-data` beside the config file.
     pub data_dir: PathBuf,
     /// `[store]`: whether Vigil may serve without its state store.

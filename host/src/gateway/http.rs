@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
 use super::streams::StreamSessions;
-use crate::log_limit::LogLimit;
+use crate::log_limit::SharedLogLimit;
 use crate::origin::{HostRule, OriginRule};
 
 /// The axum router serving MCP at `/mcp`.
@@ -40,7 +40,7 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let cap = Arc::new(SessionCap {
         streams: streams.clone(),
         max_body_bytes: c.max_body_bytes,
-        log: std::sync::Mutex::new(LogLimit::new(std::time::Duration::from_secs(10))),
+        log: SharedLogLimit::new(std::time::Duration::from_secs(10)),
     });
     let auth = Arc::new(crate::auth::mcp::McpAuth::new(gw.mcp_keys(), gw.oauth()));
     let ids = super::session_ids::SessionIds::new(gw.session_book.clone(), c.max_body_bytes);
@@ -82,7 +82,7 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
 struct SessionCap {
     streams: Arc<StreamSessions>,
     max_body_bytes: usize,
-    log: std::sync::Mutex<LogLimit>,
+    log: SharedLogLimit,
 }
 
 /// Refuses a new session (an `initialize` without `Mcp-Session-Id`) while
@@ -113,12 +113,7 @@ async fn session_cap(
     };
     crate::metrics::get().sessions_refused.inc();
     let max = cap.streams.max_sessions();
-    let admitted = cap
-        .log
-        .lock()
-        .map(|mut l| l.admit(tokio::time::Instant::now()))
-        .unwrap_or(None);
-    if let Some(more) = admitted {
+    if let Some(more) = cap.log.admit() {
         tracing::warn!(
             max_sessions = max,
             more,

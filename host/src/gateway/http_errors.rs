@@ -49,11 +49,7 @@ pub async fn jsonrpc_errors(req: Request, next: Next) -> Response {
     // Anyone who can reach /mcp can cause these: one line per interval
     // at WARN, each at DEBUG.
     tracing::debug!(%method, status = status.as_u16(), code, reason = %message, "rejected MCP request");
-    if let Some(more) = rejected_log()
-        .lock()
-        .map(|mut l| l.admit(tokio::time::Instant::now()))
-        .unwrap_or(None)
-    {
+    if let Some(more) = rejected_log().admit() {
         tracing::warn!(%method, status = status.as_u16(), code, reason = %message, more, "rejected MCP request (and `more` since the last such line)");
     }
     let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
@@ -67,14 +63,9 @@ pub async fn jsonrpc_errors(req: Request, next: Next) -> Response {
 }
 
 /// The one rate limit of "rejected MCP request" lines.
-fn rejected_log() -> &'static std::sync::Mutex<crate::log_limit::LogLimit> {
-    static LOG: std::sync::OnceLock<std::sync::Mutex<crate::log_limit::LogLimit>> =
-        std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        std::sync::Mutex::new(crate::log_limit::LogLimit::new(
-            std::time::Duration::from_secs(10),
-        ))
-    })
+fn rejected_log() -> &'static crate::log_limit::SharedLogLimit {
+    static LOG: std::sync::OnceLock<crate::log_limit::SharedLogLimit> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| crate::log_limit::SharedLogLimit::new(std::time::Duration::from_secs(10)))
 }
 
 fn is_json(r: &Response) -> bool {

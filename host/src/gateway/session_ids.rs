@@ -18,7 +18,7 @@
 //! same way. Because the owner is in the id, no map of sessions to
 //! principals is kept, and any replica holding the key can tell.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -30,7 +30,7 @@ use serde_json::value::RawValue;
 use crate::auth::Principal;
 use crate::cluster::book::SessionBook;
 use crate::cluster::session_id::SessionFacts;
-use crate::log_limit::LogLimit;
+use crate::log_limit::SharedLogLimit;
 use crate::redact::session_tag;
 
 const HEADER: &str = "mcp-session-id";
@@ -42,7 +42,7 @@ pub struct SessionIds {
     /// to learn what the session is.
     max_body: usize,
     /// At most one WARN about a foreign session per 10 s.
-    foreign_log: Mutex<LogLimit>,
+    foreign_log: SharedLogLimit,
 }
 
 impl SessionIds {
@@ -50,7 +50,7 @@ impl SessionIds {
         Arc::new(SessionIds {
             book,
             max_body,
-            foreign_log: Mutex::new(LogLimit::new(std::time::Duration::from_secs(10))),
+            foreign_log: SharedLogLimit::new(std::time::Duration::from_secs(10)),
         })
     }
 }
@@ -86,12 +86,7 @@ async fn on_session(ids: &SessionIds, sealed: String, mut req: Request, next: Ne
     let facts = match ids.book.resolve(&sealed).await {
         Ok(f) if f.caller.is(who.caller()) => f,
         Ok(_) => {
-            let admitted = ids
-                .foreign_log
-                .lock()
-                .map(|mut l| l.admit(tokio::time::Instant::now()))
-                .unwrap_or(None);
-            if let Some(more) = admitted {
+            if let Some(more) = ids.foreign_log.admit() {
                 tracing::warn!(principal = %who, session = %session_tag(&sealed), more, "a request on a session another principal opened was answered as an unknown session");
             }
             return unknown_session();

@@ -539,6 +539,8 @@ fn dir_policy(data_dir: &Path) -> Loose {
         let name = name.to_string_lossy();
         name == FILE_NAME
             || name == crate::config::DEFAULT_PLUGIN_CACHE
+            || name == crate::config::SESSION_KEY_FILE
+            || name == crate::config::SESSION_KEY_PARTIAL
             || COMPANIONS.iter().any(|s| name == format!("{FILE_NAME}{s}"))
     };
     let all_ours = entries
