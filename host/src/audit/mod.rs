@@ -27,13 +27,12 @@
 //!
 //! ```no_run
 //! # async fn demo(store: std::sync::Arc<dyn vigil::store::CallStore>) {
-//! use vigil::audit::{CallAudit, Method};
+//! use vigil::audit::{CallAudit, Method, Outcome};
 //! let (tracker, shutdown) = (tokio_util::task::TaskTracker::new(), tokio_util::sync::CancellationToken::new());
 //! let audit = CallAudit::start(Some(store), Default::default(), Default::default(), &tracker, &shutdown);
 //! let pending = audit.begin(Method::ToolsCall, "files__read", None, &Default::default());
-//! // ... route and forward the call, then:
-//! # let result = Err(rmcp::ErrorData::internal_error("x", None));
-//! pending.finish("files", &result);
+//! // ... route and forward the call, then say how it ended:
+//! pending.finish("files", Outcome::Error);
 //! // At shutdown: the writer stores what is queued before the tracker is done.
 //! shutdown.cancel();
 //! tracker.close();
