@@ -266,6 +266,13 @@ fn main() -> std::process::ExitCode {
         None => main_calls(cli.calls),
         Some(Command::Calls(args)) => main_calls(args),
         Some(Command::Instructions(args)) => run_async(None, instructions::run(&args)),
+        Some(Command::LeanBackend(args)) if args.stdio => match lean::stdio::run(&args.name) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
         Some(Command::LeanBackend(args)) => run_one_thread(lean::backend::run(&args)),
         Some(Command::Probes(args)) => main_probes(args),
         Some(Command::Fanout(args)) => main_fanout(args),
