@@ -17,6 +17,7 @@
 //! - [`backend`]: the server, `vigil-bench lean-backend`, a process of its own;
 //! - [`stdio`]: the same server on stdin and stdout (`lean-backend --stdio`);
 //! - [`client`]: one client session;
+//! - [`pipe`]: the client of a stdio server, driving its pipes itself;
 //! - [`load`]: N sessions in a closed loop, recorded like the rmcp load.
 
 pub mod backend;
@@ -24,6 +25,7 @@ pub mod client;
 pub mod http;
 pub mod load;
 pub mod mcp;
+pub mod pipe;
 pub mod sse;
 pub mod stdio;
 
