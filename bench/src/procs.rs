@@ -300,23 +300,6 @@ pub async fn lean_backend(
     Ok((backend, url))
 }
 
-/// The `vigil.toml` of a bench gateway with one HTTP backend `demo` at
-/// `backend_url` (see [`vigil_config_for`]).
-pub fn vigil_config(
-    port: u16,
-    backend_url: &str,
-    keep_alive: bool,
-    protocol: &str,
-    top: &str,
-    tables: &str,
-) -> String {
-    let backend = BackendSpec::Http {
-        url: backend_url,
-        keep_alive,
-    };
-    vigil_config_for(port, 0, &backend, protocol, top, tables)
-}
-
 /// The backend `demo` of a bench gateway.
 pub enum BackendSpec<'a> {
     /// Over streamable HTTP at `url`.
