@@ -1,22 +1,28 @@
 //! `vigil-bench [calls]`: `tools/call echo` directly and through Vigil,
-//! with two client/backend pairs.
+//! with up to three client/backend pairs.
 //!
 //! - **rmcp**: rmcp's streamable HTTP client against the demo backend (an
 //!   rmcp server), the pair of the earlier figures;
 //! - **lean**: the bench's own client against its own backend (`lean/`),
 //!   which cost tens of µs per call, so Vigil's cost is not hidden behind
-//!   theirs.
+//!   theirs;
+//! - **lean-stdio**: the lean backend over stdio. Through Vigil it is
+//!   Vigil's stdio backend (a process Vigil starts) and the lean client
+//!   calls Vigil over HTTP; directly, the bench starts another one and
+//!   drives its pipes itself (`lean/pipe.rs`), its sessions sharing the
+//!   pipe as Vigil's client sessions share Vigil's.
 //!
-//! Each pair has its own backend process and its own Vigil (one HTTP
-//! backend `demo`, so the tool is `demo__echo` either way, and each Vigil's
-//! CPU is that pair's alone). All four run for the whole bench; for each
-//! session count, each pair runs its rounds in ABBA order (direct, vigil,
-//! then vigil, direct, ...) before the next pair.
+//! Each pair has its own backend process and its own Vigil (one backend
+//! `demo`, so the tool is `demo__echo` either way, and each Vigil's CPU is
+//! that pair's alone). All run for the whole bench; for each session
+//! count, each pair runs its rounds in ABBA order (direct, vigil, then
+//! vigil, direct, ...) before the next pair.
 
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
+use crate::lean::pipe::Peer;
 use crate::load::{self, Pids, Plan, Target};
 use crate::procs::{self, Server};
 use crate::report::{self, Measurement, Pair, TargetKind};
@@ -25,10 +31,46 @@ use crate::{Args, lean, machine};
 /// One pair's processes and targets.
 struct PairRun {
     pair: Pair,
-    backend: Server,
+    /// The backend the direct target calls.
+    backend: DirectBackend,
     vigil: Server,
+    /// Vigil's own backend process, if Vigil started it (stdio); else the
+    /// direct backend is Vigil's too.
+    vigil_backend: Option<u32>,
     direct: Target,
     via: Target,
+}
+
+/// The backend of a pair's direct target.
+enum DirectBackend {
+    /// A server process the clients reach over HTTP.
+    Http(Box<Server>),
+    /// A stdio server whose pipes the bench drives.
+    Pipe(std::sync::Arc<Peer>),
+}
+
+impl DirectBackend {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Self::Http(s) => s.pid(),
+            Self::Pipe(p) => p.pid(),
+        }
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        match self {
+            Self::Http(s) => s.check_alive(),
+            Self::Pipe(p) => p.check_alive(),
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Self::Http(s) => s.stop().await,
+            // Its stdin closes and it is killed with the last handle.
+            Self::Pipe(p) => drop(p),
+        }
+    }
 }
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {
@@ -68,7 +110,12 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
                 },
             ),
             Pair::Lean => println!(
-                "pair lean: the bench's lean client (one kept-alive connection per session) against `vigil-bench lean-backend` (one thread)"
+                "pair lean: the bench's lean client ({}, one kept-alive connection per session) against `vigil-bench lean-backend` (one thread)",
+                args.client_protocol
+            ),
+            Pair::LeanStdio => println!(
+                "pair lean-stdio: `vigil-bench lean-backend --stdio` (one thread); through Vigil as its stdio backend, the lean client ({}) calling Vigil; direct, the bench's sessions sharing the backend's pipes (2025-11-25)",
+                args.client_protocol
             ),
         }
     }
@@ -91,7 +138,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     }
     if let Some(v) = procs::version(&bin_dir.join("vigil")).await {
         println!(
-            "gateway: {v}, one Vigil per pair with one HTTP backend `demo`, log_level = warn, backend keep_alive = {}, protocol = {}",
+            "gateway: {v}, one Vigil per pair with one backend `demo` (HTTP; lean-stdio: stdio), log_level = warn, HTTP backend keep_alive = {}, protocol = {}",
             args.backend_keep_alive, args.backend_protocol
         );
     }
@@ -107,10 +154,6 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
             keep_alive: args.keep_alive,
         };
         for run in &mut runs {
-            let pids = Pids {
-                backend: run.backend.pid(),
-                vigil: run.vigil.pid(),
-            };
             for round in 1..=args.rounds {
                 let order = if round % 2 == 1 {
                     [&run.direct, &run.via]
@@ -120,9 +163,20 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
                 for target in order {
                     run.backend.check_alive()?;
                     run.vigil.check_alive()?;
-                    let sample = match run.pair {
-                        Pair::Rmcp => load::run_target(target, &plan, &pids).await,
-                        Pair::Lean => lean::load::run_target(target, &plan, &pids).await,
+                    let pids = Pids {
+                        backend: match target.kind {
+                            TargetKind::Vigil => run.vigil_backend.or(run.backend.pid()),
+                            TargetKind::Direct => run.backend.pid(),
+                        },
+                        vigil: run.vigil.pid(),
+                    };
+                    let era = args.client_protocol;
+                    let sample = match (run.pair, target.kind, &run.backend) {
+                        (Pair::Rmcp, ..) => load::run_target(target, &plan, &pids).await,
+                        (_, TargetKind::Direct, DirectBackend::Pipe(peer)) => {
+                            lean::load::run_pipe_target(peer, &plan, &pids).await
+                        }
+                        _ => lean::load::run_target(target, era, &plan, &pids).await,
                     }
                     .with_context(|| {
                         format!(
@@ -166,26 +220,43 @@ async fn start_pair(
     work: &procs::WorkDir,
 ) -> anyhow::Result<PairRun> {
     let pin_load = args.pin_load.as_ref().map(|c| c.0.as_slice());
-    let (backend, backend_url) = match pair {
-        Pair::Rmcp => procs::demo_backend_pinned(bin_dir, work, pin_load).await?,
-        Pair::Lean => procs::lean_backend(work, pin_load).await?,
-    };
-    let vigil_port = procs::free_port()?;
-    let vigil_url = format!("http://127.0.0.1:{vigil_port}/mcp");
     // A directory per Vigil: its data dir is beside its config.
     let dir = work.path().join(pair.to_string());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let (stdio_command, stdio_args) = procs::lean_stdio_command()?;
+    let (backend, backend_url) = match pair {
+        Pair::Rmcp => {
+            let (s, url) = procs::demo_backend_pinned(bin_dir, work, pin_load).await?;
+            (DirectBackend::Http(Box::new(s)), url)
+        }
+        Pair::Lean => {
+            let (s, url) = procs::lean_backend(work, pin_load).await?;
+            (DirectBackend::Http(Box::new(s)), url)
+        }
+        Pair::LeanStdio => {
+            let peer = Peer::start(&stdio_command, &stdio_args, &dir.join("direct-stdio.log"))
+                .await
+                .context("the direct stdio backend")?;
+            // With --pin-load it inherits the bench's pinning.
+            (DirectBackend::Pipe(peer), String::new())
+        }
+    };
+    let vigil_port = procs::free_port()?;
+    let vigil_url = format!("http://127.0.0.1:{vigil_port}/mcp");
+    let spec = match pair {
+        Pair::LeanStdio => procs::BackendSpec::Stdio {
+            command: &stdio_command,
+            args: &stdio_args,
+        },
+        _ => procs::BackendSpec::Http {
+            url: &backend_url,
+            keep_alive: args.backend_keep_alive,
+        },
+    };
     let config = dir.join("vigil.toml");
     std::fs::write(
         &config,
-        procs::vigil_config(
-            vigil_port,
-            &backend_url,
-            args.backend_keep_alive,
-            &args.backend_protocol,
-            "",
-            "",
-        ),
+        procs::vigil_config_for(vigil_port, 0, &spec, &args.backend_protocol, "", ""),
     )
     .with_context(|| format!("cannot write {}", config.display()))?;
     let mut vigil = Server::vigil(
@@ -201,10 +272,23 @@ async fn start_pair(
         Duration::from_secs(30),
     )
     .await?;
+    let vigil_backend = match (pair, vigil.pid()) {
+        (Pair::LeanStdio, Some(pid)) => {
+            let child = procs::only_child(pid, Duration::from_secs(5)).await?;
+            // Vigil's children inherit its pinning; the backend belongs
+            // with the load.
+            if let Some(cpus) = pin_load {
+                procs::pin_process(child, cpus)?;
+            }
+            Some(child)
+        }
+        _ => None,
+    };
     Ok(PairRun {
         pair,
         backend,
         vigil,
+        vigil_backend,
         direct: Target {
             kind: TargetKind::Direct,
             url: backend_url,

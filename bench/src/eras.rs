@@ -3,14 +3,15 @@
 //! (MRTR), by a client of each era, directly and through Vigil in front of
 //! a backend reached in each era.
 //!
-//! One HTTP demo backend (it speaks both eras) and two Vigils in front of
-//! it: `vigil-hs` reaches it in the handshake era (`protocol = "2025-11-25"`),
-//! `vigil-26` in 2026-07-28 (`protocol = "2026-07-28"`). (`auto` would
-//! give this dual backend's 2026-07-28 clients a 2026-07-28 session, i.e. the
-//! `vigil-26` path, and its 2025 clients the `vigil-hs` one, so it is not
-//! a third path.) Clients are rmcp's:
-//! a handshake-era one (`initialize`, a session) and a 2026-07-28 one
-//! (`server/discover`, self-contained requests), each keeping its HTTP
+//! One HTTP demo backend (it speaks both eras) and three Vigils in front of
+//! it: `vigil-hs` reaches it in the handshake era (`protocol =
+//! "2025-11-25"`), `vigil-26` in 2026-07-28 (`protocol = "2026-07-28"`),
+//! `vigil-auto` as `protocol = "auto"` does by default: this dual backend's
+//! 2025 clients are served in the handshake era, its 2026-07-28 clients
+//! through the backend's 2026-07-28 door, which the first request of their
+//! capability set opens (typed) and the rest go through raw. Clients are
+//! rmcp's: a handshake-era one (`initialize`, a session) and a 2026-07-28
+//! one (`server/discover`, self-contained requests), each keeping its HTTP
 //! connection alive. Calls:
 //!
 //! - `echo`: one request each way;
@@ -21,11 +22,17 @@
 //!   (Vigil parks the backend's call and seals a `requestState`, or asks
 //!   the client a real request and retries the backend itself).
 //!
-//! Each (client era, call) is measured directly and through both Vigils,
+//! Each (client era, call) is measured directly and through every Vigil,
 //! one session calling in a loop, rounds in rotating order; it prints
-//! p50/p99 per call and the ratio and added p50 of each through-Vigil
-//! figure against the same client's direct one. It measures; it never
-//! fails on a threshold.
+//! p50/p99 per call, the ratio and added p50 of each through-Vigil figure
+//! against the same client's direct one, Vigil's CPU per call, and which
+//! way Vigil forwarded the measured calls (`vigil_requests_forwarded_total
+//! {method="tools/call"}` of its control API, read at each window's start
+//! and end): raw or typed, per call. Every answer is checked, and so is
+//! the path of the plain echo where it must be raw (a 2025 client through
+//! `vigil-hs` and `vigil-auto`, a 2026-07-28 client through `vigil-26` and
+//! `vigil-auto`): the run fails after its table if one of those was not.
+//! It never fails on a threshold.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -116,6 +123,8 @@ struct Path {
     prefix: &'static str,
     /// Vigil's process, whose CPU time per call is reported (`None`: direct).
     vigil_pid: Option<u32>,
+    /// Vigil's control API, `http://127.0.0.1:PORT` (`None`: direct).
+    api: Option<String>,
 }
 
 /// What one measured window gave.
@@ -123,6 +132,17 @@ struct Window {
     latencies: Vec<u64>,
     /// Vigil's user + system CPU seconds over the window, when known.
     vigil_cpu: Option<f64>,
+    /// `tools/call` requests Vigil forwarded (raw, typed) over the window.
+    forwarded: Option<(u64, u64)>,
+}
+
+/// The paths whose plain echo by a client of `era` must be raw.
+fn raw_expected(what: Call, era: ClientEra, path: &str) -> bool {
+    what == Call::Echo
+        && match era {
+            ClientEra::Handshake => matches!(path, "vigil-hs" | "vigil-auto"),
+            ClientEra::Modern => matches!(path, "vigil-26" | "vigil-auto"),
+        }
 }
 
 /// Answers every elicitation with the name `bench`. It declares the
@@ -214,33 +234,52 @@ async fn measure(
     let client = connect(&path.url, era, what).await?;
     let params = CallToolRequestParams::new(format!("{}{}", path.prefix, what.tool()))
         .with_arguments(what.arguments());
+    // Read outside the CPU window: before its start, after its end.
+    let forwarded = async || match &path.api {
+        Some(api) => procs::forwarded(api, "tools/call").await.map(Some),
+        None => Ok(None),
+    };
     let start = Instant::now() + Duration::from_secs_f64(args.warmup);
     let end = start + Duration::from_secs_f64(args.duration);
     let mut latencies = Vec::new();
-    let mut cpu_at_start = None;
+    let mut at_start = None;
     loop {
         let begin = Instant::now();
         if begin >= end {
             break;
         }
-        if begin >= start && cpu_at_start.is_none() {
-            cpu_at_start = Some(cpu());
+        if begin >= start && at_start.is_none() {
+            let f = forwarded().await?;
+            at_start = Some((cpu(), f));
         }
+        let begin = if at_start.is_some() {
+            Instant::now()
+        } else {
+            begin
+        };
         call(&client, &params, what)
             .await
             .with_context(|| format!("{era} via {}", path.name))?;
-        if begin >= start {
+        if at_start.is_some() {
             latencies.push(begin.elapsed().as_nanos() as u64);
         }
     }
-    let vigil_cpu = match (cpu_at_start.flatten(), cpu()) {
+    let cpu_at_end = cpu();
+    let forwarded_at_end = forwarded().await?;
+    let (cpu_at_start, forwarded_at_start) = at_start.unwrap_or((None, None));
+    let vigil_cpu = match (cpu_at_start, cpu_at_end) {
         (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
+    let forwarded = match (forwarded_at_start, forwarded_at_end) {
+        (Some(a), Some(b)) => Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1))),
         _ => None,
     };
     let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
     Ok(Window {
         latencies,
         vigil_cpu,
+        forwarded,
     })
 }
 
@@ -265,16 +304,26 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
         url: backend_url.clone(),
         prefix: "",
         vigil_pid: None,
+        api: None,
     }];
-    for (name, protocol) in [("vigil-hs", "2025-11-25"), ("vigil-26", "2026-07-28")] {
+    for (name, protocol) in [
+        ("vigil-hs", "2025-11-25"),
+        ("vigil-26", "2026-07-28"),
+        ("vigil-auto", "auto"),
+    ] {
         let port = procs::free_port()?;
+        let api_port = procs::free_port()?;
         let dir = work.path().join(name);
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let config = dir.join("vigil.toml");
+        let backend = procs::BackendSpec::Http {
+            url: &backend_url,
+            keep_alive: true,
+        };
         std::fs::write(
             &config,
-            procs::vigil_config(port, &backend_url, true, protocol, "", ""),
+            procs::vigil_config_for(port, api_port, &backend, protocol, "", ""),
         )?;
         let url = format!("http://127.0.0.1:{port}/mcp");
         let mut vigil =
@@ -285,11 +334,12 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
             url,
             prefix: "demo__",
             vigil_pid: vigil.pid(),
+            api: Some(format!("http://127.0.0.1:{api_port}")),
         });
         vigils.push(vigil);
     }
     println!(
-        "paths: direct = the demo backend; vigil-hs = Vigil reaching it in the handshake era; vigil-26 = Vigil reaching it in 2026-07-28"
+        "paths: direct = the demo backend; vigil-hs = Vigil reaching it in the handshake era; vigil-26 = Vigil reaching it in 2026-07-28; vigil-auto = protocol \"auto\" (2025 clients in the handshake era, 2026-07-28 clients through the backend's 2026-07-28 door)"
     );
     println!();
 
@@ -299,6 +349,10 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
             let mut merged: Vec<Vec<u64>> = vec![Vec::new(); paths.len()];
             let mut vigil_cpu: Vec<Option<f64>> =
                 paths.iter().map(|p| p.vigil_pid.map(|_| 0.0)).collect();
+            let mut forwarded: Vec<Option<(u64, u64)>> = paths
+                .iter()
+                .map(|p| p.api.as_ref().map(|_| (0, 0)))
+                .collect();
             for round in 0..args.rounds as usize {
                 for k in 0..paths.len() {
                     let i = (k + round) % paths.len();
@@ -310,6 +364,10 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
                     merged[i].extend(window.latencies);
                     vigil_cpu[i] = match (vigil_cpu[i], window.vigil_cpu) {
                         (Some(sum), Some(w)) => Some(sum + w),
+                        _ => None,
+                    };
+                    forwarded[i] = match (forwarded[i], window.forwarded) {
+                        (Some(sum), Some(w)) => Some((sum.0 + w.0, sum.1 + w.1)),
                         _ => None,
                     };
                 }
@@ -328,6 +386,7 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
                 figures,
                 calls,
                 vigil_cpu,
+                forwarded,
             });
         }
     }
@@ -337,7 +396,56 @@ pub async fn run(args: &ErasArgs) -> anyhow::Result<()> {
         v.stop().await;
     }
     backend.stop().await;
+
+    // The echoes that must have gone raw, every one of them.
+    let mut off_path = Vec::new();
+    for row in &rows {
+        for (i, path) in paths.iter().enumerate() {
+            if !raw_expected(row.what, row.era, path.name) {
+                continue;
+            }
+            let calls = row.calls[i] as u64;
+            if row.forwarded[i] != Some((calls, 0)) {
+                off_path.push(format!(
+                    "{} by a {} via {}: {} of {calls} calls",
+                    row.what.tool(),
+                    row.era,
+                    path.name,
+                    forwarded_label(row.forwarded[i], row.calls[i])
+                ));
+            }
+        }
+    }
+    if !off_path.is_empty() {
+        bail!(
+            "calls that should have taken the raw path did not:\n{}",
+            off_path.join("\n")
+        );
+    }
+    println!(
+        "path check: every plain echo that should go raw did (2025-11-25 via vigil-hs and vigil-auto, 2026-07-28 via vigil-26 and vigil-auto)."
+    );
     Ok(())
+}
+
+/// Which way Vigil forwarded a row's calls, per call: `raw`, `typed`, or
+/// both with their counts per call (`-`: direct, or not known).
+fn forwarded_label(forwarded: Option<(u64, u64)>, calls: usize) -> String {
+    let Some((raw, typed)) = forwarded else {
+        return "-".into();
+    };
+    if calls == 0 {
+        return "-".into();
+    }
+    let per = |n: u64| n as f64 / calls as f64;
+    match (raw, typed) {
+        (0, 0) => "none".into(),
+        (r, 0) if r == calls as u64 => "raw".into(),
+        (0, t) if t == calls as u64 => "typed".into(),
+        (r, 0) => format!("raw {:.2}", per(r)),
+        (0, t) => format!("typed {:.2}", per(t)),
+        (r, t) => format!("raw {:.2} + typed {:.2}", per(r), per(t)),
+    }
 }
 
 /// One (call, client era): a figure per path.
@@ -348,12 +456,15 @@ struct Row {
     calls: Vec<usize>,
     /// Vigil's CPU seconds over all rounds, per path (`None`: direct).
     vigil_cpu: Vec<Option<f64>>,
+    /// `tools/call` requests forwarded (raw, typed) over all rounds, per
+    /// path (`None`: direct).
+    forwarded: Vec<Option<(u64, u64)>>,
 }
 
 fn print_table(paths: &[Path], rows: &[Row]) {
     println!(
-        "{:<9} {:<18} {:<9} {:>7} {:>9} {:>9} {:>10} {:>8} {:>14}",
-        "call", "client", "path", "calls", "p50 µs", "p99 µs", "+p50 µs", "p50 x", "vigil CPU µs"
+        "{:<9} {:<18} {:<11} {:>7} {:>9} {:>9} {:>10} {:>8} {:>14}  forwarded",
+        "call", "client", "path", "calls", "p50 µs", "p99 µs", "+p50 µs", "p50 x", "vigil CPU µs",
     );
     for row in rows {
         let Row {
@@ -362,6 +473,7 @@ fn print_table(paths: &[Path], rows: &[Row]) {
             figures,
             calls,
             vigil_cpu,
+            forwarded,
         } = row;
         let direct = figures[0].p50;
         for (i, path) in paths.iter().enumerate() {
@@ -379,7 +491,7 @@ fn print_table(paths: &[Path], rows: &[Row]) {
                 )
             };
             println!(
-                "{:<9} {:<18} {:<9} {:>7} {:>9.0} {:>9.0} {:>10} {:>8} {:>14}",
+                "{:<9} {:<18} {:<11} {:>7} {:>9.0} {:>9.0} {:>10} {:>8} {:>14}  {}",
                 what.tool(),
                 era.to_string(),
                 path.name,
@@ -388,7 +500,8 @@ fn print_table(paths: &[Path], rows: &[Row]) {
                 f.p99,
                 added,
                 ratio,
-                cpu
+                cpu,
+                forwarded_label(forwarded[i], calls[i])
             );
         }
     }
@@ -396,5 +509,8 @@ fn print_table(paths: &[Path], rows: &[Row]) {
     println!("+p50 / p50 x: against the same client's call directly to the backend.");
     println!(
         "vigil CPU µs: Vigil's user + system CPU over the measured windows, per call (an ask_user call through Vigil is all its requests)."
+    );
+    println!(
+        "forwarded: the tools/call requests Vigil sent the backend over the measured windows (vigil_requests_forwarded_total), raw or typed, per call."
     );
 }

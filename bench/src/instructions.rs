@@ -3,24 +3,38 @@
 //!
 //! Why: CPU time per call on a shared 2-vCPU VM drifts by 10 % and more
 //! between runs; an instruction count of the same work does not. It is the
-//! figure to compare builds by (before and after the data-plane rewrite).
+//! figure to compare builds by (before and after the data-plane rewrite),
+//! and clients of the two protocol eras by.
 //!
 //! How: the backend of the pair (the lean backend, or the rmcp demo
-//! backend) runs natively; Vigil runs under `valgrind --tool=callgrind
-//! --instr-atstart=no` (uninstrumented, so start-up is quick) with one HTTP
-//! backend `demo`, generous timeouts (valgrind makes it ~50x slower), health
-//! probes once an hour and the tools poller off (no background work in the
-//! windows). Once Vigil lists `demo__echo`, the bench turns instrumentation
-//! on (`callgrind_control -i on`), opens one lean client session, makes the
-//! warm-up calls, then measures two windows, each framed by
-//! `callgrind_control --zero` and `--dump`: K calls, then 2K calls, one at
-//! a time. Each dump holds the Ir (instructions executed, all of Vigil's
-//! threads) since the zero; the per-call figure is (Ir(2K) − Ir(K)) / K,
-//! which cancels whatever a window costs once (the zero and dump
-//! themselves, a timer that fires per window). Both windows' own
-//! Ir / calls are printed too; if they disagree by more than a few percent
-//! something other than calls ran in a window. The top functions of the
-//! 2K window by inclusive and by self Ir follow (from `callgrind_annotate`).
+//! backend) runs natively, or, for `lean-stdio`, Vigil starts the lean
+//! backend over stdio itself (valgrind does not follow children, so it
+//! runs natively too); Vigil runs under `valgrind --tool=callgrind
+//! --instr-atstart=no` (uninstrumented, so start-up is quick) with one
+//! backend `demo` (`protocol = "auto"`), generous timeouts (valgrind makes
+//! it ~50x slower), health probes once an hour and the tools poller off
+//! (no background work in the windows). Once Vigil lists `demo__echo`,
+//! the bench turns instrumentation on (`callgrind_control -i on`), opens
+//! one lean client session of the revision measured (2025-11-25: a
+//! session, whose plain calls take the raw path on the backend's lane;
+//! 2026-07-28: sessionless calls, raw through the backend's 2026-07-28
+//! door, which the first of them opens), makes the warm-up calls, then
+//! measures two windows, each framed by `callgrind_control --zero` and
+//! `--dump`: K calls, then 2K calls, one at a time. Each dump holds the Ir
+//! (instructions executed, all of Vigil's threads) since the zero; the
+//! per-call figure is (Ir(2K) − Ir(K)) / K, which cancels whatever a
+//! window costs once (the zero and dump themselves, a timer that fires per
+//! window). Both windows' own Ir / calls are printed too; if they disagree
+//! by more than a few percent something other than calls ran in a window.
+//! The top functions of the 2K window by inclusive and by self Ir follow
+//! (from `callgrind_annotate`).
+//!
+//! Which way the windows' calls went is read from the control API's
+//! `vigil_requests_forwarded_total{method="tools/call"}` before the first
+//! window and after the second: behind an HTTP backend every one of them
+//! must have been raw, else the run fails (after printing its figures).
+//! Each (pair, client revision) gets a Vigil of its own; with both
+//! revisions the table ends with their ratio per pair.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,7 +42,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 
-use crate::lean::client::{Endpoint, Session};
+use crate::lean::client::{Endpoint, Era, Session};
 use crate::procs::{self, Server};
 use crate::report::Pair;
 use crate::{PairChoice, load};
@@ -43,7 +57,9 @@ pub struct InstructionsArgs {
     #[arg(long, default_value_t = 300)]
     warmup_calls: u64,
     /// The backend behind Vigil: `lean` (the bench's lean backend), `rmcp`
-    /// (the demo backend), or `both`, one after the other.
+    /// (the demo backend), `lean-stdio` (the lean backend over stdio,
+    /// started by Vigil: the typed path), `both` (rmcp and lean) or `all`,
+    /// one after the other.
     #[arg(long, value_enum, default_value_t = PairChoice::Lean)]
     pair: PairChoice,
     /// Bytes of text echoed per call.
@@ -66,6 +82,18 @@ pub struct InstructionsArgs {
     /// Longest wait for Vigil under valgrind to list `demo__echo`, seconds.
     #[arg(long, default_value_t = 300)]
     startup_timeout: u64,
+    /// Protocol revisions of the lean client, each measured with a Vigil
+    /// of its own: `2025-11-25` (a session) and `2026-07-28` (sessionless
+    /// requests). Comma-separate for both in one run, e.g. `--client
+    /// 2025-11-25,2026-07-28`.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "2025-11-25",
+        value_name = "REVISION"
+    )]
+    client: Vec<Era>,
 }
 
 /// What one pair's measurement found.
@@ -74,6 +102,9 @@ struct Counts {
     windows: [(u64, u64); 2],
     /// The 2K window's dump, for `callgrind_annotate`.
     dump: PathBuf,
+    /// `tools/call` requests Vigil forwarded raw and typed from before the
+    /// first window to after the second.
+    forwarded: (u64, u64),
 }
 
 impl Counts {
@@ -88,14 +119,21 @@ pub async fn run(args: &InstructionsArgs) -> anyhow::Result<()> {
     for tool in ["valgrind", "callgrind_control"] {
         which(tool).with_context(|| format!("`{tool}` is needed (valgrind's callgrind)"))?;
     }
+    let mut clients = args.client.clone();
+    clients.dedup();
     let (dir, _scratch) = procs::log_dir(args.log_dir.as_deref())?;
     println!("vigil-bench {} instructions", env!("CARGO_PKG_VERSION"));
     println!("{}", crate::machine::Machine::detect());
     if let Some(v) = procs::version(&bin_dir.join("vigil")).await {
-        println!("gateway: {v}, under valgrind --tool=callgrind");
+        println!("gateway: {v}, under valgrind --tool=callgrind, backend protocol = \"auto\"");
     }
     println!(
-        "plan: one lean client session, {} warm-up call(s), then windows of {} and {} calls; payload {} B, backend keep_alive = {}",
+        "plan: per backend and client revision ({}), a Vigil of its own and one lean client session: {} warm-up call(s), then windows of {} and {} calls; payload {} B, backend keep_alive = {}",
+        clients
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
         args.warmup_calls,
         args.calls,
         2 * args.calls,
@@ -104,39 +142,93 @@ pub async fn run(args: &InstructionsArgs) -> anyhow::Result<()> {
     );
     println!();
     let mut results = Vec::new();
+    let mut off_path = Vec::new();
     for pair in args.pair.pairs() {
-        let counts = measure(pair, args, &bin_dir, &dir.join(pair.to_string()))
+        for &era in &clients {
+            let label = format!("{pair}, {era} client");
+            let counts = measure(
+                pair,
+                era,
+                args,
+                &bin_dir,
+                &dir.join(format!("{pair}-{era}")),
+            )
             .await
-            .with_context(|| format!("{pair} backend"))?;
-        let [(k1, ir1), (k2, ir2)] = counts.windows;
-        println!(
-            "{pair}: window 1: {k1} calls, {ir1} Ir ({:.0} Ir/call); window 2: {k2} calls, {ir2} Ir ({:.0} Ir/call)",
-            ir1 as f64 / k1 as f64,
-            ir2 as f64 / k2 as f64,
-        );
-        println!(
-            "{pair}: Vigil executes {:.0} instructions per call ((Ir(2K) − Ir(K)) / K)",
-            counts.per_call()
-        );
-        for inclusive in [true, false] {
-            if args.top == 0 {
-                break;
+            .with_context(|| label.clone())?;
+            let [(k1, ir1), (k2, ir2)] = counts.windows;
+            println!(
+                "{label}: window 1: {k1} calls, {ir1} Ir ({:.0} Ir/call); window 2: {k2} calls, {ir2} Ir ({:.0} Ir/call)",
+                ir1 as f64 / k1 as f64,
+                ir2 as f64 / k2 as f64,
+            );
+            let path = path_of(counts.forwarded, k1 + k2);
+            println!(
+                "{label}: Vigil executes {:.0} instructions per call ((Ir(2K) − Ir(K)) / K); tools/call forwarded in the windows: {} raw, {} typed ({path})",
+                counts.per_call(),
+                counts.forwarded.0,
+                counts.forwarded.1,
+            );
+            // Behind an HTTP backend every call of the windows goes raw;
+            // a stdio backend has no raw path.
+            if pair != Pair::LeanStdio && counts.forwarded != (k1 + k2, 0) {
+                off_path.push(format!(
+                    "{label}: {} of {} calls raw, {} typed",
+                    counts.forwarded.0,
+                    k1 + k2,
+                    counts.forwarded.1
+                ));
             }
-            let by = if inclusive { "inclusive" } else { "self" };
-            match top_functions(&counts.dump, args.top, inclusive).await {
-                Ok(table) => println!(
-                    "{pair}: top {} functions by {by} Ir (window 2):\n{table}",
-                    args.top
-                ),
-                Err(e) => println!("{pair}: no function table: {e:#}"),
+            for inclusive in [true, false] {
+                if args.top == 0 {
+                    break;
+                }
+                let by = if inclusive { "inclusive" } else { "self" };
+                match top_functions(&counts.dump, args.top, inclusive).await {
+                    Ok(table) => println!(
+                        "{label}: top {} functions by {by} Ir (window 2):\n{table}",
+                        args.top
+                    ),
+                    Err(e) => println!("{label}: no function table: {e:#}"),
+                }
             }
+            println!();
+            results.push((pair, era, path, counts.per_call()));
         }
-        println!();
-        results.push((pair, counts.per_call()));
     }
-    println!("| backend behind Vigil | Vigil instructions per call |\n|---|---:|");
-    for (pair, per_call) in results {
-        println!("| {pair} | {per_call:.0} |");
+    println!(
+        "| backend behind Vigil | client | path | Vigil instructions per call |\n|---|---|---|---:|"
+    );
+    for (pair, era, path, per_call) in &results {
+        println!("| {pair} | {era} | {path} | {per_call:.0} |");
+    }
+    if clients.len() > 1 {
+        println!();
+        let (first, others) = (clients[0], &clients[1..]);
+        println!(
+            "| backend behind Vigil | {} |\n|---|{}",
+            others
+                .iter()
+                .map(|e| format!("{e} / {first}"))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            "---:|".repeat(others.len())
+        );
+        for pair in args.pair.pairs() {
+            let of = |era: Era| {
+                results
+                    .iter()
+                    .find(|r| r.0 == pair && r.1 == era)
+                    .map(|r| r.3)
+            };
+            let ratios: Vec<String> = others
+                .iter()
+                .map(|&e| match (of(e), of(first)) {
+                    (Some(a), Some(b)) if b > 0.0 => format!("{:.3}", a / b),
+                    _ => "-".into(),
+                })
+                .collect();
+            println!("| {pair} | {} |", ratios.join(" | "));
+        }
     }
     if args.log_dir.is_some() {
         println!(
@@ -144,12 +236,29 @@ pub async fn run(args: &InstructionsArgs) -> anyhow::Result<()> {
             dir.display()
         );
     }
+    if !off_path.is_empty() {
+        bail!(
+            "calls that should have taken the raw path did not:\n{}",
+            off_path.join("\n")
+        );
+    }
     Ok(())
 }
 
-/// One pair: backend natively, Vigil under callgrind, the two windows.
+/// How `calls` calls went, from the forwarded counter's (raw, typed).
+fn path_of((raw, typed): (u64, u64), calls: u64) -> String {
+    match (raw, typed) {
+        (r, 0) if r == calls => "raw".into(),
+        (0, t) if t == calls => "typed".into(),
+        (r, t) => format!("{r} raw + {t} typed of {calls}"),
+    }
+}
+
+/// One (pair, client revision): backend natively, Vigil under callgrind,
+/// the two windows.
 async fn measure(
     pair: Pair,
+    era: Era,
     args: &InstructionsArgs,
     bin_dir: &Path,
     dir: &Path,
@@ -160,19 +269,39 @@ async fn measure(
         let _ = std::fs::remove_file(f);
     }
     let work = procs::WorkDir::at(dir);
+    let (stdio_command, stdio_args) = procs::lean_stdio_command()?;
     let (backend, backend_url) = match pair {
-        Pair::Rmcp => procs::demo_backend(bin_dir, &work).await?,
-        Pair::Lean => procs::lean_backend(&work, None).await?,
+        Pair::Rmcp => {
+            let (s, url) = procs::demo_backend(bin_dir, &work).await?;
+            (Some(s), url)
+        }
+        Pair::Lean => {
+            let (s, url) = procs::lean_backend(&work, None).await?;
+            (Some(s), url)
+        }
+        Pair::LeanStdio => (None, String::new()),
+    };
+    let spec = match pair {
+        Pair::LeanStdio => procs::BackendSpec::Stdio {
+            command: &stdio_command,
+            args: &stdio_args,
+        },
+        _ => procs::BackendSpec::Http {
+            url: &backend_url,
+            keep_alive: args.backend_keep_alive,
+        },
     };
     let port = procs::free_port()?;
+    let api_port = procs::free_port()?;
     let url = format!("http://127.0.0.1:{port}/mcp");
+    let api = format!("http://127.0.0.1:{api_port}");
     let config = dir.join("vigil.toml");
     std::fs::write(
         &config,
-        procs::vigil_config(
+        procs::vigil_config_for(
             port,
-            &backend_url,
-            args.backend_keep_alive,
+            api_port,
+            &spec,
             "auto",
             "request_timeout = \"300s\"\nconnect_timeout = \"120s\"\nstartup_timeout = \"600s\"\n",
             "[health]\ninterval = \"1h\"\ntimeout = \"120s\"\n\n[poller]\ninterval = \"0s\"\n\n\
@@ -210,13 +339,14 @@ async fn measure(
         )
         .await?;
         control(pid, &["-i", "on"]).await?;
-        let mut session = Session::open(Arc::new(Endpoint::parse(&url)?))
+        let mut session = Session::open_era(Arc::new(Endpoint::parse(&url)?), era, "{}")
             .await
             .context("opening the lean session")?;
         let payload = "x".repeat(args.payload);
         calls(&mut session, args.warmup_calls, &payload)
             .await
             .context("warm-up")?;
+        let before = procs::forwarded(&api, "tools/call").await?;
         let mut windows = [(0, 0); 2];
         let mut dump = PathBuf::new();
         for (i, k) in [args.calls, 2 * args.calls].into_iter().enumerate() {
@@ -226,13 +356,23 @@ async fn measure(
             windows[i] = (k, total_ir(&dump)?);
             vigil.check_alive()?;
         }
+        let after = procs::forwarded(&api, "tools/call").await?;
         session.close().await;
-        anyhow::Ok(Counts { windows, dump })
+        anyhow::Ok(Counts {
+            windows,
+            dump,
+            forwarded: (
+                after.0.saturating_sub(before.0),
+                after.1.saturating_sub(before.1),
+            ),
+        })
     }
     .await;
     // Under valgrind, a clean exit writes a final dump (and takes a while).
     vigil.stop_within(Duration::from_secs(60)).await;
-    backend.stop().await;
+    if let Some(backend) = backend {
+        backend.stop().await;
+    }
     result
 }
 
@@ -422,7 +562,11 @@ mod tests {
                 (2000, 5_000_000 + 2000 * 700),
             ],
             dump: PathBuf::new(),
+            forwarded: (3000, 0),
         };
         assert_eq!(c.per_call(), 700.0);
+        assert_eq!(path_of(c.forwarded, 3000), "raw");
+        assert_eq!(path_of((0, 3000), 3000), "typed");
+        assert_eq!(path_of((2999, 1), 3000), "2999 raw + 1 typed of 3000");
     }
 }

@@ -14,8 +14,12 @@
 //! overhead at most 100 µs with one session, Vigil's CPU at most 60 µs per
 //! call. It measures; it never fails on a threshold.
 //!
+//! `--pair lean-stdio` measures the lean backend over stdio instead: Vigil
+//! runs it as its stdio backend, and directly the bench drives its pipes.
+//!
 //! `vigil-bench instructions` counts the instructions Vigil executes per
-//! call under callgrind, a figure that a noisy machine does not move (see
+//! call under callgrind, a figure that a noisy machine does not move, for
+//! a 2025-11-25 client, a 2026-07-28 client or both (see
 //! `instructions.rs`).
 //!
 //! `vigil-bench probes` measures health-probe fan-out instead: one Vigil
@@ -30,7 +34,10 @@
 //! `[[policy]]` and the call audit add to a call (see `access.rs`).
 //! `vigil-bench capsets` measures `tools/list` by many client sessions over
 //! a few capability sets: backend listings, bytes, time and Vigil's CPU per
-//! list (see `capsets.rs`). `vigil-bench instances` measures a backend
+//! list (see `capsets.rs`). `vigil-bench eras` measures a plain call and an
+//! MRTR round trip by clients of both protocol eras, directly and through
+//! Vigils reaching the backend in either era and with `auto`, with the way
+//! (raw or typed) each went (see `eras.rs`). `vigil-bench instances` measures a backend
 //! process per client session (`share = "session"`) against one shared
 //! process: first-call latency, memory per instance, churn (see
 //! `instances.rs`).
@@ -38,12 +45,14 @@
 //! ```text
 //! cargo build --release -p vigil -p vigil-demo-backend -p vigil-bench
 //! target/release/vigil-bench --sessions 1,8,32
-//! target/release/vigil-bench instructions --pair lean
+//! target/release/vigil-bench --pair lean-stdio --sessions 1,8,32
+//! target/release/vigil-bench instructions --pair lean --client 2025-11-25,2026-07-28
 //! target/release/vigil-bench probes --backends 100,1000
 //! target/release/vigil-bench fanout --sessions 100,1000
 //! target/release/vigil-bench idle --sessions 10000
 //! target/release/vigil-bench events --backends 1000 --streams 100
 //! target/release/vigil-bench access --sessions 8
+//! target/release/vigil-bench eras
 //! target/release/vigil-bench capsets --sessions 1000 --old-vigil OLD/vigil
 //! target/release/vigil-bench instances
 //! ```
@@ -89,7 +98,8 @@ pub const GOAL_P50_OVERHEAD_SESSIONS: u32 = 1;
 pub const GOAL_VIGIL_CPU_US: f64 = 60.0;
 
 /// Benchmarks of Vigil: tools/call against the demo backend and the lean
-/// backend, directly and through Vigil (the default, or `calls`),
+/// backend (over HTTP and over stdio), directly and through Vigil (the
+/// default, or `calls`),
 /// instructions per call under callgrind (`instructions`), health-probe fan-out
 /// (`probes`), list_changed fan-out to client sessions (`fanout`), the plugin
 /// host (`plugins`) and the control API's event stream (`events`).
@@ -105,12 +115,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// tools/call against the demo backend and against the lean backend,
-    /// directly and through Vigil (what `vigil-bench` without a subcommand
-    /// runs).
+    /// tools/call against the demo backend and against the lean backend
+    /// (over HTTP, or over stdio with `--pair lean-stdio`), directly and
+    /// through Vigil (what `vigil-bench` without a subcommand runs).
     Calls(Args),
     /// Instructions Vigil executes per tools/call, counted by valgrind's
-    /// callgrind (repeatable where the CPU time per call is noisy).
+    /// callgrind (repeatable where the CPU time per call is noisy), for a
+    /// 2025-11-25 client, a 2026-07-28 client or both side by side.
     Instructions(instructions::InstructionsArgs),
     /// The lean MCP backend the bench starts as a process of its own.
     #[command(hide = true)]
@@ -144,8 +155,9 @@ enum Command {
     Events(events::EventArgs),
     /// Both protocol eras: a plain tools/call and an MRTR round trip (the
     /// backend asks the client for a name) by a 2025-11-25 and a
-    /// 2026-07-28 client, directly and through Vigil reaching the backend
-    /// in either era.
+    /// 2026-07-28 client, directly and through Vigils reaching the backend
+    /// in either era and with `protocol = "auto"`, and which way (raw or
+    /// typed) Vigil forwarded each.
     Eras(eras::ErasArgs),
     /// tools/list by many client sessions over four capability sets, one
     /// stdio backend: backend processes and listings made, bytes and time
@@ -193,9 +205,21 @@ pub struct Args {
     payload: usize,
 
     /// Which client/backend pairs to measure: `rmcp` (rmcp's client, the
-    /// demo backend), `lean` (the bench's lean client and backend), `both`.
+    /// demo backend), `lean` (the bench's lean client and backend),
+    /// `lean-stdio` (the lean backend over stdio: through Vigil as its
+    /// stdio backend, and directly with the bench driving its pipes),
+    /// `both` (rmcp and lean), `all`.
     #[arg(long, value_enum, default_value_t = PairChoice::Both)]
     pair: PairChoice,
+
+    /// The protocol revision of the lean client's sessions through Vigil
+    /// (lean pair: also directly): `2025-11-25` (`initialize`, a session)
+    /// or `2026-07-28` (`server/discover`, sessionless requests; Vigil
+    /// reaches the lean backend's 2026-07-28 door under `protocol =
+    /// "auto"`). With `lean-stdio` the direct baseline always speaks
+    /// 2025-11-25 on the pipes.
+    #[arg(long, value_enum, default_value_t = lean::client::Era::Handshake, value_name = "REVISION")]
+    client_protocol: lean::client::Era,
 
     /// Let the rmcp pair's clients keep HTTP connections alive between
     /// requests. By default they use rmcp's stock HTTP client, which opens a
@@ -211,9 +235,10 @@ pub struct Args {
     backend_keep_alive: bool,
 
     /// `protocol` of the backend in Vigil's config: `auto` (the default:
-    /// the handshake era with these backends), `2026-07-28` (stateless
-    /// requests with `_meta`, the typed path; rmcp pair only, the lean
-    /// backend has no `server/discover`) or a handshake revision.
+    /// with these dual-era backends, the handshake era for 2025 clients
+    /// and the 2026-07-28 door for 2026-07-28 ones), `2026-07-28`
+    /// (stateless requests with `_meta`; HTTP pairs) or a handshake
+    /// revision.
     #[arg(long, default_value = "auto", value_name = "REVISION")]
     backend_protocol: String,
 
@@ -238,9 +263,16 @@ pub struct Args {
 /// `--pair`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PairChoice {
+    /// rmcp's client, the demo backend (HTTP).
     Rmcp,
+    /// The lean client, the lean backend (HTTP).
     Lean,
+    /// The lean client through Vigil, the lean backend over stdio.
+    LeanStdio,
+    /// rmcp and lean.
     Both,
+    /// rmcp, lean and lean-stdio.
+    All,
 }
 
 impl PairChoice {
@@ -248,7 +280,9 @@ impl PairChoice {
         match self {
             Self::Rmcp => vec![Pair::Rmcp],
             Self::Lean => vec![Pair::Lean],
+            Self::LeanStdio => vec![Pair::LeanStdio],
             Self::Both => vec![Pair::Rmcp, Pair::Lean],
+            Self::All => vec![Pair::Rmcp, Pair::Lean, Pair::LeanStdio],
         }
     }
 }
@@ -266,6 +300,13 @@ fn main() -> std::process::ExitCode {
         None => main_calls(cli.calls),
         Some(Command::Calls(args)) => main_calls(args),
         Some(Command::Instructions(args)) => run_async(None, instructions::run(&args)),
+        Some(Command::LeanBackend(args)) if args.stdio => match lean::stdio::run(&args.name) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
         Some(Command::LeanBackend(args)) => run_one_thread(lean::backend::run(&args)),
         Some(Command::Probes(args)) => main_probes(args),
         Some(Command::Fanout(args)) => main_fanout(args),

@@ -144,6 +144,25 @@ pub fn pin_current_process(cpus: &[usize]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Pins process `pid`'s main thread (all of a single-threaded process) to
+/// `cpus`.
+pub fn pin_process(pid: u32, cpus: &[usize]) -> anyhow::Result<()> {
+    let set = cpu_set(cpus)?;
+    // SAFETY: a valid cpu_set_t of the size passed.
+    let r = unsafe {
+        libc::sched_setaffinity(
+            pid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("cannot pin process {pid} to CPUs {cpus:?}"));
+    }
+    Ok(())
+}
+
 /// A port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> anyhow::Result<u16> {
     let listener =
@@ -281,23 +300,110 @@ pub async fn lean_backend(
     Ok((backend, url))
 }
 
+/// The backend `demo` of a bench gateway.
+pub enum BackendSpec<'a> {
+    /// Over streamable HTTP at `url`.
+    Http { url: &'a str, keep_alive: bool },
+    /// A process Vigil starts, over stdio.
+    Stdio {
+        command: &'a Path,
+        args: &'a [&'a str],
+    },
+}
+
 /// The `vigil.toml` of a bench gateway: `listen` on `port`, `log_level =
-/// "warn"`, the control API on a free port, one HTTP backend `demo` at
-/// `backend_url`. `top` is put among the top-level keys (e.g.
-/// `request_timeout = "5s"`), `tables` before the backend (e.g. a
-/// `[health]` section).
-pub fn vigil_config(
+/// "warn"`, the control API on `api_port` (0: any free one), `backend` as
+/// the backend `demo` with `protocol`. `top` is put among the top-level
+/// keys (e.g. `request_timeout = "5s"`), `tables` before the backend (e.g.
+/// a `[health]` section).
+pub fn vigil_config_for(
     port: u16,
-    backend_url: &str,
-    keep_alive: bool,
+    api_port: u16,
+    backend: &BackendSpec<'_>,
     protocol: &str,
     top: &str,
     tables: &str,
 ) -> String {
+    let backend = match backend {
+        BackendSpec::Http { url, keep_alive } => {
+            format!("transport = \"http\"\nurl = \"{url}\"\nkeep_alive = {keep_alive}\n")
+        }
+        BackendSpec::Stdio { command, args } => format!(
+            "transport = \"stdio\"\ncommand = {:?}\nargs = {:?}\n",
+            command.display().to_string(),
+            args
+        ),
+    };
     format!(
-        "listen = \"127.0.0.1:{port}\"\nlog_level = \"warn\"\n{top}\n[api]\nlisten = \"127.0.0.1:0\"\n\n{tables}\n\
-         [[backends]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{backend_url}\"\nkeep_alive = {keep_alive}\nprotocol = \"{protocol}\"\n"
+        "listen = \"127.0.0.1:{port}\"\nlog_level = \"warn\"\n{top}\n[api]\nlisten = \"127.0.0.1:{api_port}\"\n\n{tables}\n\
+         [[backends]]\nname = \"demo\"\n{backend}protocol = \"{protocol}\"\n"
     )
+}
+
+/// The lean backend over stdio as Vigil starts it: this binary's
+/// `lean-backend --stdio`.
+pub fn lean_stdio_command() -> anyhow::Result<(PathBuf, [&'static str; 2])> {
+    let exe = std::env::current_exe().context("cannot find this binary for the lean backend")?;
+    Ok((exe, ["lean-backend", "--stdio"]))
+}
+
+/// The one child process of Vigil `vigil` (its stdio backend), once it
+/// is there (up to `within`).
+pub async fn only_child(vigil: u32, within: Duration) -> anyhow::Result<u32> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let children = children_of(vigil);
+        match children.as_slice() {
+            [one] => return Ok(*one),
+            [] if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            [] => bail!("Vigil (pid {vigil}) started no backend process"),
+            more => bail!(
+                "Vigil (pid {vigil}) runs {} backend processes ({more:?}), not one",
+                more.len()
+            ),
+        }
+    }
+}
+
+/// `vigil_requests_forwarded_total` of `method` from the control API's
+/// `/metrics` at `api` (`http://127.0.0.1:PORT`): (raw, typed).
+pub async fn forwarded(api: &str, method: &str) -> anyhow::Result<(u64, u64)> {
+    let text = reqwest::get(format!("{api}/metrics"))
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .with_context(|| format!("GET {api}/metrics"))?
+        .text()
+        .await?;
+    Ok(parse_forwarded(&text, method))
+}
+
+/// (raw, typed) of `vigil_requests_forwarded_total{method=…,path=…}` in
+/// a Prometheus text exposition (0 for a series not there yet).
+fn parse_forwarded(text: &str, method: &str) -> (u64, u64) {
+    let (mut raw, mut typed) = (0, 0);
+    let want = format!("method=\"{method}\"");
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("vigil_requests_forwarded_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        if !labels.split(',').any(|l| l.trim() == want) {
+            continue;
+        }
+        let Ok(n) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        if labels.split(',').any(|l| l.trim() == "path=\"raw\"") {
+            raw += n as u64;
+        } else if labels.split(',').any(|l| l.trim() == "path=\"typed\"") {
+            typed += n as u64;
+        }
+    }
+    (raw, typed)
 }
 
 /// Processes whose parent is `pid` (`/proc/*/stat`, field 4).
@@ -346,4 +452,48 @@ fn sockets(pid: u32) -> u64 {
             std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
         })
         .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_counters() {
+        let text = "# HELP vigil_requests_forwarded Routed requests\n\
+                    # TYPE vigil_requests_forwarded counter\n\
+                    vigil_requests_forwarded_total{method=\"tools/call\",path=\"raw\"} 7\n\
+                    vigil_requests_forwarded_total{path=\"typed\",method=\"tools/call\"} 2\n\
+                    vigil_requests_forwarded_total{method=\"prompts/get\",path=\"raw\"} 5\n";
+        assert_eq!(parse_forwarded(text, "tools/call"), (7, 2));
+        assert_eq!(parse_forwarded(text, "resources/read"), (0, 0));
+    }
+
+    #[test]
+    fn configs() {
+        let backend = BackendSpec::Http {
+            url: "http://b/mcp",
+            keep_alive: true,
+        };
+        let http = vigil_config_for(1, 0, &backend, "auto", "", "");
+        assert!(http.contains("[api]\nlisten = \"127.0.0.1:0\""));
+        assert!(http.contains(
+            "transport = \"http\"\nurl = \"http://b/mcp\"\nkeep_alive = true\nprotocol = \"auto\""
+        ));
+        let stdio = vigil_config_for(
+            1,
+            2,
+            &BackendSpec::Stdio {
+                command: Path::new("/x/vigil-bench"),
+                args: &["lean-backend", "--stdio"],
+            },
+            "auto",
+            "",
+            "",
+        );
+        assert!(stdio.contains("[api]\nlisten = \"127.0.0.1:2\""));
+        assert!(stdio.contains(
+            "name = \"demo\"\ntransport = \"stdio\"\ncommand = \"/x/vigil-bench\"\nargs = [\"lean-backend\", \"--stdio\"]\nprotocol = \"auto\"\n"
+        ));
+    }
 }

@@ -17,14 +17,20 @@ pub enum Pair {
     Rmcp,
     /// The bench's lean client against its lean backend.
     Lean,
+    /// The lean backend over stdio: Vigil runs it as a stdio backend and
+    /// the lean client calls through Vigil; directly, the bench drives its
+    /// pipes itself.
+    LeanStdio,
 }
 
 impl Pair {
-    /// Goal: through-Vigil throughput at least this fraction of direct.
-    pub fn throughput_goal(self) -> f64 {
+    /// Goal: through-Vigil throughput at least this fraction of direct
+    /// (`None`: no goal).
+    pub fn throughput_goal(self) -> Option<f64> {
         match self {
-            Self::Rmcp => crate::GOAL_THROUGHPUT_RATIO_RMCP,
-            Self::Lean => crate::GOAL_THROUGHPUT_RATIO_LEAN,
+            Self::Rmcp => Some(crate::GOAL_THROUGHPUT_RATIO_RMCP),
+            Self::Lean => Some(crate::GOAL_THROUGHPUT_RATIO_LEAN),
+            Self::LeanStdio => None,
         }
     }
 }
@@ -34,6 +40,7 @@ impl fmt::Display for Pair {
         f.write_str(match self {
             Self::Rmcp => "rmcp",
             Self::Lean => "lean",
+            Self::LeanStdio => "lean-stdio",
         })
     }
 }
@@ -212,8 +219,11 @@ impl Row {
     pub fn p99_overhead_us(&self) -> f64 {
         self.vigil.latency.p99 - self.direct.latency.p99
     }
-    pub fn throughput_met(&self) -> bool {
-        self.throughput_ratio() >= self.pair.throughput_goal()
+    /// `None` where the pair has no throughput goal.
+    pub fn throughput_met(&self) -> Option<bool> {
+        self.pair
+            .throughput_goal()
+            .map(|goal| self.throughput_ratio() >= goal)
     }
     /// The p50 goal holds at one session count only: above it the
     /// overhead is mostly queueing behind saturated CPUs.
@@ -309,8 +319,8 @@ impl Summary {
         let mut s = format!(
             "| pair | sessions | throughput vigil/direct (goal: rmcp ≥ {:.2}, lean ≥ {:.2}) | p50 overhead µs (goal ≤ {GOAL_P50_OVERHEAD_US:.0} at {GOAL_P50_OVERHEAD_SESSIONS} session) | p99 overhead µs | Vigil CPU µs/call (goal ≤ {GOAL_VIGIL_CPU_US:.0}) |\n\
              |---|---:|---:|---:|---:|---:|\n",
-            Pair::Rmcp.throughput_goal(),
-            Pair::Lean.throughput_goal(),
+            crate::GOAL_THROUGHPUT_RATIO_RMCP,
+            crate::GOAL_THROUGHPUT_RATIO_LEAN,
         );
         for r in &self.rows {
             let _ = writeln!(
@@ -319,7 +329,7 @@ impl Summary {
                 r.pair,
                 r.sessions,
                 r.throughput_ratio(),
-                met(r.throughput_met()),
+                r.throughput_met().map_or("no goal", met),
                 r.p50_overhead_us(),
                 r.p50_met()
                     .map_or(String::new(), |ok| format!(" ({})", met(ok))),
@@ -353,7 +363,11 @@ pub fn json(
             "pin_load": args.pin_load.as_ref().map(|c| &c.0),
         },
         "goals": {
-            "throughput_ratio_min": { "rmcp": Pair::Rmcp.throughput_goal(), "lean": Pair::Lean.throughput_goal() },
+            "throughput_ratio_min": {
+                "rmcp": Pair::Rmcp.throughput_goal(),
+                "lean": Pair::Lean.throughput_goal(),
+                "lean-stdio": Pair::LeanStdio.throughput_goal(),
+            },
             "p50_overhead_us_max": GOAL_P50_OVERHEAD_US,
             "p50_overhead_at_sessions": GOAL_P50_OVERHEAD_SESSIONS,
             "vigil_cpu_us_per_call_max": GOAL_VIGIL_CPU_US,

@@ -1,21 +1,24 @@
 //! The lean backend (`vigil-bench lean-backend`): a minimal MCP server over
-//! streamable HTTP with one tool, `echo`, and no MCP SDK on the path.
+//! streamable HTTP with one tool, `echo`, and no MCP SDK on the path; it
+//! speaks both protocol eras. (`--stdio` serves the same answers over
+//! stdin and stdout instead: [`super::stdio`].)
 //!
 //! Why: the demo backend is an rmcp server that spends a few hundred µs of
 //! CPU per call itself; next to it Vigil's cost looks smaller than it is.
 //! This one parses a request, writes one JSON answer and is done: tens of
 //! µs per call, most of it the kernel's.
 //!
-//! Contract, on `/mcp` (anything else: 404):
+//! Contract, on `/mcp` (anything else: 404); what each request is answered
+//! is [`super::mcp`]'s:
 //! - `POST` with one JSON-RPC message or a batch. `initialize` opens a
-//!   session (`Mcp-Session-Id` on the answer) and answers the client's
-//!   protocol version if it is 2025-03-26, 2025-06-18 or 2025-11-25, else
-//!   2025-11-25, with `capabilities: {"tools": {"listChanged": true}}`.
-//!   Every other POST needs a session this process opened (none: 400,
-//!   unknown: 404). `ping` → `{}`; `tools/list` → `echo`; `tools/call`
-//!   `echo` → its `text` as text content; unknown tool → -32602; other
-//!   methods → -32601. Notifications and responses → 202 with no body.
-//!   Answers are `application/json`, on a kept-alive connection.
+//!   session (`Mcp-Session-Id` on the answer). A POST without a session
+//!   but with `MCP-Protocol-Version: 2026-07-28` is a sessionless
+//!   2026-07-28 request (`server/discover`, `tools/list`, `tools/call`):
+//!   its `Mcp-Method` must be its method and, for `tools/call`, `Mcp-Name`
+//!   its tool (else 400, -32020). Every other POST needs a session this
+//!   process opened (none: 400, unknown: 404). Notifications and
+//!   responses → 202 with no body. Answers are `application/json`, on a
+//!   kept-alive connection.
 //! - `GET` → 405 (no standing SSE stream: clients then do without).
 //! - `DELETE` → 200, the session is closed.
 //!
@@ -23,7 +26,6 @@
 //! wake-ups), and is started as a process of its own so its CPU is
 //! measured apart from the load generator's.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -32,14 +34,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::net::TcpListener;
 
 use super::http::{BodyDecoder, Conn, Method, RequestHead};
+use super::mcp::{self, Era, MODERN_PROTOCOL_VERSION, Message, error_to};
 
-/// Protocol versions answered as asked; any other gets the newest.
-pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
-pub const LATEST_PROTOCOL_VERSION: &str = "2025-11-25";
 /// Largest request body read.
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
@@ -51,12 +50,16 @@ pub struct BackendArgs {
     listen: SocketAddr,
     /// Server name in `serverInfo`.
     #[arg(long, default_value = "lean")]
-    name: String,
+    pub name: String,
+    /// Serve MCP on stdin and stdout (newline-delimited JSON-RPC, the
+    /// handshake era) instead of HTTP; `--listen` is not used.
+    #[arg(long)]
+    pub stdio: bool,
 }
 
 /// What all connections share: the open sessions.
 struct State {
-    name: String,
+    server: mcp::Server,
     sessions: Mutex<HashSet<String>>,
     /// Session ids are `{seed:016x}{counter:08x}`: unique per process run.
     seed: u64,
@@ -81,7 +84,7 @@ pub async fn serve(listener: TcpListener, name: &str) -> anyhow::Result<()> {
         .unwrap_or(0)
         ^ (u64::from(std::process::id()) << 32);
     let state: &'static State = Box::leak(Box::new(State {
-        name: name.to_owned(),
+        server: mcp::Server::new(name),
         sessions: Mutex::new(HashSet::new()),
         seed,
         next: AtomicU64::new(1),
@@ -161,52 +164,8 @@ fn lock(state: &State) -> std::sync::MutexGuard<'_, HashSet<String>> {
     state.sessions.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One JSON-RPC message as read: borrowed, with the id kept verbatim.
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    jsonrpc: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    method: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    params: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct InitializeParams<'a> {
-    #[serde(rename = "protocolVersion", borrow)]
-    protocol_version: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct CallParams<'a> {
-    #[serde(borrow)]
-    name: Cow<'a, str>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct EchoArguments<'a> {
-    #[serde(borrow)]
-    text: Cow<'a, str>,
-}
-
 fn post(state: &State, req: &RequestHead, body: &[u8], out: &mut Vec<u8>) {
-    let batch = body
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b == b'[');
-    let messages: Vec<Message<'_>> = if batch {
-        serde_json::from_slice(body).unwrap_or_default()
-    } else {
-        serde_json::from_slice(body)
-            .map(|m| vec![m])
-            .unwrap_or_default()
-    };
-    if messages.is_empty() {
+    let Some((batch, messages)) = mcp::parse(body) else {
         let mut json = Vec::new();
         error_to(
             &mut json,
@@ -215,10 +174,14 @@ fn post(state: &State, req: &RequestHead, body: &[u8], out: &mut Vec<u8>) {
             "parse error: not a JSON-RPC message",
         );
         return respond(out, 400, Some("application/json"), None, &json, req.close);
-    }
+    };
     let initialize = messages
         .iter()
         .any(|m| m.method.as_deref() == Some("initialize") && m.id.is_some());
+    // A 2026-07-28 request: no session, that revision's header.
+    let modern = !initialize
+        && req.session_id.is_none()
+        && req.mcp.protocol_version.as_deref() == Some(MODERN_PROTOCOL_VERSION);
     let mut new_session = None;
     if initialize {
         let id = format!(
@@ -228,6 +191,12 @@ fn post(state: &State, req: &RequestHead, body: &[u8], out: &mut Vec<u8>) {
         );
         lock(state).insert(id.clone());
         new_session = Some(id);
+    } else if modern {
+        if let Some(why) = header_mismatch(req, &messages) {
+            let mut json = Vec::new();
+            error_to(&mut json, None, -32020, &why);
+            return respond(out, 400, Some("application/json"), None, &json, req.close);
+        }
     } else {
         let known = req.session_id.as_ref().map(|id| lock(state).contains(id));
         if known != Some(true) {
@@ -249,36 +218,10 @@ fn post(state: &State, req: &RequestHead, body: &[u8], out: &mut Vec<u8>) {
         }
     }
 
+    let era = if modern { Era::Modern } else { Era::Handshake };
     let mut json = Vec::with_capacity(256 + body.len());
-    let mut answers = 0;
-    if batch {
-        json.push(b'[');
-    }
-    for m in &messages {
-        // Notifications and responses (no method, or no id) get no answer.
-        let (Some(id), Some(method)) = (m.id, m.method.as_deref()) else {
-            continue;
-        };
-        if answers > 0 {
-            json.push(b',');
-        }
-        answers += 1;
-        if m.jsonrpc.as_deref() != Some("2.0") {
-            error_to(
-                &mut json,
-                Some(id),
-                -32600,
-                "invalid request: jsonrpc must be \"2.0\"",
-            );
-            continue;
-        }
-        answer(state, id, method, m.params, &mut json);
-    }
-    if answers == 0 {
+    if mcp::answer_all(&state.server, era, &messages, batch, &mut json) == 0 {
         return respond(out, 202, None, None, b"", req.close);
-    }
-    if batch {
-        json.push(b']');
     }
     respond(
         out,
@@ -290,94 +233,45 @@ fn post(state: &State, req: &RequestHead, body: &[u8], out: &mut Vec<u8>) {
     );
 }
 
-/// Appends the answer to one request to `json`.
-fn answer(
-    state: &State,
-    id: &RawValue,
-    method: &str,
-    params: Option<&RawValue>,
-    json: &mut Vec<u8>,
-) {
-    let params = params.map(RawValue::get).unwrap_or("{}");
-    match method {
-        "initialize" => {
-            let asked = serde_json::from_str::<InitializeParams<'_>>(params)
-                .ok()
-                .and_then(|p| p.protocol_version);
-            let version = asked
-                .as_deref()
-                .filter(|v| PROTOCOL_VERSIONS.contains(v))
-                .unwrap_or(LATEST_PROTOCOL_VERSION);
-            result_start(json, id);
-            json.extend_from_slice(b"{\"protocolVersion\":");
-            string_to(json, version);
-            json.extend_from_slice(
-                b",\"capabilities\":{\"tools\":{\"listChanged\":true}},\"serverInfo\":{\"name\":",
-            );
-            string_to(json, &state.name);
-            json.extend_from_slice(b",\"version\":");
-            string_to(json, env!("CARGO_PKG_VERSION"));
-            json.extend_from_slice(b"}}}");
-        }
-        "ping" => {
-            result_start(json, id);
-            json.extend_from_slice(b"{}}");
-        }
-        "tools/list" => {
-            result_start(json, id);
-            json.extend_from_slice(
-                br#"{"tools":[{"name":"echo","description":"Returns its text argument.","inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}}]}}"#,
-            );
-        }
-        "tools/call" => match serde_json::from_str::<CallParams<'_>>(params) {
-            Err(e) => error_to(json, Some(id), -32602, &format!("invalid params: {e}")),
-            Ok(p) if p.name != "echo" => {
-                error_to(json, Some(id), -32602, &format!("unknown tool: {}", p.name))
-            }
-            Ok(p) => {
-                let args = p.arguments.map(RawValue::get).unwrap_or("{}");
-                result_start(json, id);
-                match serde_json::from_str::<EchoArguments<'_>>(args) {
-                    Ok(a) => {
-                        json.extend_from_slice(br#"{"content":[{"type":"text","text":"#);
-                        string_to(json, &a.text);
-                        json.extend_from_slice(br#"}],"isError":false}}"#);
-                    }
-                    // Bad arguments are a tool error (the model can fix them).
-                    Err(e) => {
-                        json.extend_from_slice(br#"{"content":[{"type":"text","text":"#);
-                        string_to(json, &format!("echo needs a string `text`: {e}"));
-                        json.extend_from_slice(br#"}],"isError":true}}"#);
-                    }
-                }
-            }
-        },
-        _ => error_to(
-            json,
-            Some(id),
-            -32601,
-            &format!("method not found: {method}"),
-        ),
+/// The name a `tools/call` calls (read for the `Mcp-Name` check).
+#[derive(Deserialize)]
+struct Named<'a> {
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+}
+
+/// Why a 2026-07-28 request's headers disagree with its body, if they do:
+/// a request is one message, with `Mcp-Method` its method and, for
+/// `tools/call`, `Mcp-Name` its tool. (What a gateway forwards is checked
+/// here as a server of that revision checks it.)
+fn header_mismatch(req: &RequestHead, messages: &[Message<'_>]) -> Option<String> {
+    let requests = messages.iter().filter(|m| m.is_request()).count();
+    if requests == 0 {
+        return None;
     }
-}
-
-fn result_start(json: &mut Vec<u8>, id: &RawValue) {
-    json.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    json.extend_from_slice(id.get().as_bytes());
-    json.extend_from_slice(b",\"result\":");
-}
-
-fn error_to(json: &mut Vec<u8>, id: Option<&RawValue>, code: i32, message: &str) {
-    json.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    json.extend_from_slice(id.map_or("null", RawValue::get).as_bytes());
-    let _ = write!(json, ",\"error\":{{\"code\":{code},\"message\":");
-    string_to(json, message);
-    json.extend_from_slice(b"}}");
-}
-
-fn string_to(json: &mut Vec<u8>, s: &str) {
-    // Writing a &str to a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *json, s);
+    let [m] = messages else {
+        return Some("a 2026-07-28 request is one message, not a batch".into());
+    };
+    let method = m.method.as_deref().unwrap_or_default();
+    if req.mcp.method.as_deref() != Some(method) {
+        return Some(format!(
+            "header mismatch: Mcp-Method {:?}, the body's method {method:?}",
+            req.mcp.method
+        ));
+    }
+    if method == "tools/call" {
+        let name = m
+            .params
+            .and_then(|p| serde_json::from_str::<Named<'_>>(p.get()).ok())
+            .map(|n| n.name);
+        if name.is_none() || req.mcp.name.as_deref() != name.as_deref() {
+            return Some(format!(
+                "header mismatch: Mcp-Name {:?}, the body's name {name:?}",
+                req.mcp.name
+            ));
+        }
+    }
+    None
 }
 
 /// Writes a whole response: status line, headers, body.
@@ -422,7 +316,7 @@ mod tests {
 
     fn state() -> State {
         State {
-            name: "lean".into(),
+            server: mcp::Server::new("lean"),
             sessions: Mutex::new(HashSet::new()),
             seed: 7,
             next: AtomicU64::new(1),
@@ -434,6 +328,7 @@ mod tests {
             method: Method::Post,
             target: "/mcp".into(),
             session_id: session.map(str::to_owned),
+            mcp: Default::default(),
             framing: Framing::Length(0),
             close: false,
         }
@@ -576,5 +471,65 @@ mod tests {
         handle(&s, &head, b"", &mut out);
         assert_eq!(parse_response(&out).unwrap().unwrap().0.status, 404);
         assert_eq!(exchange(&s, Some(&id), "not json").0, 400);
+    }
+
+    /// Status and JSON body of the answer to a sessionless 2026-07-28 POST
+    /// with these `Mcp-Method` and `Mcp-Name` headers.
+    fn modern(
+        state: &State,
+        method: Option<&str>,
+        name: Option<&str>,
+        body: &str,
+    ) -> (u16, serde_json::Value) {
+        let mut head = post_head(None);
+        head.mcp = super::super::http::McpHeaders {
+            protocol_version: Some("2026-07-28".into()),
+            method: method.map(str::to_owned),
+            name: name.map(str::to_owned),
+        };
+        let mut out = Vec::new();
+        handle(state, &head, body.as_bytes(), &mut out);
+        let (head, len) = parse_response(&out).unwrap().unwrap();
+        assert_eq!(head.session_id, None, "2026-07-28 opens no session");
+        (head.status, serde_json::from_slice(&out[len..]).unwrap())
+    }
+
+    #[test]
+    fn sessionless_2026_requests() {
+        let s = state();
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#;
+        let discover =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{{{meta}}}}}"#);
+        let (status, json) = modern(&s, Some("server/discover"), None, &discover);
+        assert_eq!(status, 200);
+        assert_eq!(json["result"]["supportedVersions"][3], "2026-07-28");
+
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hi"}},{meta}}}}}"#
+        );
+        let (status, json) = modern(&s, Some("tools/call"), Some("echo"), &call);
+        assert_eq!(status, 200);
+        assert_eq!(json["result"]["content"][0]["text"], "hi");
+        assert_eq!(json["result"]["resultType"], "complete");
+        assert!(lock(&s).is_empty());
+
+        for (method, name) in [
+            (None, Some("echo")),
+            (Some("tools/list"), Some("echo")),
+            (Some("tools/call"), None),
+            (Some("tools/call"), Some("demo__echo")),
+        ] {
+            let (status, json) = modern(&s, method, name, &call);
+            assert_eq!(
+                (status, &json["error"]["code"]),
+                (400, &serde_json::json!(-32020)),
+                "{method:?} {name:?}"
+            );
+        }
+        // Without that revision's header it is a handshake-era POST
+        // without a session.
+        let mut out = Vec::new();
+        handle(&s, &post_head(None), call.as_bytes(), &mut out);
+        assert_eq!(parse_response(&out).unwrap().unwrap().0.status, 400);
     }
 }

@@ -5,16 +5,24 @@
 //! 2-CPU machine that CPU is taken from the gateway being measured. This
 //! one writes each request with one `write` and reads the answer in place.
 //!
-//! Contract: [`Session::open`] connects, sends `initialize` (protocol
-//! 2025-11-25), keeps the `Mcp-Session-Id` of the answer and sends
-//! `notifications/initialized`. Every later request carries
-//! `Mcp-Session-Id` and `MCP-Protocol-Version`. An answer may be
-//! `application/json` or `text/event-stream` (events are read until the
-//! response with the request's id; the rest of the stream is read to its
-//! end so the connection can carry the next request). A connection the
-//! server closes (or that breaks mid-answer) is replaced on the next
-//! request; a request whose connection turned out to be closed before any
-//! answer byte arrived is sent again once on a new one.
+//! Contract, in either era ([`Era`]):
+//! - **2025-11-25** ([`Session::open`]): connects, sends `initialize`
+//!   (protocol 2025-11-25), keeps the `Mcp-Session-Id` of the answer and
+//!   sends `notifications/initialized`. Every later request carries
+//!   `Mcp-Session-Id` and `MCP-Protocol-Version`.
+//! - **2026-07-28** ([`Session::open_era`]): no session. It asks
+//!   `server/discover` and checks that 2026-07-28 is among the server's
+//!   `supportedVersions`; every request carries that revision, the
+//!   declared capabilities and the client's info in its `_meta`, and the
+//!   headers `MCP-Protocol-Version`, `Mcp-Method` and (`tools/call`)
+//!   `Mcp-Name`.
+//!
+//! An answer may be `application/json` or `text/event-stream` (events are
+//! read until the response with the request's id; the rest of the stream
+//! is read to its end so the connection can carry the next request). A
+//! connection the server closes (or that breaks mid-answer) is replaced on
+//! the next request; a request whose connection turned out to be closed
+//! before any answer byte arrived is sent again once on a new one.
 
 use std::borrow::Cow;
 use std::io::Write as _;
@@ -28,8 +36,30 @@ use tokio::net::TcpStream;
 use super::http::{BodyDecoder, Conn, ResponseHead};
 use super::sse::SseParser;
 
-/// The protocol version the client asks for.
+/// The protocol version the client asks for in `initialize`.
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The revision of a sessionless client.
+pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// The protocol era a session speaks, named by its revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Era {
+    /// `initialize`, a session (2025-11-25).
+    #[value(name = "2025-11-25")]
+    Handshake,
+    /// `server/discover`, then self-contained requests (2026-07-28).
+    #[value(name = "2026-07-28")]
+    Modern,
+}
+
+impl std::fmt::Display for Era {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Handshake => PROTOCOL_VERSION,
+            Self::Modern => MODERN_PROTOCOL_VERSION,
+        })
+    }
+}
 /// Largest JSON answer read.
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
@@ -76,6 +106,9 @@ pub struct Session {
     endpoint: Arc<Endpoint>,
     conn: Option<Conn>,
     session_id: Option<String>,
+    /// 2026-07-28: the `_meta` object every request carries (`None`: a
+    /// handshake-era session).
+    meta: Option<String>,
     next_id: u64,
     /// A request was started and not finished (its future was dropped, e.g.
     /// by a timeout): the connection is mid-message and must be replaced.
@@ -104,6 +137,12 @@ struct Incoming<'a> {
 struct InitializeResult<'a> {
     #[serde(rename = "protocolVersion", borrow)]
     protocol_version: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct DiscoverResult<'a> {
+    #[serde(rename = "supportedVersions", borrow)]
+    supported_versions: Vec<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -143,16 +182,65 @@ impl Session {
         endpoint: Arc<Endpoint>,
         capabilities: &str,
     ) -> anyhow::Result<Self> {
+        Self::open_era(endpoint, Era::Handshake, capabilities).await
+    }
+
+    /// A session of `era` declaring `capabilities`: the handshake, or
+    /// `server/discover` (2026-07-28).
+    pub async fn open_era(
+        endpoint: Arc<Endpoint>,
+        era: Era,
+        capabilities: &str,
+    ) -> anyhow::Result<Self> {
         let mut s = Self {
             endpoint,
             conn: None,
             session_id: None,
+            meta: None,
             next_id: 0,
             in_flight: false,
             request: Vec::with_capacity(1024),
             json: Vec::with_capacity(512),
             body: Vec::with_capacity(4096),
         };
+        let client_info = concat!(
+            r#"{"name":"vigil-bench-lean","version":""#,
+            env!("CARGO_PKG_VERSION"),
+            r#""}"#
+        );
+        if era == Era::Modern {
+            let meta = format!(
+                r#"{{"io.modelcontextprotocol/protocolVersion":"{MODERN_PROTOCOL_VERSION}","io.modelcontextprotocol/clientCapabilities":{capabilities},"io.modelcontextprotocol/clientInfo":{client_info}}}"#
+            );
+            s.json.clear();
+            s.json.extend_from_slice(
+                br#"{"jsonrpc":"2.0","id":0,"method":"server/discover","params":{"_meta":"#,
+            );
+            s.json.extend_from_slice(meta.as_bytes());
+            s.json.extend_from_slice(b"}}");
+            s.meta = Some(meta);
+            let range = match s
+                .post(Some(0), "server/discover", None)
+                .await
+                .context("server/discover")?
+            {
+                (Answer::Result(r), _) => r,
+                (Answer::Accepted, _) => bail!("server/discover was answered with no message"),
+            };
+            let found: DiscoverResult<'_> = serde_json::from_slice(&s.body[range])
+                .context("the server/discover result has no supportedVersions")?;
+            if !found
+                .supported_versions
+                .iter()
+                .any(|v| v == MODERN_PROTOCOL_VERSION)
+            {
+                bail!(
+                    "the server does not speak {MODERN_PROTOCOL_VERSION}: it supports {:?}",
+                    found.supported_versions
+                );
+            }
+            return Ok(s);
+        }
         s.json.clear();
         s.json.extend_from_slice(
             br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":""#,
@@ -160,12 +248,14 @@ impl Session {
         s.json.extend_from_slice(PROTOCOL_VERSION.as_bytes());
         s.json.extend_from_slice(br#"","capabilities":"#);
         s.json.extend_from_slice(capabilities.as_bytes());
-        s.json
-            .extend_from_slice(br#","clientInfo":{"name":"vigil-bench-lean","version":""#);
-        s.json
-            .extend_from_slice(env!("CARGO_PKG_VERSION").as_bytes());
-        s.json.extend_from_slice(b"\"}}}");
-        let (range, session_id) = match s.post(Some(0)).await.context("initialize")? {
+        s.json.extend_from_slice(br#","clientInfo":"#);
+        s.json.extend_from_slice(client_info.as_bytes());
+        s.json.extend_from_slice(b"}}");
+        let (range, session_id) = match s
+            .post(Some(0), "initialize", None)
+            .await
+            .context("initialize")?
+        {
             (Answer::Result(r), sid) => (r, sid),
             (Answer::Accepted, _) => bail!("initialize was answered with no message"),
         };
@@ -181,7 +271,12 @@ impl Session {
         s.json.clear();
         s.json
             .extend_from_slice(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-        match s.post(None).await.context("notifications/initialized")?.0 {
+        match s
+            .post(None, "notifications/initialized", None)
+            .await
+            .context("notifications/initialized")?
+            .0
+        {
             Answer::Accepted => Ok(s),
             Answer::Result(_) => bail!("notifications/initialized was answered with a message"),
         }
@@ -200,22 +295,17 @@ impl Session {
         serde_json::to_writer(&mut self.json, tool)?;
         self.json.extend_from_slice(br#","arguments":{"text":"#);
         serde_json::to_writer(&mut self.json, text)?;
-        self.json.extend_from_slice(b"}}}");
-        let range = match self.post(Some(id)).await?.0 {
+        self.json.push(b'}');
+        if let Some(meta) = &self.meta {
+            self.json.extend_from_slice(br#","_meta":"#);
+            self.json.extend_from_slice(meta.as_bytes());
+        }
+        self.json.extend_from_slice(b"}}");
+        let range = match self.post(Some(id), "tools/call", Some(tool)).await?.0 {
             Answer::Result(r) => r,
             Answer::Accepted => bail!("tools/call was answered with no message"),
         };
-        let result: CallResult<'_> =
-            serde_json::from_slice(&self.body[range]).context("not a tools/call result")?;
-        let first = result.content.first();
-        let echoed = first.and_then(|c| (c.kind == "text").then_some(c.text.as_deref()).flatten());
-        if result.is_error == Some(true) {
-            bail!("tool error: {:?}", echoed);
-        }
-        if echoed != Some(text) {
-            bail!("echo returned {:?}, expected the payload", echoed);
-        }
-        Ok(())
+        check_echo(&self.body[range], text)
     }
 
     /// Closes the connection but leaves the session open on the server
@@ -274,10 +364,15 @@ impl Session {
         Ok(self.conn.as_mut().expect("connected above"))
     }
 
-    /// POSTs `self.json` and reads the answer: for a request (`id`), its
-    /// result; for a notification, the acceptance. Also returns the
-    /// answer's `Mcp-Session-Id`.
-    async fn post(&mut self, id: Option<u64>) -> anyhow::Result<(Answer, Option<String>)> {
+    /// POSTs `self.json` (a `method` request, naming `name`) and reads the
+    /// answer: for a request (`id`), its result; for a notification, the
+    /// acceptance. Also returns the answer's `Mcp-Session-Id`.
+    async fn post(
+        &mut self,
+        id: Option<u64>,
+        method: &str,
+        name: Option<&str>,
+    ) -> anyhow::Result<(Answer, Option<String>)> {
         if self.in_flight {
             self.conn = None;
         }
@@ -295,6 +390,14 @@ impl Session {
                 self.request,
                 "Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: {PROTOCOL_VERSION}\r\n"
             );
+        } else if self.meta.is_some() {
+            let _ = write!(
+                self.request,
+                "MCP-Protocol-Version: {MODERN_PROTOCOL_VERSION}\r\nMcp-Method: {method}\r\n"
+            );
+            if let Some(name) = name {
+                let _ = write!(self.request, "Mcp-Name: {name}\r\n");
+            }
         }
         self.request.extend_from_slice(b"\r\n");
         self.request.extend_from_slice(&self.json);
@@ -411,10 +514,26 @@ impl Session {
     }
 }
 
+/// Checks a `tools/call` result (raw JSON): `text` must come back as its
+/// first content item, not as a tool error.
+pub(super) fn check_echo(result: &[u8], text: &str) -> anyhow::Result<()> {
+    let result: CallResult<'_> =
+        serde_json::from_slice(result).context("not a tools/call result")?;
+    let first = result.content.first();
+    let echoed = first.and_then(|c| (c.kind == "text").then_some(c.text.as_deref()).flatten());
+    if result.is_error == Some(true) {
+        bail!("tool error: {:?}", echoed);
+    }
+    if echoed != Some(text) {
+        bail!("echo returned {:?}, expected the payload", echoed);
+    }
+    Ok(())
+}
+
 /// If `json` is the response to request `id`: the range of its `result`
 /// in `json` shifted by `offset` (or its error, as an error). `Ok(None)`
 /// for any other message (a notification, a request to the client).
-fn find_result(
+pub(super) fn find_result(
     json: &[u8],
     id: u64,
     offset: usize,

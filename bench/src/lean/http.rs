@@ -52,6 +52,9 @@ pub struct RequestHead {
     pub target: String,
     /// `Mcp-Session-Id`, if sent.
     pub session_id: Option<String>,
+    /// The 2026-07-28 request headers, if sent: `MCP-Protocol-Version`,
+    /// `Mcp-Method`, `Mcp-Name`.
+    pub mcp: McpHeaders,
     /// How the body is delimited (a request without either header has none).
     pub framing: Framing,
     /// The connection ends after the answer (`Connection: close`, or
@@ -70,6 +73,18 @@ pub struct ResponseHead {
     pub framing: Framing,
     /// The server closes the connection after this response.
     pub close: bool,
+}
+
+/// The MCP headers of a request besides `Mcp-Session-Id` (2026-07-28
+/// requests carry all three; a handshake-era session's carry the first).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpHeaders {
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<String>,
+    /// `Mcp-Method`.
+    pub method: Option<String>,
+    /// `Mcp-Name`.
+    pub name: Option<String>,
 }
 
 /// How a message's body is delimited.
@@ -91,6 +106,7 @@ struct Common {
     connection_close: bool,
     connection_keep_alive: bool,
     media_type: Option<String>,
+    mcp: McpHeaders,
 }
 
 fn common(headers: &[httparse::Header<'_>]) -> Result<Common, Malformed> {
@@ -101,6 +117,12 @@ fn common(headers: &[httparse::Header<'_>]) -> Result<Common, Malformed> {
         connection_close: false,
         connection_keep_alive: false,
         media_type: None,
+        mcp: McpHeaders::default(),
+    };
+    let text = |name: &'static str, value: &[u8]| {
+        std::str::from_utf8(value)
+            .map(|v| v.trim().to_owned())
+            .map_err(|_| Malformed(name))
     };
     for h in headers {
         let value = h.value;
@@ -131,8 +153,13 @@ fn common(headers: &[httparse::Header<'_>]) -> Result<Common, Malformed> {
                 c.connection_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }
         } else if h.name.eq_ignore_ascii_case("mcp-session-id") {
-            let id = std::str::from_utf8(value).map_err(|_| Malformed("mcp-session-id"))?;
-            c.session_id = Some(id.trim().to_owned());
+            c.session_id = Some(text("mcp-session-id", value)?);
+        } else if h.name.eq_ignore_ascii_case("mcp-protocol-version") {
+            c.mcp.protocol_version = Some(text("mcp-protocol-version", value)?);
+        } else if h.name.eq_ignore_ascii_case("mcp-method") {
+            c.mcp.method = Some(text("mcp-method", value)?);
+        } else if h.name.eq_ignore_ascii_case("mcp-name") {
+            c.mcp.name = Some(text("mcp-name", value)?);
         } else if h.name.eq_ignore_ascii_case("content-type") {
             let mt = value.split(|&b| b == b';').next().map(trim).unwrap_or(b"");
             c.media_type = Some(String::from_utf8_lossy(mt).to_ascii_lowercase());
@@ -181,6 +208,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, Malform
             method,
             target: req.path.unwrap_or("").to_owned(),
             session_id: c.session_id,
+            mcp: c.mcp,
             framing,
             close: c.connection_close || (http10 && !c.connection_keep_alive),
         },
@@ -641,6 +669,21 @@ mod tests {
             .unwrap();
         assert_eq!(head.framing, Framing::Length(0));
         assert!(head.close, "HTTP/1.0 closes unless keep-alive");
+        assert_eq!(head.mcp, McpHeaders::default());
+
+        let (head, _) = parse_request(
+            b"POST /mcp HTTP/1.1\r\nMCP-Protocol-Version: 2026-07-28\r\nmcp-method: tools/call\r\nMcp-Name:  echo \r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            head.mcp,
+            McpHeaders {
+                protocol_version: Some("2026-07-28".into()),
+                method: Some("tools/call".into()),
+                name: Some("echo".into()),
+            }
+        );
 
         assert!(
             parse_request(b"POST /mcp HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
