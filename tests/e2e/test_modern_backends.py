@@ -252,14 +252,13 @@ async def test_a_modern_backends_log_messages_reach_the_calls_that_asked_for_the
     assert through == ["info vigil"], f"through Vigil, the same as directly: {through}"
     assert await modern_call(gw.url, "mo__chatty", "quiet", None) == [], "no level asked, no messages"
 
-    got: list[str] = []
-
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        got.append(str(params.data))
-
-    async with http_session(gw.url, logging_callback=on_log) as s:
+    heard = Inbox()
+    async with http_session(gw.url, logging_callback=heard) as s:
         await s.set_logging_level("debug")
         assert await call_text(s, "mo__chatty", {"tag": "session"}) == "session"
+        # The messages may reach the session after the call's answer.
+        await heard.wait_for(lambda _: True, "the call's two log messages", count=2)
+    got = [str(p.data) for p in heard.items]
     assert got == ["debug session", "info session"], f"a 2025 client's setLevel, per request: {got}"
     assert "logging/setLevel" not in methods(log), "2026-07-28 has no logging/setLevel"
 
