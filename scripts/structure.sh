@@ -5,7 +5,9 @@
 #    the composition root or the control API (`crate::gateway`,
 #    `crate::front`, `crate::app`, `crate::api`). Those edges compose the
 #    lower modules; a lower module that reached back would tie the data
-#    path, the store or the health model to one way of serving them.
+#    path, the store or the health model to one way of serving them. The
+#    front (`gateway`) does not name the composition root (`crate::app`)
+#    either: the root composes it.
 # 2. Every task is tracked: no code calls `tokio::spawn` itself; it goes
 #    through `background` (a `Background`, or `background::spawn`), whose
 #    trackers a shutdown waits for. Unit tests may spawn freely.
@@ -35,6 +37,13 @@ for entry in "$src"/*; do
     found=1
   fi
 done
+# The front under the root.
+hits=$(grep -rnE 'crate::app\b|crate::\{[^}]*\bapp\b' "$src/gateway" --include='*.rs' |
+  grep -vE '^[^:]+:[0-9]+:\s*//' || true)
+if [ -n "$hits" ]; then
+  echo "$hits" | sed "s|^$repo/||"
+  found=1
+fi
 if [ "$found" = 1 ]; then
   echo "structure: a module below the front names the front, the composition root or the control API (above); move what it needs down, or pass it in" >&2
 fi

@@ -19,8 +19,11 @@
 //! - [`import`] turns an MCP client's server list into `[[backends]]`.
 //! - [`gateway`] is the front MCP server: sessions, the two executors of a
 //!   plan (the raw path and rmcp's typed handlers), fan-out of
-//!   `list_changed`, over streamable HTTP or stdio; today also the
-//!   composition root (start-up, reloads, supervisor spawning).
+//!   `list_changed`, over streamable HTTP or stdio.
+//! - [`app`] is the composition root: start-up and settling, the update
+//!   task that publishes generations, supervisor spawning, config
+//!   reloads and the control API's adapter. [`runtime`] chooses what runs
+//!   a backend (a process, a container, nothing for a remote).
 //! - [`background`] is where tasks run: every spawned task is on a tracker
 //!   a shutdown waits for (`scripts/structure.sh` checks).
 //! - [`cluster`] holds the seams several replicas will share, each with a
@@ -45,8 +48,8 @@
 //!   with a neutral `StoreError`; SQLite implements them today. Writes
 //!   that must not wait go through its one batched `Writer`.
 //!
-//! Data flows one way: backend supervisors send updates to the gateway,
-//! which publishes a new generation and notifies sessions; requests and
+//! Data flows one way: backend supervisors send updates to the app's
+//! update task, which publishes a new generation and notifies sessions; requests and
 //! sessions read the generation and never cache their own copy. No module
 //! below the front names it (`scripts/structure.sh`).
 //!
@@ -56,9 +59,9 @@
 //! let config = vigil::config::Config::load("vigil.toml".as_ref())?;
 //! let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());
 //! let redactor = vigil::redact::Redactor::default();
-//! let gw = vigil::gateway::Gateway::start(config, None, redactor, &tracker, shutdown.clone()).await?;
-//! let cap = vigil::limits::Cap::configured(gw.config.limits.mcp.connections);
-//! vigil::gateway::http::serve(gw, cap, shutdown).await?;
+//! let app = vigil::app::App::start(config, None, redactor, &tracker, shutdown.clone()).await?;
+//! let cap = vigil::limits::Cap::configured(app.config().limits.mcp.connections);
+//! vigil::gateway::http::serve(app.front().clone(), cap, shutdown).await?;
 //! # Ok(()) }
 //! ```
 
@@ -68,6 +71,7 @@
 #![allow(deprecated)]
 
 pub mod api;
+pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod backend;

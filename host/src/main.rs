@@ -8,8 +8,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use vigil::app::{self, App};
 use vigil::config::Config;
-use vigil::gateway::{self, Gateway};
+use vigil::gateway;
 
 /// Many small short-lived allocations on several threads (requests, JSON,
 /// HTTP buffers): mimalloc serves them with less CPU than glibc's malloc
@@ -442,17 +443,13 @@ async fn serve(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     let api = config.api.clone();
-    let startup = Gateway::launch(config, store.clone(), redactor, tracker, shutdown.clone()).await;
+    let startup = App::launch(config, store.clone(), redactor, tracker, shutdown.clone()).await;
     // The control API answers while backends start (they show `starting`).
-    let api_state = vigil::api::ApiState::new(
-        startup.gateway.clone(),
-        store,
-        &api,
-        startup.gateway.api_tokens(),
-    )
-    .with_limits(startup.gateway.config.limits.api)
-    .with_cap(caps.api)
-    .with_oauth(startup.gateway.oauth());
+    let api_state =
+        vigil::api::ApiState::new(startup.app.clone(), store, &api, startup.app.api_tokens())
+            .with_limits(startup.app.config().limits.api)
+            .with_cap(caps.api)
+            .with_oauth(startup.app.front().oauth());
     let api_shutdown = shutdown.clone();
     tracker.spawn(async move {
         // Losing the control API must not stop MCP traffic: say so loudly
@@ -461,13 +458,14 @@ async fn serve(
             tracing::error!(address = %api.listen, error = %e, "the control API cannot listen; serving MCP without it (set [api] listen to a free address)");
         }
     });
-    let gw = startup.settle(tracker).await?;
+    let app = startup.settle(tracker).await?;
+    let gw = app.front().clone();
     if !stdio {
         for warning in gw.isolation_warnings() {
             tracing::warn!("{warning}");
         }
     }
-    tracker.spawn(gateway::reload_trigger::run(gw.clone(), shutdown.clone()));
+    tracker.spawn(app::reload_trigger::run(app, shutdown.clone()));
     if stdio {
         gateway::stdio::serve(gw, shutdown.clone()).await
     } else {

@@ -253,7 +253,7 @@ impl Backend {
                 env,
                 cwd,
             } => {
-                // The command the supervisor runs (`gateway::runtime_for`).
+                // The command the supervisor runs (`runtime::for_backend`).
                 let rt = ProcessRuntime::new(
                     &self.name,
                     command.clone(),

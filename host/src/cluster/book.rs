@@ -96,6 +96,28 @@ impl SessionBook for LocalBook {
     }
 }
 
+/// The book of one process's sessions: ids sealed under the key kept in
+/// `data_dir` (`cluster::key`), so a restart keeps them valid. A key that
+/// cannot be kept there is made for this run only (logged): ids then end
+/// with the process, as the sessions behind them do anyway.
+pub fn kept_in(data_dir: &std::path::Path) -> std::sync::Arc<dyn SessionBook> {
+    let key = super::key::load_or_create(data_dir).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "session ids are sealed with a key of this run only: clients reconnecting after a restart open new sessions");
+        let mut k = [0u8; 32];
+        if let Err(e) = getrandom::fill(&mut k) {
+            // No entropy at all: the MRTR states are off too (logged).
+            // A key from the clock and the process keeps ids unguessable
+            // across runs only, so say it loudly.
+            tracing::error!(error = %e, "no random bytes for the session key: ids are sealed with a key derived from the start time");
+            use sha2::Digest as _;
+            let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+            k.copy_from_slice(&sha2::Sha256::digest(seed.as_bytes()));
+        }
+        k
+    });
+    std::sync::Arc::new(LocalBook::new(Sealer::new(&key, None)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

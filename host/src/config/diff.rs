@@ -1,5 +1,5 @@
 //! What differs between the running config and a newly read one: the
-//! pure half of a config reload (`gateway::reload` carries it out).
+//! pure half of a config reload (`app::reload` carries it out).
 //!
 //! Backends are compared by name and whole config: an edited backend is a
 //! new one under the same name. Every other key is either applied by the

@@ -134,3 +134,46 @@ fn signal_name(sig: i32) -> Option<&'static str> {
         _ => return None,
     })
 }
+
+/// The runtime that runs `b`, and its stderr tail for process backends.
+/// Config validation pairs stdio with the process runtime only, so the
+/// transport decides: stdio runs a process, HTTP a container or a remote.
+pub fn for_backend(
+    b: &crate::config::BackendConfig,
+) -> (std::sync::Arc<dyn Runtime>, Option<process::StderrTail>) {
+    use crate::config::{RuntimeKind, Transport};
+    use std::sync::Arc;
+    match &b.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let rt = process::ProcessRuntime::new(
+                &b.name,
+                command.clone(),
+                args.clone(),
+                env.clone(),
+                cwd.clone(),
+            );
+            let tail = rt.stderr();
+            (Arc::new(rt), Some(tail))
+        }
+        Transport::Http { url, headers, .. } => match &b.runtime {
+            RuntimeKind::Container(spec) => (
+                Arc::new(container::ContainerRuntime::new(
+                    &b.name,
+                    spec.clone(),
+                    url.clone(),
+                    headers.clone(),
+                )),
+                None,
+            ),
+            _ => (
+                Arc::new(remote::RemoteRuntime::new(url.clone(), headers.clone())),
+                None,
+            ),
+        },
+    }
+}

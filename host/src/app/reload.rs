@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 
-use super::Gateway;
+use super::App;
+use super::secrets::log_policies;
 use crate::backend::BackendSet;
 use crate::backend::BackendUpdate;
 use crate::config::diff::{BackendDiff, Change, restart_only_changes};
@@ -36,25 +37,24 @@ pub enum ReloadError {
     NotRunning,
 }
 
-impl Gateway {
+impl App {
     /// Reads the config file again and applies what changed in the backend
     /// list and in `[[api.tokens]]` (compared by name, secret and role: a
     /// rotated secret is refused from the next request on). Only one
     /// reload runs at a time.
     pub async fn reload(self: &Arc<Self>) -> Result<ReloadSummary, ReloadError> {
         let _one = self.reloading.lock().await;
-        let path = self.config.file.clone();
+        let path = self.config().file.clone();
         let next = tokio::task::spawn_blocking(move || Config::load(&path))
             .await
             .map_err(|_| ReloadError::NotRunning)??;
-        let Some(spawner) = self.spawner.get() else {
-            return Err(ReloadError::NotRunning);
-        };
-        let old = self.backends();
+        let front = &self.front;
+        let spawner = &self.spawner;
+        let old = front.backends();
         let running: Vec<&BackendConfig> = old.iter().map(|b| &b.config).collect();
         let diff = BackendDiff::of(&running, &next.backends);
         let mut summary = ReloadSummary {
-            needs_restart: restart_only_changes(&self.config, &next),
+            needs_restart: restart_only_changes(&front.config, &next),
             ..Default::default()
         };
         // The new set, in the new file order; unchanged backends keep their
@@ -65,7 +65,7 @@ impl Gateway {
             match (change, old.get(&cfg.name)) {
                 (Change::Kept, Some(b)) => list.push(b.clone()),
                 (change, _) => {
-                    let b = self.new_backend(cfg);
+                    let b = front.new_backend(cfg);
                     match change {
                         Change::Changed => summary.changed.push(cfg.name.clone()),
                         _ => summary.added.push(cfg.name.clone()),
@@ -82,7 +82,7 @@ impl Gateway {
             .filter(|b| next_set.get(&b.name).is_none_or(|n| n.uid != b.uid))
             .cloned()
             .collect();
-        self.install(next_set);
+        front.generations().publish_backends(next_set);
         if self.api_tokens.replace(next.api.tokens.clone()) {
             if next.api.tokens.is_empty() {
                 // Config validation allows this on a loopback listener only.
@@ -97,7 +97,7 @@ impl Gateway {
             }
             summary.applied.push("api.tokens");
         }
-        if self.mcp_keys.replace(next.auth.keys.clone()) {
+        if front.mcp_keys().replace(next.auth.keys.clone()) {
             if next.auth.keys.is_empty() {
                 // Config validation allows this on a loopback listener only.
                 tracing::warn!("[[auth.keys]] removed: /mcp now serves every caller as `local`");
@@ -106,24 +106,20 @@ impl Gateway {
             }
             summary.applied.push("auth.keys");
         }
-        if self.policies.replace(next.policies.clone()) {
-            self.log_policies(&next.policies);
+        if front.policies().replace(next.policies.clone()) {
+            log_policies(&front.config, &next.policies);
             // Each session compares its new view with what it saw: only
             // those whose view changed hear of it.
-            self.sessions().resync_all();
+            front.resync_all();
             summary.applied.push("policy");
         }
-        if self.audit.configure(next.audit.clone()) {
+        if front.audit().configure(next.audit.clone()) {
             tracing::info!(arguments = next.audit.arguments, keep = %humantime::format_duration(next.audit.keep), "[audit] applied");
             summary.applied.push("audit");
         }
         self.refresh_secrets(&gone);
         for b in gone {
-            if let Ok(mut stops) = spawner.stops.lock()
-                && let Some(stop) = stops.remove(&b.uid)
-            {
-                stop.cancel();
-            }
+            spawner.stop(&b);
             // Before the replacement's first update: forget what it listed.
             let _ = spawner.outlets.updates.send(BackendUpdate {
                 backend: b.name.clone(),
@@ -133,11 +129,8 @@ impl Gateway {
                 catalog: None,
             });
         }
-        let sanitizer = self.sanitizer();
         for b in fresh {
-            let supervisor =
-                self.supervisor_for(&b, None, spawner.outlets.clone(), sanitizer.clone());
-            self.spawn_supervisor(&b, supervisor);
+            spawner.spawn(&b, self.supervisor_for(&b, None));
         }
         Ok(summary)
     }

@@ -3,7 +3,7 @@
 
 use futures::future::BoxFuture;
 
-use super::Gateway;
+use super::App;
 use crate::api::{Control, ControlError, InstanceDetail, InstanceReport};
 use crate::backend::{Backend, Command};
 use crate::health::Status;
@@ -11,7 +11,7 @@ use crate::health::Status;
 /// Transitions shown in an instance's detail.
 const HISTORY: usize = 100;
 
-impl Gateway {
+impl App {
     fn report(b: &Backend, s: &Status) -> InstanceReport {
         let window = b.stats.summary();
         InstanceReport {
@@ -37,8 +37,9 @@ impl Gateway {
     /// A configured backend, or an instance run for one client
     /// (`NAME.s7`).
     fn find(&self, name: &str) -> Result<std::sync::Arc<Backend>, ControlError> {
-        self.backend(name)
-            .or_else(|| self.pool_context.instances.find(name))
+        self.front
+            .backend(name)
+            .or_else(|| self.front.instances().find(name))
             .ok_or_else(|| ControlError::NotFound(name.to_owned()))
     }
 
@@ -52,18 +53,9 @@ impl Gateway {
     }
 }
 
-impl Gateway {
-    /// Where clients would share a backend's per-session state for want of
-    /// `[auth]` (`isolation.rs`).
-    pub fn isolation_warnings(&self) -> Vec<String> {
-        let authenticated = self.mcp_keys.required() || self.oauth.is_some();
-        super::isolation::running(authenticated, self.backends().iter())
-    }
-}
-
-impl Control for Gateway {
+impl Control for App {
     fn plugins(&self) -> (Option<String>, Vec<crate::plugins::PluginInfo>) {
-        match Gateway::plugins(self) {
+        match App::plugins(self) {
             Some(p) => (Some(p.dir().display().to_string()), p.list()),
             None => (None, Vec::new()),
         }
@@ -78,12 +70,13 @@ impl Control for Gateway {
     }
 
     fn sessions(&self) -> Option<usize> {
-        Some(self.sessions.len())
+        Some(self.front.session_count())
     }
 
     fn instances(&self) -> Vec<InstanceReport> {
-        let own = self.pool_context.instances.all();
-        self.backends()
+        let own = self.front.instances().all();
+        self.front
+            .backends()
             .iter()
             .chain(own.iter())
             .map(|b| Self::report(b, &b.status()))
@@ -91,7 +84,7 @@ impl Control for Gateway {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.isolation_warnings()
+        self.front.isolation_warnings()
     }
 
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>> {

@@ -14,15 +14,15 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::Gateway;
+use super::App;
 
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// Runs until `shutdown`, reloading `gw` on SIGHUP and on changes of its
+/// Runs until `shutdown`, reloading `app` on SIGHUP and on changes of its
 /// config file. Failures to set up a trigger are logged; the other stays.
-pub async fn run(gw: Arc<Gateway>, shutdown: CancellationToken) {
+pub async fn run(app: Arc<App>, shutdown: CancellationToken) {
     let (tx, mut rx) = mpsc::unbounded_channel::<&'static str>();
-    let _watcher = watch_file(gw.config.file.clone(), tx.clone());
+    let _watcher = watch_file(app.config().file.clone(), tx.clone());
     // Aborted when `run` ends: the listener never outlives it.
     let _sighup = spawn_sighup(tx, shutdown.clone());
     loop {
@@ -39,7 +39,7 @@ pub async fn run(gw: Arc<Gateway>, shutdown: CancellationToken) {
                 c = rx.recv() => match c { Some(c) => cause = c, None => return },
             }
         }
-        match gw.reload().await {
+        match app.reload().await {
             Ok(s) => {
                 tracing::info!(cause, added = ?s.added, removed = ?s.removed, changed = ?s.changed, applied = ?s.applied, "config reloaded");
                 if !s.needs_restart.is_empty() {

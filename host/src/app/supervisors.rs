@@ -1,0 +1,119 @@
+//! Starting and stopping supervisors: one per configured backend (at
+//! launch and for each backend a reload adds or changes) and one per
+//! instance run for a single client (`backend::instances`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::App;
+use crate::backend::{Backend, BackendUpdate};
+use crate::health::sanitize::Sanitizer;
+use crate::store::InstanceRecord;
+use crate::supervisor::{Outlets, Supervisor};
+
+/// What starting and stopping supervisors after launch needs.
+pub(super) struct Spawner {
+    pub(super) outlets: Outlets,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    /// Each running supervisor's stop token, by [`Backend::uid`].
+    stops: Mutex<HashMap<u64, CancellationToken>>,
+}
+
+impl Spawner {
+    pub(super) fn new(outlets: Outlets, tracker: TaskTracker, shutdown: CancellationToken) -> Self {
+        Spawner {
+            outlets,
+            tracker,
+            shutdown,
+            stops: Mutex::default(),
+        }
+    }
+
+    /// Runs `supervisor` until shutdown or until [`Spawner::stop`].
+    pub(super) fn spawn(&self, b: &Arc<Backend>, supervisor: Supervisor) {
+        let stop = self.shutdown.child_token();
+        if let Ok(mut stops) = self.stops.lock() {
+            stops.insert(b.uid, stop.clone());
+        }
+        let span = tracing::info_span!("supervisor", backend = %b.name);
+        self.tracker
+            .spawn(tracing::Instrument::instrument(supervisor.run(stop), span));
+    }
+
+    /// Stops `b`'s supervisor (which stops its instance), if it runs.
+    pub(super) fn stop(&self, b: &Backend) {
+        if let Ok(mut stops) = self.stops.lock()
+            && let Some(stop) = stops.remove(&b.uid)
+        {
+            stop.cancel();
+        }
+    }
+}
+
+impl App {
+    /// The reason sanitizer every supervisor uses (it masks with Vigil's
+    /// current secrets).
+    fn sanitizer(&self) -> Sanitizer {
+        Sanitizer::new(self.front.redactor().clone())
+    }
+
+    /// A supervisor for `b`, restoring `record`, reporting to the app's
+    /// outlets; its runtime is `runtime::for_backend`'s choice.
+    pub(super) fn supervisor_for(
+        &self,
+        b: &Arc<Backend>,
+        record: Option<&InstanceRecord>,
+    ) -> Supervisor {
+        self.supervisor_with(b, record, self.spawner.outlets.clone())
+    }
+
+    fn supervisor_with(
+        &self,
+        b: &Arc<Backend>,
+        record: Option<&InstanceRecord>,
+        outlets: Outlets,
+    ) -> Supervisor {
+        let (runtime, stderr) = crate::runtime::for_backend(&b.config);
+        Supervisor::new(
+            b.clone(),
+            runtime,
+            stderr,
+            record,
+            outlets,
+            self.sanitizer(),
+        )
+    }
+
+    /// Runs the supervisor of an instance run for one client
+    /// (`backend::instances`), reporting to `updates`, on the event bus
+    /// and never to the store (the instance ends with its client); the
+    /// token stops it.
+    pub(super) fn spawn_instance(
+        &self,
+        child: Arc<Backend>,
+        updates: mpsc::UnboundedSender<BackendUpdate>,
+    ) -> Option<CancellationToken> {
+        let spawner = &self.spawner;
+        if spawner.shutdown.is_cancelled() {
+            return None;
+        }
+        let outlets = Outlets {
+            updates,
+            store: None,
+            ..spawner.outlets.clone()
+        };
+        let supervisor = self.supervisor_with(&child, None, outlets);
+        let stop = spawner.shutdown.child_token();
+        let span = tracing::info_span!("supervisor", backend = %child.name);
+        spawner.tracker.spawn(tracing::Instrument::instrument(
+            supervisor.run(stop.clone()),
+            span,
+        ));
+        Some(stop)
+    }
+}
