@@ -6,7 +6,7 @@
 //! ids kept in memory (one replica). A PostgreSQL book keeps that list,
 //! and what changes during a session, where every replica reads it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -28,6 +28,38 @@ pub enum Refused {
 #[error("no random nonce for a session id: {0}")]
 pub struct OpenError(#[from] getrandom::Error);
 
+/// What changes during a session that a replica adopting it must know:
+/// the client's log level (`logging/setLevel`) and the resources it
+/// subscribed to. Only the handshake era has either; a 2026-07-28 request
+/// carries its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    pub log_level: Option<String>,
+    pub subscriptions: BTreeSet<String>,
+}
+
+/// One change to what a session [`Kept`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    LogLevel(String),
+    Subscribed(String),
+    Unsubscribed(String),
+}
+
+impl Kept {
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::LogLevel(level) => self.log_level = Some(level),
+            Change::Subscribed(uri) => {
+                self.subscriptions.insert(uri);
+            }
+            Change::Unsubscribed(uri) => {
+                self.subscriptions.remove(&uri);
+            }
+        }
+    }
+}
+
 /// Sessions by their sealed ids.
 #[async_trait]
 pub trait SessionBook: Send + Sync + 'static {
@@ -40,16 +72,36 @@ pub trait SessionBook: Send + Sync + 'static {
     /// Closes the session `id` names: every later [`SessionBook::resolve`]
     /// of it is refused, until it would have expired anyway.
     async fn close(&self, id: &str);
+    /// Records `change` to what the session `id` names [`Kept`].
+    async fn update(&self, id: &str, change: Change) -> Result<(), Refused>;
+    /// What the session `id` names has kept so far.
+    async fn kept(&self, id: &str) -> Result<Kept, Refused>;
 }
 
-/// One replica's book: ids are verified by their seal; closed ones are
-/// remembered in memory (a restart forgets them: an id closed before a
-/// restart opens again, and finds no session behind it).
+/// One replica's book: ids are verified by their seal; closed ones, and
+/// what open ones kept, are remembered in memory (a restart forgets them:
+/// an id closed before a restart opens again, and finds no session
+/// behind it; the sessions behind kept state end with the process too).
 pub struct LocalBook {
     sealer: Sealer,
     /// Closed ids, with when each expires (then it is refused anyway and
     /// forgotten here).
     closed: Mutex<HashMap<String, u64>>,
+    /// What open sessions kept, for those that kept anything, with when
+    /// each id expires (then forgotten at the next change).
+    kept: Mutex<HashMap<String, (u64, Kept)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each change is one insert, remove or retain: poisoning cannot leave
+    // it half done.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl LocalBook {
@@ -57,13 +109,12 @@ impl LocalBook {
         LocalBook {
             sealer,
             closed: Mutex::default(),
+            kept: Mutex::default(),
         }
     }
 
     fn closed(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
-        // Each update is one insert or a retain: poisoning cannot leave it
-        // half done.
-        self.closed.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.closed)
     }
 }
 
@@ -85,14 +136,31 @@ impl SessionBook for LocalBook {
         let Ok(facts) = self.sealer.open(id) else {
             return; // not an open session: nothing to remember
         };
-        let now = facts.issued.max(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        );
+        let now = facts.issued.max(unix_now());
+        lock(&self.kept).remove(id);
         let mut closed = self.closed();
         closed.retain(|_, expires| *expires > now);
         closed.insert(id.to_owned(), facts.expires);
+    }
+
+    async fn update(&self, id: &str, change: Change) -> Result<(), Refused> {
+        let facts = self.resolve(id).await?;
+        let now = unix_now();
+        let mut kept = lock(&self.kept);
+        kept.retain(|_, (expires, _)| *expires > now);
+        kept.entry(id.to_owned())
+            .or_insert_with(|| (facts.expires, Kept::default()))
+            .1
+            .apply(change);
+        Ok(())
+    }
+
+    async fn kept(&self, id: &str) -> Result<Kept, Refused> {
+        self.resolve(id).await?;
+        Ok(lock(&self.kept)
+            .get(id)
+            .map(|(_, k)| k.clone())
+            .unwrap_or_default())
     }
 }
 
@@ -180,5 +248,47 @@ mod tests {
         );
         assert!(f.caller.is(Principal::key("bob").caller()));
         assert!(!f.caller.is(Principal::key("alice").caller()));
+    }
+
+    #[tokio::test]
+    async fn what_a_session_kept_is_read_back_and_ends_with_it() {
+        let b = book();
+        let id = b.open(&facts("one")).await.unwrap();
+        let other = b.open(&facts("two")).await.unwrap();
+        assert_eq!(b.kept(&id).await.unwrap(), Kept::default());
+        b.update(&id, Change::LogLevel("debug".into()))
+            .await
+            .unwrap();
+        b.update(&id, Change::Subscribed("file:///a".into()))
+            .await
+            .unwrap();
+        b.update(&id, Change::Subscribed("file:///b".into()))
+            .await
+            .unwrap();
+        b.update(&id, Change::Unsubscribed("file:///a".into()))
+            .await
+            .unwrap();
+        let kept = b.kept(&id).await.unwrap();
+        assert_eq!(kept.log_level.as_deref(), Some("debug"));
+        assert_eq!(
+            kept.subscriptions.iter().collect::<Vec<_>>(),
+            vec!["file:///b"]
+        );
+        // Another session kept nothing of it.
+        assert_eq!(b.kept(&other).await.unwrap(), Kept::default());
+        // Closed: its state is forgotten and no change is taken.
+        b.close(&id).await;
+        assert!(lock(&b.kept).is_empty());
+        assert_eq!(
+            b.update(&id, Change::LogLevel("info".into())).await,
+            Err(Refused::Closed)
+        );
+        assert_eq!(b.kept(&id).await, Err(Refused::Closed));
+        // A forged id changes nothing.
+        assert!(matches!(
+            b.update("s1.forged", Change::LogLevel("info".into())).await,
+            Err(Refused::Unsealed(_))
+        ));
+        assert!(lock(&b.kept).is_empty());
     }
 }

@@ -20,6 +20,7 @@ use super::route::{
     forwardable_meta, page, schema_changed, unavailable, unavailable_call, unknown_prompt,
     unknown_tool, unknown_uri,
 };
+use super::session_ids::SealedId;
 use super::sessions::{Channel, Viewer};
 use super::streams::StreamSessions;
 use crate::audit::{Method, PendingCall};
@@ -32,6 +33,7 @@ use crate::backend::{
     Backend, BackendError, Connection, Era, FrontCall, Generation, Outbox, StreamClosed,
 };
 use crate::catalog::{Catalog, Entry, EntryKind, Kind};
+use crate::cluster::book::Change;
 use crate::dataplane::outcome::{CallError, Ended};
 use crate::health::{HealthState, advertisable};
 
@@ -90,6 +92,22 @@ fn observe(pool: &Pool, extensions: &rmcp::model::Extensions, peer: &rmcp::Peer<
 }
 
 impl FrontSession {
+    /// Records in the session book what this session keeps (its log
+    /// level, its subscriptions), for a replica that adopts it. A session
+    /// without a sealed id (stdio) has nothing to record.
+    async fn keep(&self, ctx: &RequestContext<RoleServer>, change: Change) {
+        let Some(SealedId(id)) = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<SealedId>())
+        else {
+            return;
+        };
+        if let Err(why) = self.gw.session_book.update(id, change).await {
+            tracing::debug!(session = %crate::redact::session_tag(id), %why, "not recorded in the session book");
+        }
+    }
+
     /// The backend that serves resource `uri` in `catalog`, or the
     /// "unknown resource" error.
     fn uri_backend(catalog: &Catalog, uri: &str) -> Result<Arc<str>, McpError> {
@@ -1161,6 +1179,7 @@ impl ServerHandler for FrontSession {
         let hold = self.watch(&p.uri, &ctx).await?;
         self.watches_lock().insert(p.uri.clone(), hold);
         self.gw.sessions().subscribe(self.id, &p.uri, true);
+        self.keep(&ctx, Change::Subscribed(p.uri)).await;
         Ok(())
     }
 
@@ -1177,6 +1196,7 @@ impl ServerHandler for FrontSession {
         // Dropping the hold ends the backend subscription if nobody else
         // watches the resource there.
         self.watches_lock().remove(&p.uri);
+        self.keep(&ctx, Change::Unsubscribed(p.uri)).await;
         Ok(())
     }
 
@@ -1191,6 +1211,9 @@ impl ServerHandler for FrontSession {
             return Err(removed("logging/setLevel"));
         }
         self.gw.sessions().set_log_level(self.id, p.level);
+        if let Ok(serde_json::Value::String(level)) = serde_json::to_value(p.level) {
+            self.keep(&ctx, Change::LogLevel(level)).await;
+        }
         if let Some((_, front)) = self.front.get() {
             front.set_log_level();
         }

@@ -35,6 +35,12 @@ use crate::redact::session_tag;
 
 const HEADER: &str = "mcp-session-id";
 
+/// The sealed id a request came with, in its extensions once resolved:
+/// what the handlers name the session by in the book (rmcp's id is what
+/// they are handed in the header).
+#[derive(Clone)]
+pub struct SealedId(pub Arc<str>);
+
 /// What [`seal`] needs.
 pub struct SessionIds {
     book: Arc<dyn SessionBook>,
@@ -100,6 +106,8 @@ async fn on_session(ids: &SessionIds, sealed: String, mut req: Request, next: Ne
         return unknown_session();
     };
     req.headers_mut().insert(HEADER, local);
+    req.extensions_mut()
+        .insert(SealedId(sealed.as_str().into()));
     let delete = req.method() == http::Method::DELETE;
     let response = next.run(req).await;
     if delete && response.status().is_success() {
@@ -209,7 +217,17 @@ mod tests {
             any(|req: Request| async move {
                 match req.headers().get(HEADER) {
                     None => ([(HEADER, "local-1")], "opened".to_owned()).into_response(),
-                    Some(id) => format!("got {}", id.to_str().unwrap()).into_response(),
+                    Some(id) => {
+                        // The handlers name the session in the book by
+                        // the id its client used.
+                        let sealed = req.extensions().get::<SealedId>().map(|s| s.0.clone());
+                        let by = if sealed.is_some_and(|s| s.starts_with("s1.")) {
+                            "sealed"
+                        } else {
+                            "no sealed id"
+                        };
+                        format!("got {} ({by})", id.to_str().unwrap()).into_response()
+                    }
                 }
             }),
         );
@@ -259,7 +277,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             text(used).await,
-            (http::StatusCode::OK, "got local-1".into())
+            (http::StatusCode::OK, "got local-1 (sealed)".into())
         );
     }
 
