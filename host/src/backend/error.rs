@@ -190,6 +190,17 @@ fn stderr_suffix(lines: &[String]) -> String {
 }
 
 impl BackendError {
+    /// Whether its message already quotes the backend's last stderr line
+    /// (so a reason built from it needs no second quote).
+    pub fn quotes_stderr(&self) -> bool {
+        match self {
+            BackendError::Handshake { stderr, .. } | BackendError::Transport { stderr, .. } => {
+                !stderr.is_empty()
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the connection is unusable after this error.
     pub fn is_connection_lost(&self) -> bool {
         matches!(

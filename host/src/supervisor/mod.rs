@@ -296,7 +296,7 @@ impl Supervisor {
                     match exit {
                         Ok(exit) => {
                             self.last_exit = Some(exit.summary.clone());
-                            Input::Exited(self.with_stderr(exit.summary))
+                            Input::Exited(self.with_stderr(exit.summary, false))
                         }
                         // Remote runtimes never send; containers drop the
                         // sender when they lose the engine's event stream.
@@ -315,7 +315,7 @@ impl Supervisor {
                         _ => "MCP connection closed".into(),
                     };
                     watching_exit = false;
-                    Input::Exited(self.with_stderr(reason))
+                    Input::Exited(self.with_stderr(reason, false))
                 }
                 Some((cmd, reply)) = commands.recv() => {
                     match self.command(cmd, reply).await {
@@ -364,7 +364,7 @@ impl Supervisor {
                             drop(done);
                             continue;
                         }
-                        Err(e) if e.is_connection_lost() => Input::Exited(self.with_stderr(e.to_string())),
+                        Err(e) if e.is_connection_lost() => Input::Exited(self.with_stderr(e.to_string(), e.quotes_stderr())),
                         Err(e) => {
                             // A failed listing keeps the cached catalog and counts as a failed observation.
                             tracing::warn!(backend = %self.backend.name, error = %e, "re-listing failed; keeping the cached catalog");
@@ -584,8 +584,8 @@ impl Supervisor {
     }
 
     /// Adds the last stderr line of a process backend to a reason.
-    fn with_stderr(&self, reason: String) -> String {
-        start::with_stderr(self.stderr.as_ref(), reason)
+    fn with_stderr(&self, reason: String, quoted: bool) -> String {
+        start::with_stderr(self.stderr.as_ref(), reason, quoted)
     }
 }
 

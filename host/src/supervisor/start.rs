@@ -87,16 +87,17 @@ impl Start {
                         .ok()
                         .and_then(Result::ok),
                 };
-                let (why, exit) = match exit {
+                let (why, quoted, exit) = match exit {
                     Some(exit) => (
                         format!("{} during the MCP handshake", exit.summary),
+                        false,
                         Some(exit.summary),
                     ),
-                    None => (e.to_string(), None),
+                    None => (e.to_string(), e.quotes_stderr(), None),
                 };
                 let _ = self.runtime.stop().await;
                 return Err(StartFailure::Backend {
-                    reason: with_stderr(self.stderr.as_ref(), why),
+                    reason: with_stderr(self.stderr.as_ref(), why, quoted),
                     exit,
                 });
             }
@@ -175,10 +176,11 @@ impl Start {
     }
 }
 
-/// Adds the last stderr line of a process backend to a reason.
-pub(super) fn with_stderr(stderr: Option<&StderrTail>, reason: String) -> String {
+/// Adds the last stderr line of a process backend to a reason, unless
+/// the reason `quoted` one already.
+pub(super) fn with_stderr(stderr: Option<&StderrTail>, reason: String, quoted: bool) -> String {
     match stderr.and_then(|t| t.last()) {
-        Some(line) if !reason.contains("stderr") => {
+        Some(line) if !quoted => {
             format!("{reason} (last stderr line: {line})")
         }
         _ => reason,
