@@ -106,7 +106,8 @@ impl App {
             }
             summary.applied.push("auth.keys");
         }
-        if front.policies().replace(next.policies.clone()) {
+        if let Some(policies) = front.generation().policies.next(next.policies.clone()) {
+            front.generations().publish_policies(policies);
             log_policies(&front.config, &next.policies);
             // Each session compares its new view with what it saw: only
             // those whose view changed hear of it.

@@ -1,13 +1,13 @@
 //! The generation: one snapshot of what a call is decided against (the
-//! merged catalog and the backend set), numbered, and published by one
-//! writer at a time.
+//! merged catalog, the backend set and the `[[policy]]` set), numbered,
+//! and published by one writer at a time.
 //!
 //! A request reads the generation once and holds it to its end, so it
 //! never routes a name of one catalog to a backend of another set, and a
 //! change (a backend's listing, its health, a reload) is seen whole or not
 //! at all. Rollouts switch versions by publishing one. The writers are the
-//! gateway's update task (the catalog) and its start and reloads (the set);
-//! a lock orders them, so neither loses the other's change.
+//! app's update task (the catalog) and its start and reloads (the set, the
+//! policies); a lock orders them, so none loses another's change.
 
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 
 use super::set::BackendSet;
 use crate::catalog::Catalog;
+use crate::policy::Policies;
 
 /// What a call is decided against.
 #[derive(Default)]
@@ -23,6 +24,8 @@ pub struct Generation {
     pub number: u64,
     pub catalog: Arc<Catalog>,
     pub backends: Arc<BackendSet>,
+    /// What each caller may see and call, and how fast.
+    pub policies: Arc<Policies>,
 }
 
 /// The generation in force. Clones share it; reading takes no lock.
@@ -62,6 +65,7 @@ impl Generations {
                 number: g.number + 1,
                 catalog,
                 backends: g.backends.clone(),
+                policies: g.policies.clone(),
             }
         });
         old.unwrap_or_default()
@@ -74,6 +78,19 @@ impl Generations {
             number: g.number + 1,
             catalog: g.catalog.clone(),
             backends: set,
+            policies: g.policies.clone(),
+        });
+    }
+
+    /// Publishes a generation with the `[[policy]]` set `policies` (start,
+    /// reloads).
+    pub fn publish_policies(&self, policies: Policies) {
+        let policies = Arc::new(policies);
+        self.publish(|g| Generation {
+            number: g.number + 1,
+            catalog: g.catalog.clone(),
+            backends: g.backends.clone(),
+            policies,
         });
     }
 
@@ -141,5 +158,32 @@ mod tests {
             }
         });
         assert_eq!(g.load().number, 400, "every publication counted once");
+    }
+
+    #[test]
+    fn a_held_generation_keeps_its_policies_when_others_are_published() {
+        use crate::auth::Principal;
+        use crate::catalog::Kind;
+        let g = Generations::default();
+        let held = g.load();
+        // Only `key:nobody` may use anything.
+        let deny_all = crate::config::PolicyConfig {
+            principals: vec!["key:nobody".into()],
+            allow: vec!["*".into()],
+            deny: Vec::new(),
+            rate: None,
+            rate_per_tool: None,
+            issuer: None,
+        };
+        g.publish_policies(crate::policy::Policies::new(vec![deny_all]));
+        let alice = Principal::key("alice");
+        assert_eq!(held.policies.admit(&alice, Kind::Tool, "a__echo"), Ok(()));
+        assert!(
+            g.load()
+                .policies
+                .admit(&alice, Kind::Tool, "a__echo")
+                .is_err()
+        );
+        assert_eq!(g.load().number, held.number + 1);
     }
 }

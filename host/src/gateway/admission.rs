@@ -12,12 +12,11 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::ErrorCode;
 use serde_json::json;
 
-use super::Gateway;
 use crate::audit::{Outcome, PendingCall};
 use crate::auth::Principal;
 use crate::backend::Backend;
 use crate::catalog::Kind;
-use crate::policy::Refused;
+use crate::policy::{Policies, Refused};
 
 /// Whether `who` may call `name` now: the one policy decision. A name it
 /// may not use gets exactly the error of an unknown one (`unknown`); a call
@@ -25,14 +24,14 @@ use crate::policy::Refused;
 /// is recorded in the audit (`audit`, the call's record so far, comes back
 /// when the call may go ahead).
 pub(super) fn admit(
-    gw: &Gateway,
+    policies: &Policies,
     who: &Principal,
     kind: Kind,
     name: &str,
     unknown: fn(&str) -> McpError,
     audit: PendingCall,
 ) -> Result<PendingCall, McpError> {
-    let (refused, outcome) = match gw.policies().admit(who, kind, name) {
+    let (refused, outcome) = match policies.admit(who, kind, name) {
         Ok(()) => return Ok(audit),
         Err(Refused::Denied) => (unknown(name), Outcome::Denied),
         Err(Refused::RateLimited {

@@ -87,9 +87,6 @@ pub struct Gateway {
     /// The validator of `[auth.oauth]` tokens, shared by `/mcp` and the
     /// control API (restart-only: a reload never replaces it).
     oauth: Option<Arc<crate::auth::oauth::OAuth>>,
-    /// `[[policy]]` in force: the one decision on what each principal may
-    /// see and call, replaced by each reload that changes it.
-    policies: Arc<crate::policy::Policies>,
     /// Masks secrets in reasons, forwarded errors (and, shared with the log
     /// writer, logs); kept in step with the backend set.
     redactor: Redactor,
@@ -123,7 +120,6 @@ impl Gateway {
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
     ) -> (Arc<Gateway>, Refreshes) {
-        let policies = Arc::new(crate::policy::Policies::new(config.policies.clone()));
         let oauth = config
             .auth
             .oauth
@@ -131,6 +127,7 @@ impl Gateway {
             .map(crate::auth::oauth::OAuth::new);
         let background = Background::new(tracker.clone(), shutdown.clone());
         let generations = Generations::default();
+        generations.publish_policies(crate::policy::Policies::new(config.policies.clone()));
         let pool_context = Arc::new(pool::Context {
             generations: generations.clone(),
             naming: config.naming.clone(),
@@ -143,7 +140,6 @@ impl Gateway {
         });
         let sessions = Sessions::new(
             generations.clone(),
-            policies.clone(),
             background.clone(),
             pool_context.clone(),
         );
@@ -168,7 +164,6 @@ impl Gateway {
             fronts: fronts::Fronts::default(),
             mcp_keys: Arc::new(crate::auth::Keys::new(config.auth.keys.clone())),
             oauth,
-            policies,
             audit: crate::audit::CallAudit::start(
                 calls,
                 config.audit.clone(),
@@ -335,13 +330,8 @@ impl Gateway {
     fn views_depend_on_caller(&self) -> bool {
         self.mcp_keys.required()
             || self.oauth.is_some()
-            || self.policies.configured()
+            || self.generation().policies.configured()
             || self.backends().has_own_catalogs()
-    }
-
-    /// The `[[policy]]` set in force.
-    pub fn policies(&self) -> &crate::policy::Policies {
-        &self.policies
     }
 
     /// The `[auth.oauth]` validator, when configured.

@@ -119,15 +119,14 @@ impl FrontSession {
 
     /// Watches resource `uri` at the backend serving it, for this caller.
     async fn watch(&self, uri: &str, ctx: &RequestContext<RoleServer>) -> Result<Hold, McpError> {
-        if !self
-            .gw
-            .policies()
+        let generation = self.gw.generation();
+        if !generation
+            .policies
             .access(&Principal::of(&ctx.extensions))
             .permits(uri)
         {
             return Err(unknown_uri(uri));
         }
-        let generation = self.gw.generation();
         let name = Self::uri_backend(&*self.catalog(&generation, ctx).await, uri)?;
         let b = generation
             .backends
@@ -262,8 +261,8 @@ impl FrontSession {
         ctx: &RequestContext<RoleServer>,
     ) -> Arc<Catalog> {
         let base = self.catalog(generation, ctx).await;
-        self.gw
-            .policies()
+        generation
+            .policies
             .view(&Principal::of(&ctx.extensions), base)
     }
 
@@ -272,6 +271,7 @@ impl FrontSession {
     /// the raw path already admitted is not admitted again.
     fn admit(
         &self,
+        generation: &Generation,
         ctx: &RequestContext<RoleServer>,
         kind: Kind,
         name: &str,
@@ -282,9 +282,11 @@ impl FrontSession {
             return Ok(admitted);
         }
         let who = Principal::of(&ctx.extensions);
-        admission::admit(&self.gw, &who, kind, name, unknown, audit()).inspect_err(|_| {
-            self.forget_stream(ctx);
-        })
+        admission::admit(&generation.policies, &who, kind, name, unknown, audit()).inspect_err(
+            |_| {
+                self.forget_stream(ctx);
+            },
+        )
     }
 
     /// The connection a request from this session to `backend` travels on
@@ -989,7 +991,11 @@ impl ServerHandler for FrontSession {
         mut p: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let audit = self.admit(&ctx, Kind::Tool, &p.name, unknown_tool, || {
+        // One generation for the whole call: a name of one catalog never
+        // routes to a backend of another set, nor is admitted by another
+        // set of policies.
+        let generation = self.gw.generation();
+        let audit = self.admit(&generation, &ctx, Kind::Tool, &p.name, unknown_tool, || {
             self.gw.audit().begin(
                 Method::ToolsCall,
                 &p.name,
@@ -997,9 +1003,6 @@ impl ServerHandler for FrontSession {
                 &ctx.extensions,
             )
         })?;
-        // One generation for the whole call: a name of one catalog never
-        // routes to a backend of another set.
-        let generation = self.gw.generation();
         let catalog = self.catalog(&generation, &ctx).await;
         let Some(route) = catalog.route_tool(&p.name).cloned() else {
             self.forget_stream(&ctx);
@@ -1042,12 +1045,19 @@ impl ServerHandler for FrontSession {
         mut p: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let audit = self.admit(&ctx, Kind::Resource, &p.uri, unknown_uri, || {
-            self.gw
-                .audit()
-                .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions)
-        })?;
         let generation = self.gw.generation();
+        let audit = self.admit(
+            &generation,
+            &ctx,
+            Kind::Resource,
+            &p.uri,
+            unknown_uri,
+            || {
+                self.gw
+                    .audit()
+                    .begin(Method::ResourcesRead, &p.uri, None, &ctx.extensions)
+            },
+        )?;
         let routed = Self::uri_backend(&*self.catalog(&generation, &ctx).await, &p.uri);
         let backend = match routed.or_else(|e| self.links(&ctx).backend_of(&p.uri).ok_or(e)) {
             Ok(b) => b,
@@ -1088,15 +1098,22 @@ impl ServerHandler for FrontSession {
         mut p: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let audit = self.admit(&ctx, Kind::Prompt, &p.name, unknown_prompt, || {
-            self.gw.audit().begin(
-                Method::PromptsGet,
-                &p.name,
-                p.arguments.as_ref(),
-                &ctx.extensions,
-            )
-        })?;
         let generation = self.gw.generation();
+        let audit = self.admit(
+            &generation,
+            &ctx,
+            Kind::Prompt,
+            &p.name,
+            unknown_prompt,
+            || {
+                self.gw.audit().begin(
+                    Method::PromptsGet,
+                    &p.name,
+                    p.arguments.as_ref(),
+                    &ctx.extensions,
+                )
+            },
+        )?;
         let catalog = self.catalog(&generation, &ctx).await;
         let Some(route) = catalog.route_prompt(&p.name).cloned() else {
             self.forget_stream(&ctx);
@@ -1128,7 +1145,7 @@ impl ServerHandler for FrontSession {
     ) -> Result<CompleteResult, McpError> {
         let generation = self.gw.generation();
         let catalog = self.catalog(&generation, &ctx).await;
-        let access = self.gw.policies().access(&Principal::of(&ctx.extensions));
+        let access = generation.policies.access(&Principal::of(&ctx.extensions));
         let backend = match &mut p.r#ref {
             Reference::Prompt(r) if !access.permits(&r.name) => {
                 return Err(unknown_prompt(&r.name));

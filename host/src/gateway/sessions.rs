@@ -39,7 +39,6 @@ use crate::backend::capset::CapSet;
 use crate::backend::pool::{self, Pool};
 use crate::background::Background;
 use crate::catalog::{Catalog, Changes};
-use crate::policy::Policies;
 
 pub use crate::backend::outbox::Channel;
 
@@ -79,10 +78,9 @@ pub struct Progress {
 
 pub struct Sessions {
     inner: Mutex<HashMap<u64, Entry>>,
-    /// Where the shared catalog is read (the generation in force).
+    /// Where the shared catalog and what each session's principal may
+    /// see (`[[policy]]`) are read: the generation in force.
     generations: Generations,
-    /// What each session's principal may see (`[[policy]]`).
-    policies: Arc<Policies>,
     /// The last diff computed by a worker, (older, newer, changes): in a
     /// fan-out most sessions compare the same two snapshots, and a deep
     /// compare of a large catalog is the costly part of a resync.
@@ -110,7 +108,6 @@ type Diffed = (Arc<Catalog>, Arc<Catalog>, Changes);
 impl Sessions {
     pub fn new(
         generations: Generations,
-        policies: Arc<Policies>,
         background: Background,
         context: Arc<pool::Context>,
     ) -> Arc<Self> {
@@ -118,7 +115,6 @@ impl Sessions {
             context,
             inner: Mutex::default(),
             generations,
-            policies,
             last_diff: Mutex::default(),
             asked: AtomicU64::new(0),
             background,
@@ -186,7 +182,7 @@ impl Sessions {
             id,
             progress,
             channel: channel.clone(),
-            seen: self.policies.view(&principal, base),
+            seen: self.generations.load().policies.view(&principal, base),
             principal,
             pool: pool.clone(),
             capset,
@@ -398,12 +394,14 @@ impl Resync {
             };
             // Before the catalog: see `Sessions::resync_all`.
             let asked = registry.asked.load(Ordering::Acquire);
-            let shared = registry.generations.catalog();
+            // One generation: its catalog, seen through its policies.
+            let generation = registry.generations.load();
+            let shared = generation.catalog.clone();
             let base = match &self.pool {
                 Some(p) => p.derive_for(shared, &self.capset).await,
                 None => registry.context.view(shared, &self.capset).await,
             };
-            let now = registry.policies.view(&self.principal, base);
+            let now = generation.policies.view(&self.principal, base);
             let changes = registry.diff(&self.seen, &now);
             drop(registry);
             self.seen = now;
@@ -590,12 +588,7 @@ mod tests {
             views: Default::default(),
             instances: crate::backend::instances::Instances::new(4),
         });
-        Sessions::new(
-            current.clone(),
-            Arc::new(Policies::new(Vec::new())),
-            background,
-            context,
-        )
+        Sessions::new(current.clone(), background, context)
     }
 
     /// Waits until session `id`'s worker has handled wake-up `asked`, and

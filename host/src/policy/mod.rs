@@ -11,16 +11,16 @@
 //!
 //! The first entry whose `principals` names the caller decides; a caller
 //! no entry names may use nothing; without entries everyone may use
-//! everything. A reload replaces the set whole ([`Policies::replace`]);
-//! entries that did not change keep their rate buckets.
+//! everything. A [`Policies`] never changes: a reload makes the next one
+//! ([`Policies::next`]), in which entries that did not change keep their
+//! rate buckets, and publishes it in the next generation
+//! (`backend::generation`), so one call reads one set.
 
 mod glob;
 mod rate;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use arc_swap::ArcSwap;
 
 use crate::auth::{CallerKey, Principal};
 use crate::catalog::{Catalog, Kind};
@@ -113,9 +113,9 @@ impl Access {
 /// One cached view: (base snapshot, the entry, the base filtered by it).
 type View = (Arc<Catalog>, Arc<Rule>, Arc<Catalog>);
 
-/// The `[[policy]]` set in force, and the per-entry views built from it.
+/// One `[[policy]]` set, and the per-entry views built from it.
 pub struct Policies {
-    rules: ArcSwap<Vec<Arc<Rule>>>,
+    rules: Vec<Arc<Rule>>,
     /// Filtered catalogs by (base snapshot, entry): sessions under the same
     /// entry share one view, so a catalog change filters once per entry,
     /// not once per session (and their diffs compare the same snapshots).
@@ -123,27 +123,42 @@ pub struct Policies {
     nothing: Arc<Catalog>,
 }
 
+impl Default for Policies {
+    /// No entries: everyone may use everything.
+    fn default() -> Self {
+        Policies::new(Vec::new())
+    }
+}
+
 /// Views kept: a few per entry across two catalog generations.
 const VIEWS_KEPT: usize = 64;
 
 impl Policies {
     pub fn new(configs: Vec<PolicyConfig>) -> Self {
-        let p = Policies {
-            rules: ArcSwap::from_pointee(Vec::new()),
-            views: Mutex::default(),
-            nothing: Arc::new(Catalog::default()),
-        };
-        p.replace(configs);
-        p
+        Self::compiled(
+            configs
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| Arc::new(Rule::new(i, c)))
+                .collect(),
+        )
     }
 
-    /// Puts `next` in force; `false` when it is the set in force already.
-    /// Entries equal to one in force (same place, same text) keep its
-    /// rate buckets.
-    pub fn replace(&self, next: Vec<PolicyConfig>) -> bool {
-        let old = self.rules.load_full();
+    fn compiled(rules: Vec<Arc<Rule>>) -> Self {
+        Policies {
+            rules,
+            views: Mutex::default(),
+            nothing: Arc::new(Catalog::default()),
+        }
+    }
+
+    /// The set that puts `next` in force after this one; `None` when it
+    /// is this set already. Entries equal to one of this set (same place,
+    /// same text) keep its rate buckets.
+    pub fn next(&self, next: Vec<PolicyConfig>) -> Option<Policies> {
+        let old = &self.rules;
         if old.len() == next.len() && old.iter().zip(&next).all(|(r, c)| r.config == *c) {
-            return false;
+            return None;
         }
         let rules = next
             .into_iter()
@@ -153,14 +168,12 @@ impl Policies {
                 None => Arc::new(Rule::new(i, c)),
             })
             .collect();
-        self.rules.store(Arc::new(rules));
-        self.lock_views().clear();
-        true
+        Some(Self::compiled(rules))
     }
 
     /// Whether any `[[policy]]` entry is configured.
     pub fn configured(&self) -> bool {
-        !self.rules.load().is_empty()
+        !self.rules.is_empty()
     }
 
     fn lock_views(&self) -> std::sync::MutexGuard<'_, Vec<View>> {
@@ -169,7 +182,7 @@ impl Policies {
 
     /// The entry that decides for `p`.
     pub fn access(&self, p: &Principal) -> Access {
-        let rules = self.rules.load();
+        let rules = &self.rules;
         if rules.is_empty() {
             return Access::Everything;
         }

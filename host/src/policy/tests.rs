@@ -234,28 +234,69 @@ fn a_reload_keeps_the_buckets_of_unchanged_entries_and_resets_changed_ones() {
     for _ in 0..2 {
         p.admit(&a, Kind::Tool, "files__read").unwrap();
     }
-    assert!(!p.replace(vec![
-        entry(
-            r#"principals = ["group:ops", "key:ci-bot"]
+    assert!(
+        p.next(vec![
+            entry(
+                r#"principals = ["group:ops", "key:ci-bot"]
                  allow = ["*"]"#
-        ),
-        entry(
-            r#"principals = ["*"]
+            ),
+            entry(
+                r#"principals = ["*"]
                  allow = ["files__read*", "remote__search", "file:///docs/*"]
                  deny = ["files__read_secret"]
                  rate = "3/min"
                  rate_per_tool = "2/min""#
-        ),
-    ]));
+            ),
+        ])
+        .is_none()
+    );
     assert!(
         p.admit(&a, Kind::Tool, "files__read").is_err(),
         "same set: same buckets"
     );
-    assert!(p.replace(vec![entry(
-        r#"principals = ["*"]
+    let kept_second = p
+        .next(vec![
+            entry(
+                r#"principals = ["group:ops"]
+                 allow = ["*"]"#,
+            ),
+            entry(
+                r#"principals = ["*"]
+                 allow = ["files__read*", "remote__search", "file:///docs/*"]
+                 deny = ["files__read_secret"]
+                 rate = "3/min"
+                 rate_per_tool = "2/min""#,
+            ),
+        ])
+        .expect("a changed set");
+    assert!(
+        kept_second.admit(&a, Kind::Tool, "files__read").is_err(),
+        "an unchanged entry keeps its buckets"
+    );
+    let kept_first = p
+        .next(vec![
+            entry(
+                r#"principals = ["group:ops", "key:ci-bot"]
+                 allow = ["*"]"#,
+            ),
+            entry(
+                r#"principals = ["*"]
+                 allow = ["files__*"]
+                 rate_per_tool = "2/min""#,
+            ),
+        ])
+        .expect("a changed set");
+    assert!(
+        kept_first.admit(&a, Kind::Tool, "files__read").is_ok(),
+        "a changed entry starts full"
+    );
+    let p = p
+        .next(vec![entry(
+            r#"principals = ["*"]
                                    allow = ["files__*"]
-                                   rate_per_tool = "2/min""#
-    )]));
+                                   rate_per_tool = "2/min""#,
+        )])
+        .expect("a changed set");
     assert_eq!(
         p.admit(&a, Kind::Tool, "files__read"),
         Ok(()),

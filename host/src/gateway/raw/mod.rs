@@ -504,7 +504,7 @@ impl RawPath {
                     Target::Uri => unknown_uri,
                     _ => unknown_prompt,
                 };
-                if !gw.policies().access(&who).permits(&r.name) {
+                if !planned.generation.policies.access(&who).permits(&r.name) {
                     return Handled::Answered(self.refusal(client_id, unknown(&r.name), modern));
                 }
                 crate::audit::PendingCall::untracked()
@@ -531,7 +531,14 @@ impl RawPath {
                     &who,
                     session,
                 );
-                match admission::admit(gw, &who, kind, &r.name, unknown, pending) {
+                match admission::admit(
+                    &planned.generation.policies,
+                    &who,
+                    kind,
+                    &r.name,
+                    unknown,
+                    pending,
+                ) {
                     Ok(a) => a,
                     Err(e) => return Handled::Answered(self.refusal(client_id, e, modern)),
                 }
