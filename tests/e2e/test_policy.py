@@ -12,11 +12,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
 from harness import Gateways, demo_stdio_args, stdio_backend, toml_value
 from support import (
+    DEADLINE,
     DEMO_TOOLS,
     Inbox,
     call_error,
@@ -175,3 +177,60 @@ async def test_a_rate_limited_principal_gets_retry_after_and_others_are_unaffect
     line = [m for m in metrics.splitlines() if m.startswith('vigil_rate_limited_total{principal="key:carol"}')]
     assert line and float(line[0].split()[-1]) >= 1, metrics[-3000:]
     assert 'vigil_rate_limited_total{principal="key:bob"}' not in metrics
+
+
+async def test_a_call_in_flight_keeps_the_generation_it_was_decided_in(
+    vigil: Gateways, demo_bin: Path, tmp_path: Path
+) -> None:
+    """Issue 31, acceptance 4: a new generation (here, a `[[policy]]` edit
+    that denies the tool) is published while a call is surely at the
+    backend; the call ends as decided (answered, audited `ok`), the next one
+    is decided by the new generation (denied)."""
+    gw = gateway(vigil, demo_bin, ["demo__echo"])
+    gate = tmp_path / "answer-now"
+    inbox = Inbox()
+    at_backend = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        at_backend.set()
+
+    async with http_session(gw.url, headers=bearer("alice"), message_handler=inbox) as alice:
+        async with anyio.create_task_group() as tg:
+            answer: dict[str, Any] = {}
+
+            async def in_flight() -> None:
+                answer["result"] = await alice.call_tool(
+                    "demo__progress", {"steps": 1, "wait_for": str(gate)}, progress_callback=on_progress
+                )
+
+            tg.start_soon(in_flight)
+            with anyio.fail_after(DEADLINE):
+                await at_backend.wait()
+
+            # The call is at the backend: publish a generation that denies it.
+            text = gw.config_path.read_text(encoding="utf-8")
+            edited = re.sub(
+                r"(?m)^policy = .*$",
+                "policy = " + toml_value(policies(["demo__echo"], alice_denies=["demo__progress"])),
+                text,
+            )
+            assert edited != text
+            rewrite(gw.config_path, edited)
+            await inbox.wait_for(is_tools_list_changed, "alice's list_changed once the edit is in force")
+            assert await tool_names(alice) == ALL - {"demo__progress"}
+            denied = await call_error(alice, "demo__progress", {"steps": 0})
+            assert "demo__progress" in denied.error.message, denied.error
+            assert "result" not in answer, "the call was still waiting for its gate"
+
+            gate.write_text("now", encoding="utf-8")
+        result = answer["result"]
+        assert not result.is_error, result
+        assert [c.text for c in result.content if c.type == "text"] == ["done 1"], result
+
+    rows = await poll(
+        lambda: calls(gw, limit=100),
+        lambda rows: len([r for r in rows if r["principal"] == "key:alice"]) >= 2,
+        "alice's two calls in the audit",
+    )
+    alices = sorted((r["name"], r["outcome"]) for r in rows if r["principal"] == "key:alice")
+    assert alices == [("demo__progress", "denied"), ("demo__progress", "ok")], rows

@@ -86,6 +86,10 @@ pub struct ProgressArgs {
     /// call runs from progress delivered with its answer).
     #[serde(default)]
     pub hang_after: bool,
+    /// After the notifications, answer only once this file exists (so a
+    /// client can act while the call is surely in flight).
+    #[serde(default)]
+    pub wait_for: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -256,7 +260,7 @@ impl DemoServer {
     }
 
     #[tool(
-        description = "Send `steps` progress notifications (if the call has a progressToken), then return \"done <steps>\" (with `hang_after`: wait until cancelled instead)."
+        description = "Send `steps` progress notifications (if the call has a progressToken), then return \"done <steps>\" (with `hang_after`: wait until cancelled instead; with `wait_for`: once that file exists)."
     )]
     async fn progress(
         &self,
@@ -280,6 +284,14 @@ impl DemoServer {
         if args.hang_after {
             context.ct.cancelled().await;
             return Err(cancelled("progress"));
+        }
+        if let Some(path) = &args.wait_for {
+            while !path.exists() {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    _ = context.ct.cancelled() => return Err(cancelled("progress")),
+                }
+            }
         }
         Ok(format!("done {}", args.steps))
     }
