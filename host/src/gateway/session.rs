@@ -289,8 +289,8 @@ impl FrontSession {
         )
     }
 
-    /// The connection a request from this session to `backend` travels on
-    /// (docs/security.md has the table):
+    /// The connection a request from this session to `backend` travels on,
+    /// as `dataplane::carrier` chooses (docs/security.md has the table):
     /// - through the client's pool: a registered session's own connection
     ///   to an HTTP backend; its own connection to a `forward_auth`
     ///   backend, or its own instance of a `share` backend (a 2026-07-28
@@ -307,49 +307,57 @@ impl FrontSession {
         backend: &Arc<Backend>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, CallError> {
-        let registered = self.registered.load(Ordering::Acquire);
-        if (backend.per_session() && registered)
-            || backend.forwards_auth()
-            || backend.owns_instances()
-        {
+        use crate::dataplane::carrier::{self, Carrier, Choice};
+        let facts = carrier::Backend {
+            per_session: backend.per_session(),
+            forwards_auth: backend.forwards_auth(),
+            owns_instances: backend.owns_instances(),
+            shared_era: backend.era(),
+        };
+        let client = carrier::Client {
+            registered: self.registered.load(Ordering::Acquire),
+            modern: is_modern(ctx),
+        };
+        let mut variant = None;
+        let mut looked = None;
+        let chosen = loop {
+            match carrier::choose(facts, client, looked) {
+                Choice::Go(c) => break c,
+                Choice::LookUpVariant => {
+                    let v = backend.variant(&self.capset(ctx)).await;
+                    looked = Some(match &v {
+                        Some(Ok(v)) => carrier::Variant::Open(v.conn.era()),
+                        Some(Err(_)) => carrier::Variant::Failed,
+                        None => carrier::Variant::None,
+                    });
+                    variant = v;
+                }
+            }
+        };
+        let pool = match chosen {
             // A handshake-era request may come before the `initialized`
             // that registers the session is handled (rmcp runs each
             // notification's handler as a task of its own): the session's
             // own pool is already the one to use.
-            let pool = self.own_pool(ctx).unwrap_or_else(|| self.pool.clone());
-            observe(&pool, &ctx.extensions, &ctx.peer);
-            return pool
-                .connection(backend, false)
-                .await
-                .map_err(|e| CallError::failed(e.into_mcp()));
-        }
-        let variant = backend.variant(&self.capset(ctx)).await;
-        let serving = match &variant {
-            Some(Ok(v)) => Some(v.conn.era()),
-            Some(Err(_)) => None,
-            None => backend.era(),
+            Carrier::Pool => self.own_pool(ctx).unwrap_or_else(|| self.pool.clone()),
+            Carrier::CallerSession => {
+                backend.note_bridged();
+                self.modern_pool(ctx).unwrap_or_else(|| self.pool.clone())
+            }
+            Carrier::Variant | Carrier::VariantFailed => {
+                return match variant {
+                    Some(v) => v
+                        .map(|v| v.conn)
+                        .map_err(|e| CallError::failed(e.into_mcp())),
+                    None => Err(down(backend)),
+                };
+            }
+            Carrier::Shared => return backend.shared().ok_or_else(|| down(backend)),
         };
-        // A 2026-07-28 client of a backend that answers it in the
-        // handshake era only: on a backend session of its caller, never
-        // one shared with other callers (what a backend keeps per session
-        // stays that caller's).
-        if backend.per_session()
-            && serving == Some(Era::Handshake)
-            && let Some(pool) = self.modern_pool(ctx)
-        {
-            backend.note_bridged();
-            observe(&pool, &ctx.extensions, &ctx.peer);
-            return pool
-                .connection(backend, false)
-                .await
-                .map_err(|e| CallError::failed(e.into_mcp()));
-        }
-        if let Some(variant) = variant {
-            return variant
-                .map(|v| v.conn)
-                .map_err(|e| CallError::failed(e.into_mcp()));
-        }
-        backend.shared().ok_or_else(|| down(backend))
+        observe(&pool, &ctx.extensions, &ctx.peer);
+        pool.connection(backend, false)
+            .await
+            .map_err(|e| CallError::failed(e.into_mcp()))
     }
 
     /// The client side of a request forwarded for `ctx`.
