@@ -13,9 +13,11 @@
 //! no entry names may use nothing; without entries everyone may use
 //! everything. A reload replaces the set whole ([`Policies::replace`]);
 //! entries that did not change keep their rate buckets.
+//!
+//! Where the buckets live is not decided here: [`Policies::with_rates`]
+//! takes a [`Rates`] (`cluster::rate`), one replica's memory by default.
 
 mod glob;
-mod rate;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,6 +26,7 @@ use arc_swap::ArcSwap;
 
 use crate::auth::{CallerKey, Principal};
 use crate::catalog::{Catalog, Kind};
+use crate::cluster::rate::{self, LocalRates, RateLimits, Rates};
 use crate::config::{PolicyConfig, PolicyIssuer, Rate};
 
 pub use glob::matches;
@@ -48,16 +51,22 @@ pub struct Rule {
     /// Its place in the file (`policy[N]`).
     pub index: usize,
     pub config: PolicyConfig,
-    per_principal: Option<rate::Buckets<CallerKey>>,
-    per_tool: Option<rate::Buckets<(CallerKey, String)>>,
+    /// `rate` and its buckets.
+    per_principal: Option<(Rate, Box<dyn RateLimits<CallerKey>>)>,
+    /// `rate_per_tool` and its buckets.
+    per_tool: Option<(Rate, Box<dyn RateLimits<(CallerKey, String)>>)>,
 }
 
 impl Rule {
-    fn new(index: usize, config: PolicyConfig) -> Rule {
+    fn new(index: usize, config: PolicyConfig, rates: &dyn Rates) -> Rule {
+        let entry = rate::Entry {
+            index,
+            config: &config,
+        };
         Rule {
             index,
-            per_principal: config.rate.map(rate::Buckets::new),
-            per_tool: config.rate_per_tool.map(rate::Buckets::new),
+            per_principal: config.rate.map(|r| (r, rates.per_caller(entry, r))),
+            per_tool: config.rate_per_tool.map(|r| (r, rates.per_tool(entry, r))),
             config,
         }
     }
@@ -121,17 +130,27 @@ pub struct Policies {
     /// not once per session (and their diffs compare the same snapshots).
     views: Mutex<Vec<View>>,
     nothing: Arc<Catalog>,
+    /// Where the rate buckets of new and edited entries are made.
+    rates: Arc<dyn Rates>,
 }
 
 /// Views kept: a few per entry across two catalog generations.
 const VIEWS_KEPT: usize = 64;
 
 impl Policies {
+    /// `configs` in force, their rate buckets in this replica's memory.
     pub fn new(configs: Vec<PolicyConfig>) -> Self {
+        Policies::with_rates(configs, Arc::new(LocalRates))
+    }
+
+    /// `configs` in force, their rate buckets kept by `rates` (for this
+    /// set and every set a reload puts in force).
+    pub fn with_rates(configs: Vec<PolicyConfig>, rates: Arc<dyn Rates>) -> Self {
         let p = Policies {
             rules: ArcSwap::from_pointee(Vec::new()),
             views: Mutex::default(),
             nothing: Arc::new(Catalog::default()),
+            rates,
         };
         p.replace(configs);
         p
@@ -150,7 +169,7 @@ impl Policies {
             .enumerate()
             .map(|(i, c)| match old.get(i).filter(|r| r.config == c) {
                 Some(kept) => kept.clone(),
-                None => Arc::new(Rule::new(i, c)),
+                None => Arc::new(Rule::new(i, c, self.rates.as_ref())),
             })
             .collect();
         self.rules.store(Arc::new(rules));
@@ -231,12 +250,12 @@ impl Policies {
             }
         };
         let caller = p.caller();
-        if let Some(b) = &rule.per_principal {
-            b.take(caller).map_err(|wait| over(b.rate, false, wait))?;
+        if let Some((rate, b)) = &rule.per_principal {
+            b.take(caller).map_err(|wait| over(*rate, false, wait))?;
         }
-        if let Some(b) = &rule.per_tool {
+        if let Some((rate, b)) = &rule.per_tool {
             b.take(&(caller.clone(), name.to_owned()))
-                .map_err(|wait| over(b.rate, true, wait))?;
+                .map_err(|wait| over(*rate, true, wait))?;
         }
         Ok(())
     }
