@@ -3,12 +3,14 @@
 //!
 //! - the session book and its sealed ids ([`book`], [`session_id`],
 //!   [`key`]);
-//! - rate limiting: where `[[policy]]` rate buckets live ([`rate`]).
+//! - rate limiting: where `[[policy]]` rate buckets live ([`rate`]);
+//! - supervision leases: one supervisor per backend ([`lease`]).
 //!
 //! Nothing here names the front: the front asks these seams, and the
 //! composition root picks their implementations.
 
 pub mod book;
 pub mod key;
+pub mod lease;
 pub mod rate;
 pub mod session_id;

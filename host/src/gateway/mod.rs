@@ -398,6 +398,7 @@ impl Gateway {
             events,
             store: store.map(|s| HealthWriter::start(s.health, tracker, &shutdown)),
             plugins,
+            leases: Arc::new(crate::cluster::lease::LocalLeases),
         };
         let _ = gw.spawner.set(Spawner {
             outlets: outlets.clone(),
