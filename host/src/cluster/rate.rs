@@ -44,6 +44,10 @@ pub trait RateLimits<K>: Send + Sync + 'static {
     fn take(&self, key: &K) -> Result<(), Duration>;
 }
 
+/// The key of a `rate_per_tool` bucket: a caller and a tool or prompt
+/// name, or a resource URI.
+pub type ToolKey = (CallerKey, String);
+
 /// The `[[policy]]` entry some buckets belong to.
 #[derive(Debug, Clone, Copy)]
 pub struct Entry<'a> {
@@ -57,7 +61,7 @@ pub trait Rates: Send + Sync + 'static {
     /// The buckets of `entry`'s `rate`: one per caller.
     fn per_caller(&self, entry: Entry<'_>, rate: Rate) -> Box<dyn RateLimits<CallerKey>>;
     /// The buckets of `entry`'s `rate_per_tool`: one per caller and name.
-    fn per_tool(&self, entry: Entry<'_>, rate: Rate) -> Box<dyn RateLimits<(CallerKey, String)>>;
+    fn per_tool(&self, entry: Entry<'_>, rate: Rate) -> Box<dyn RateLimits<ToolKey>>;
 }
 
 /// One replica's buckets, in memory ([`Buckets`]).
@@ -69,7 +73,7 @@ impl Rates for LocalRates {
         Box::new(Buckets::new(rate))
     }
 
-    fn per_tool(&self, _: Entry<'_>, rate: Rate) -> Box<dyn RateLimits<(CallerKey, String)>> {
+    fn per_tool(&self, _: Entry<'_>, rate: Rate) -> Box<dyn RateLimits<ToolKey>> {
         Box::new(Buckets::new(rate))
     }
 }

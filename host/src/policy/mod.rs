@@ -54,7 +54,7 @@ pub struct Rule {
     /// `rate` and its buckets.
     per_principal: Option<(Rate, Box<dyn RateLimits<CallerKey>>)>,
     /// `rate_per_tool` and its buckets.
-    per_tool: Option<(Rate, Box<dyn RateLimits<(CallerKey, String)>>)>,
+    per_tool: Option<(Rate, Box<dyn RateLimits<rate::ToolKey>>)>,
 }
 
 impl Rule {

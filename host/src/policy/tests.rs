@@ -312,7 +312,7 @@ impl Rates for Arc<Counted> {
     fn per_caller(&self, e: rate::Entry<'_>, r: Rate) -> Box<dyn RateLimits<CallerKey>> {
         Box::new(self.limits(e, r, false))
     }
-    fn per_tool(&self, e: rate::Entry<'_>, r: Rate) -> Box<dyn RateLimits<(CallerKey, String)>> {
+    fn per_tool(&self, e: rate::Entry<'_>, r: Rate) -> Box<dyn RateLimits<rate::ToolKey>> {
         Box::new(self.limits(e, r, true))
     }
 }
