@@ -28,7 +28,9 @@
 //!   a shutdown waits for (`scripts/structure.sh` checks).
 //! - [`cluster`] holds the seams several replicas will share, each with a
 //!   local implementation today: the session book and its sealed session
-//!   ids.
+//!   ids, rate limiting (the buckets [`policy`] takes tokens from),
+//!   supervision leases (a [`supervisor`] acts only while it holds its
+//!   backend's), and MRTR parked calls with the replica that parked each.
 //! - [`origin`] decides which `Host` and `Origin` a listener answers (DNS
 //!   rebinding and cross-origin protection), for `/mcp` and the control API.
 //! - [`redact`] masks secrets (configured values, URL credentials) in every

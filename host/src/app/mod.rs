@@ -156,6 +156,8 @@ impl App {
                 .as_ref()
                 .map(|s| HealthWriter::start(s.health.clone(), tracker, &shutdown)),
             plugins: plugins.clone(),
+            // One replica: every lease is granted at once, never lost.
+            leases: Arc::new(crate::cluster::lease::LocalLeases),
         };
         let app = Arc::new(App {
             spawner: Spawner::new(outlets, tracker.clone(), shutdown.clone()),

@@ -1,10 +1,20 @@
 //! What several replicas will share, behind small seams with a local
-//! implementation each (one replica, today): the session book and its
-//! sealed ids ([`book`], [`session_id`], [`key`]).
+//! implementation each (one replica, today):
+//!
+//! - the session book and its sealed ids ([`book`], [`session_id`],
+//!   [`key`]);
+//! - rate limiting: where `[[policy]]` rate buckets live ([`rate`]);
+//! - supervision leases: one supervisor per backend ([`lease`]);
+//! - MRTR parked calls, and the replica that holds each ([`parked`],
+//!   [`replica`]).
 //!
 //! Nothing here names the front: the front asks these seams, and the
 //! composition root picks their implementations.
 
 pub mod book;
 pub mod key;
+pub mod lease;
+pub mod parked;
+pub mod rate;
+pub mod replica;
 pub mod session_id;

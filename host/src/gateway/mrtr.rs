@@ -19,14 +19,22 @@
 //!
 //! `requestState` passes through the client, so it is sealed: an HMAC
 //! (SHA-256, a key Vigil draws at start) over the parked call's number, its
-//! expiry, and who may resume it for what (principal, method, name). A
-//! state that fails the MAC (forged or altered), has expired, or whose call
-//! was already resumed (replayed) is refused with an error saying which;
-//! nothing reaches the backend.
+//! expiry, the replica that parked it, and who may resume it for what
+//! (principal, method, name). A state that fails the MAC (forged or
+//! altered), has expired, or whose call was already resumed (replayed) is
+//! refused with an error saying which; nothing reaches the backend.
+//!
+//! Parked calls are kept in a [`ParkedCalls`] table (`cluster::parked`),
+//! this process's own: they hold live channels to the backend call. The
+//! table's replica id is sealed in each state as a hint; a genuine state
+//! whose hint names another replica (one sharing the key) is refused like
+//! one whose call ended ([`Refused::Elsewhere`]), where a cluster layer
+//! will forward the retry to that replica. A state that names no parked
+//! call (a `-32042`'s) is the call made again, on any replica.
+//!
+//! A state reads `vigil1.` + hex call number + hex expiry (ms) + `.` +
+//! replica id + `.` + hex MAC.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
@@ -37,6 +45,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::CallerKey;
 use crate::backend::ask::Event;
+use crate::cluster::parked::{LocalParked, ParkedCalls};
+use crate::cluster::replica::ReplicaId;
 
 /// Marks a `requestState` as Vigil's own (a 2026-07-28 backend's passes
 /// through untouched).
@@ -78,11 +88,10 @@ impl Binding {
 }
 
 /// What a backend call's question waits on.
-struct Parked {
+pub(crate) struct Parked {
     events: mpsc::Receiver<Event>,
     reply: oneshot::Sender<Result<ClientResult, McpError>>,
     kind: Asked,
-    expires_ms: u64,
 }
 
 /// The kind of question, which decides how the client's answer is read.
@@ -96,9 +105,12 @@ enum Asked {
 /// The parked calls and the key that seals their states; one per gateway.
 pub struct Mrtr {
     key: [u8; 32],
-    next: AtomicU64,
-    parked: Mutex<HashMap<u64, Parked>>,
+    parked: Box<dyn ParkedCalls<Parked>>,
 }
+
+/// What a call that names no parked call, or one parked elsewhere, is
+/// told: there is nothing here to resume.
+const NO_CALL: &str = "requestState was already used (each is answered once) or its call ended: call again without it";
 
 /// Why a `requestState` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -109,10 +121,12 @@ pub enum Refused {
     Forged,
     #[error("requestState expired: its call gave up waiting for the answer; call again without it")]
     Expired,
-    #[error(
-        "requestState was already used (each is answered once) or its call ended: call again without it"
-    )]
+    #[error("{NO_CALL}")]
     Replayed,
+    /// Genuine, but its call is parked on another replica: this one has
+    /// nothing to resume (a cluster layer will forward it instead).
+    #[error("{NO_CALL}")]
+    Elsewhere { replica: ReplicaId },
     #[error("inputResponses has no usable answer under \"{INPUT_KEY}\": {0}")]
     BadAnswer(String),
 }
@@ -130,24 +144,26 @@ fn now_ms() -> u64 {
 }
 
 impl Mrtr {
-    /// A store with a fresh random key (states do not survive a restart;
-    /// neither do the calls they stand for).
+    /// A store with a fresh random key and replica id, its calls in this
+    /// process's memory (states do not survive a restart; neither do the
+    /// calls they stand for).
     pub fn new() -> Result<Mrtr, getrandom::Error> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key)?;
-        Ok(Mrtr::with_key(key))
+        let table = LocalParked::new(ReplicaId::random()?, MAX_PARKED);
+        Ok(Mrtr::with_table(key, Box::new(table)))
     }
 
+    /// A store sealing with `key`, its calls in `parked`.
+    pub(crate) fn with_table(key: [u8; 32], parked: Box<dyn ParkedCalls<Parked>>) -> Mrtr {
+        Mrtr { key, parked }
+    }
+
+    /// A store sealing with `key`, for replica `test`.
+    #[cfg(test)]
     fn with_key(key: [u8; 32]) -> Mrtr {
-        Mrtr {
-            key,
-            next: AtomicU64::new(1),
-            parked: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Parked>> {
-        self.parked.lock().unwrap_or_else(|e| e.into_inner())
+        let replica = ReplicaId::new("test").expect("a replica id");
+        Mrtr::with_table(key, Box::new(LocalParked::new(replica, MAX_PARKED)))
     }
 
     fn mac(&self, payload: &str, binding: &Binding) -> Hmac<Sha256> {
@@ -160,17 +176,23 @@ impl Mrtr {
     }
 
     fn seal(&self, id: u64, expires_ms: u64, binding: &Binding) -> String {
-        let payload = format!("{id:016x}{expires_ms:016x}");
+        self.seal_for(self.parked.replica(), id, expires_ms, binding)
+    }
+
+    /// A state of call `id` parked on `replica`.
+    fn seal_for(&self, replica: &ReplicaId, id: u64, expires_ms: u64, binding: &Binding) -> String {
+        let payload = format!("{id:016x}{expires_ms:016x}.{replica}");
         let tag = hex::encode(self.mac(&payload, binding).finalize().into_bytes());
         format!("{PREFIX}{payload}.{tag}")
     }
 
-    /// The parked call a state names, if the state is genuine, current and
-    /// bound to `binding`.
-    fn open(&self, state: &str, binding: &Binding) -> Result<u64, Refused> {
+    /// The parked call a state names and the replica that parked it, if
+    /// the state is genuine, current and bound to `binding`.
+    fn open(&self, state: &str, binding: &Binding) -> Result<(u64, ReplicaId), Refused> {
         let rest = state.strip_prefix(PREFIX).ok_or(Refused::Forged)?;
-        let (payload, tag) = rest.split_once('.').ok_or(Refused::Forged)?;
-        if payload.len() != 32 {
+        let (payload, tag) = rest.rsplit_once('.').ok_or(Refused::Forged)?;
+        let (numbers, replica) = payload.split_once('.').ok_or(Refused::Forged)?;
+        if numbers.len() != 32 || !numbers.is_ascii() {
             return Err(Refused::Forged);
         }
         let tag = hex::decode(tag).map_err(|_| Refused::Forged)?;
@@ -180,12 +202,13 @@ impl Mrtr {
         if self.mac(payload, binding).verify_slice(&tag).is_err() {
             return Err(Refused::Forged);
         }
-        let id = u64::from_str_radix(&payload[..16], 16).map_err(|_| Refused::Forged)?;
-        let expires = u64::from_str_radix(&payload[16..], 16).map_err(|_| Refused::Forged)?;
+        let id = u64::from_str_radix(&numbers[..16], 16).map_err(|_| Refused::Forged)?;
+        let expires = u64::from_str_radix(&numbers[16..], 16).map_err(|_| Refused::Forged)?;
+        let replica = ReplicaId::new(replica).map_err(|_| Refused::Forged)?;
         if now_ms() > expires {
             return Err(Refused::Expired);
         }
-        Ok(id)
+        Ok((id, replica))
     }
 
     /// Waits for what a backend call reports next: its answer, or a
@@ -259,30 +282,33 @@ impl Mrtr {
                             continue;
                         }
                     };
-                    let id = self.next.fetch_add(1, Ordering::Relaxed);
                     let expires_ms = now_ms() + ttl.as_millis() as u64;
-                    let state = self.seal(id, expires_ms, binding);
-                    {
-                        let mut parked = self.lock();
-                        let now = now_ms();
-                        parked.retain(|_, p| p.expires_ms >= now);
-                        if parked.len() >= MAX_PARKED {
+                    let call = Parked {
+                        events,
+                        reply,
+                        kind,
+                    };
+                    let id = match self.parked.park(call, expires_ms) {
+                        Ok(id) => id,
+                        Err(full) => {
+                            tracing::warn!(
+                                max = full.max,
+                                "an MRTR question refused: too many calls wait for their clients' answers"
+                            );
+                            let Parked {
+                                events: back,
+                                reply,
+                                ..
+                            } = full.call;
                             let _ = reply.send(Err(McpError::internal_error(
                                 "vigil: too many calls wait for their clients' answers",
                                 None,
                             )));
+                            events = back;
                             continue;
                         }
-                        parked.insert(
-                            id,
-                            Parked {
-                                events,
-                                reply,
-                                kind,
-                                expires_ms,
-                            },
-                        );
-                    }
+                    };
+                    let state = self.seal(id, expires_ms, binding);
                     let mut requests = InputRequests::new();
                     requests.insert(INPUT_KEY.to_owned(), input);
                     return Next::InputRequired(Question {
@@ -303,19 +329,33 @@ impl Mrtr {
         responses: Option<&InputResponses>,
         binding: &Binding,
     ) -> Result<Resumed, Refused> {
-        let id = self.open(state, binding)?;
+        let (id, replica) = self.open(state, binding)?;
         if id == AGAIN {
             return Ok(Resumed::Again);
         }
-        let mut parked = self.lock();
-        let p = parked.get(&id).ok_or(Refused::Replayed)?;
-        let answer = responses
-            .and_then(|r| r.get(INPUT_KEY))
-            .ok_or_else(|| Refused::BadAnswer("missing".into()))?;
-        let answer = read_answer(p.kind, answer.clone()).map_err(Refused::BadAnswer)?;
-        let p = parked.remove(&id).ok_or(Refused::Replayed)?;
-        let _ = p.reply.send(Ok(answer));
-        Ok(Resumed::Parked(p.events))
+        if replica != *self.parked.replica() {
+            return Err(Refused::Elsewhere { replica });
+        }
+        // The answer is read against the parked call's kind; one that
+        // cannot be read leaves the call parked for a better retry.
+        let mut read = None;
+        let taken = self.parked.take(id, &mut |p| {
+            let answer = responses
+                .and_then(|r| r.get(INPUT_KEY))
+                .ok_or_else(|| "missing".to_owned())
+                .and_then(|a| read_answer(p.kind, a.clone()));
+            let ready = answer.is_ok();
+            read = Some(answer);
+            ready
+        });
+        match (taken, read) {
+            (Some(p), Some(Ok(answer))) => {
+                let _ = p.reply.send(Ok(answer));
+                Ok(Resumed::Parked(p.events))
+            }
+            (None, Some(Err(why))) => Err(Refused::BadAnswer(why)),
+            _ => Err(Refused::Replayed),
+        }
     }
 }
 

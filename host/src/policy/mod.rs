@@ -15,15 +15,18 @@
 //! ([`Policies::next`]), in which entries that did not change keep their
 //! rate buckets, and publishes it in the next generation
 //! (`backend::generation`), so one call reads one set.
+//!
+//! Where the buckets live is not decided here: [`Policies::with_rates`]
+//! takes a [`Rates`] (`cluster::rate`), one replica's memory by default.
 
 mod glob;
-mod rate;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::auth::{CallerKey, Principal};
 use crate::catalog::{Catalog, Kind};
+use crate::cluster::rate::{self, LocalRates, RateLimits, Rates};
 use crate::config::{PolicyConfig, PolicyIssuer, Rate};
 
 pub use glob::matches;
@@ -48,16 +51,22 @@ pub struct Rule {
     /// Its place in the file (`policy[N]`).
     pub index: usize,
     pub config: PolicyConfig,
-    per_principal: Option<rate::Buckets<CallerKey>>,
-    per_tool: Option<rate::Buckets<(CallerKey, String)>>,
+    /// `rate` and its buckets.
+    per_principal: Option<(Rate, Box<dyn RateLimits<CallerKey>>)>,
+    /// `rate_per_tool` and its buckets.
+    per_tool: Option<(Rate, Box<dyn RateLimits<rate::ToolKey>>)>,
 }
 
 impl Rule {
-    fn new(index: usize, config: PolicyConfig) -> Rule {
+    fn new(index: usize, config: PolicyConfig, rates: &dyn Rates) -> Rule {
+        let entry = rate::Entry {
+            index,
+            config: &config,
+        };
         Rule {
             index,
-            per_principal: config.rate.map(rate::Buckets::new),
-            per_tool: config.rate_per_tool.map(rate::Buckets::new),
+            per_principal: config.rate.map(|r| (r, rates.per_caller(entry, r))),
+            per_tool: config.rate_per_tool.map(|r| (r, rates.per_tool(entry, r))),
             config,
         }
     }
@@ -121,6 +130,8 @@ pub struct Policies {
     /// not once per session (and their diffs compare the same snapshots).
     views: Mutex<Vec<View>>,
     nothing: Arc<Catalog>,
+    /// Where the rate buckets of new and edited entries are made.
+    rates: Arc<dyn Rates>,
 }
 
 impl Default for Policies {
@@ -134,21 +145,28 @@ impl Default for Policies {
 const VIEWS_KEPT: usize = 64;
 
 impl Policies {
+    /// `configs` in force, their rate buckets in this replica's memory.
     pub fn new(configs: Vec<PolicyConfig>) -> Self {
-        Self::compiled(
-            configs
-                .into_iter()
-                .enumerate()
-                .map(|(i, c)| Arc::new(Rule::new(i, c)))
-                .collect(),
-        )
+        Policies::with_rates(configs, Arc::new(LocalRates))
     }
 
-    fn compiled(rules: Vec<Arc<Rule>>) -> Self {
+    /// `configs` in force, their rate buckets kept by `rates` (for this
+    /// set and every set a reload makes next).
+    pub fn with_rates(configs: Vec<PolicyConfig>, rates: Arc<dyn Rates>) -> Self {
+        let rules = configs
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| Arc::new(Rule::new(i, c, rates.as_ref())))
+            .collect();
+        Self::compiled(rules, rates)
+    }
+
+    fn compiled(rules: Vec<Arc<Rule>>, rates: Arc<dyn Rates>) -> Self {
         Policies {
             rules,
             views: Mutex::default(),
             nothing: Arc::new(Catalog::default()),
+            rates,
         }
     }
 
@@ -165,10 +183,10 @@ impl Policies {
             .enumerate()
             .map(|(i, c)| match old.get(i).filter(|r| r.config == c) {
                 Some(kept) => kept.clone(),
-                None => Arc::new(Rule::new(i, c)),
+                None => Arc::new(Rule::new(i, c, self.rates.as_ref())),
             })
             .collect();
-        Some(Self::compiled(rules))
+        Some(Self::compiled(rules, self.rates.clone()))
     }
 
     /// Whether any `[[policy]]` entry is configured.
@@ -244,12 +262,12 @@ impl Policies {
             }
         };
         let caller = p.caller();
-        if let Some(b) = &rule.per_principal {
-            b.take(caller).map_err(|wait| over(b.rate, false, wait))?;
+        if let Some((rate, b)) = &rule.per_principal {
+            b.take(caller).map_err(|wait| over(*rate, false, wait))?;
         }
-        if let Some(b) = &rule.per_tool {
+        if let Some((rate, b)) = &rule.per_tool {
             b.take(&(caller.clone(), name.to_owned()))
-                .map_err(|wait| over(b.rate, true, wait))?;
+                .map_err(|wait| over(*rate, true, wait))?;
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -305,5 +305,114 @@ fn a_reload_keeps_the_buckets_of_unchanged_entries_and_resets_changed_ones() {
     assert_eq!(
         tools(&p.view(&a, catalog())),
         ["files__read", "files__read_secret", "files__write"]
+    );
+}
+
+/// Buckets kept elsewhere (what a shared store would be): each caller may
+/// make `allowed` calls per rate, then waits `wait`; records what it was
+/// asked to make.
+struct Counted {
+    allowed: usize,
+    wait: Duration,
+    made: Mutex<Vec<(usize, bool, String)>>,
+}
+
+struct CountedLimits {
+    allowed: usize,
+    wait: Duration,
+    taken: Mutex<Vec<String>>,
+}
+
+impl<K: std::fmt::Debug + Send + Sync + 'static> rate::RateLimits<K> for CountedLimits {
+    fn take(&self, key: &K) -> Result<(), Duration> {
+        let mut taken = self.taken.lock().unwrap();
+        let key = format!("{key:?}");
+        if taken.iter().filter(|k| **k == key).count() >= self.allowed {
+            return Err(self.wait);
+        }
+        taken.push(key);
+        Ok(())
+    }
+}
+
+impl Counted {
+    fn limits(&self, entry: rate::Entry<'_>, rate: Rate, per_tool: bool) -> CountedLimits {
+        self.made
+            .lock()
+            .unwrap()
+            .push((entry.index, per_tool, rate.to_string()));
+        CountedLimits {
+            allowed: self.allowed,
+            wait: self.wait,
+            taken: Mutex::default(),
+        }
+    }
+}
+
+impl Rates for Arc<Counted> {
+    fn per_caller(&self, e: rate::Entry<'_>, r: Rate) -> Box<dyn RateLimits<CallerKey>> {
+        Box::new(self.limits(e, r, false))
+    }
+    fn per_tool(&self, e: rate::Entry<'_>, r: Rate) -> Box<dyn RateLimits<rate::ToolKey>> {
+        Box::new(self.limits(e, r, true))
+    }
+}
+
+#[test]
+fn rates_are_asked_of_the_seam_per_caller_and_issuer() {
+    let rates = Arc::new(Counted {
+        allowed: 1,
+        wait: Duration::from_secs(7),
+        made: Mutex::default(),
+    });
+    let p = Policies::with_rates(
+        vec![entry(
+            r#"principals = ["*"]
+               allow = ["*"]
+               rate = "5/min"
+               rate_per_tool = "4/min""#,
+        )],
+        Arc::new(rates.clone()),
+    );
+    assert_eq!(
+        *rates.made.lock().unwrap(),
+        [(0, false, "5/min".into()), (0, true, "4/min".into())]
+    );
+    let of = |issuer| Principal::subject(issuer, "alice", [], []);
+    let (a, b) = (of("https://a.example"), of("https://b.example"));
+    assert_eq!(p.admit(&a, Kind::Tool, "files__read"), Ok(()));
+    // The seam's answer is the decision, with its wait.
+    assert_eq!(
+        p.admit(&a, Kind::Tool, "remote__search"),
+        Err(Refused::RateLimited {
+            rate: parse_rate("5/min").unwrap(),
+            per_tool: false,
+            policy: 0,
+            retry_after: Duration::from_secs(7),
+        })
+    );
+    // The same subject of another issuer is another key.
+    assert_eq!(p.admit(&b, Kind::Tool, "files__read"), Ok(()));
+    // A reload that keeps the entry asks for nothing new; an edit does.
+    let before = rates.made.lock().unwrap().len();
+    assert!(
+        p.next(vec![
+            entry(
+                r#"principals = ["*"]
+               allow = ["*"]
+               rate = "5/min"
+               rate_per_tool = "4/min""#
+            ),
+            entry(
+                r#"principals = ["key:x"]
+               allow = ["*"]
+               rate = "1/s""#
+            ),
+        ])
+        .is_some()
+    );
+    assert_eq!(
+        rates.made.lock().unwrap()[before..],
+        [(1, false, "1/s".into())]
     );
 }

@@ -7,6 +7,13 @@
 //!
 //! Shape: `Supervisor::new(..)` then `run(shutdown)` returns a future; the
 //! gateway spawns it into its task tracker.
+//!
+//! It acts only while it holds the backend's supervision lease
+//! ([`crate::cluster::lease`], from [`Outlets::leases`]): it waits for the
+//! lease before anything, and when the lease is lost it drops whatever it
+//! was doing at once (a start, a probe, a stop) and reports nothing more;
+//! the instance is left to the lease's new holder. It then waits for the
+//! lease again, answering operator commands with a refusal meanwhile.
 
 mod plugin_probes;
 mod probe;
@@ -24,6 +31,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::backend::{Backend, BackendError, BackendUpdate, Command, CommandReply, Connection};
 use crate::catalog::BackendCatalog;
+use crate::cluster::lease::Leases;
 use crate::health::machine::{Action, Input, Machine, Step};
 use crate::health::policy::jitter_unit;
 use crate::health::published::Publisher;
@@ -51,7 +59,13 @@ pub struct Outlets {
     pub store: Option<HealthWriter>,
     /// Runs probe plugins (none without `[plugins] dir`).
     pub plugins: Option<Arc<crate::plugins::Plugins>>,
+    /// Who may supervise which backend (one replica: always this one).
+    pub leases: Arc<dyn Leases>,
 }
+
+/// The answer to an operator command while another replica holds the
+/// backend's lease (a cluster layer will forward the command instead).
+const NOT_HOLDER: &str = "this gateway does not supervise the backend now (another replica holds its lease): ask again shortly";
 
 pub struct Supervisor {
     backend: Arc<Backend>,
@@ -133,15 +147,67 @@ impl Supervisor {
         s
     }
 
-    /// Runs until `shutdown`, then stops the instance.
+    /// Runs until `shutdown`, then stops the instance (unless the lease
+    /// was lost: the instance is then another replica's to stop).
     pub async fn run(mut self, shutdown: CancellationToken) {
         let (Some(mut commands), true) = (self.backend.take_commands(), self.publisher.is_some())
         else {
             tracing::error!(backend = %self.backend.name, "supervisor started twice");
             return;
         };
+        let leases = self.outlets.leases.clone();
+        let name = self.backend.name.clone();
+        let mut first = true;
+        let held = 'leased: loop {
+            // A standby until the lease is granted: nothing is started,
+            // probed or reported; commands are refused.
+            let lease = {
+                let mut acquiring = leases.acquire(&name);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = shutdown.cancelled() => break 'leased false,
+                        lease = &mut acquiring => break lease,
+                        Some((_, reply)) = commands.recv() => {
+                            let _ = reply.send(Err(NOT_HOLDER.into()));
+                        }
+                    }
+                }
+            };
+            if !first {
+                tracing::info!(backend = %name, "supervision lease held again; supervising");
+            }
+            // `biased`: a loss wins over whatever the supervisor would do
+            // next; dropping `supervise` drops that at its await point.
+            tokio::select! {
+                biased;
+                _ = lease.lost() => {}
+                () = self.supervise(&mut commands, &shutdown, first) => break 'leased true,
+            }
+            first = false;
+            tracing::warn!(backend = %name, "supervision lease lost; no longer acting for the backend");
+            self.backend.set_shared(None);
+        };
+        self.backend.set_shared(None);
+        if held && let Err(e) = self.runtime.stop().await {
+            tracing::warn!(backend = %self.backend.name, error = %e, "could not stop the backend at shutdown");
+        }
+    }
+
+    /// Acts for the backend until `shutdown` (the caller stops it sooner
+    /// when the lease is lost). `first`: the first time since the
+    /// supervisor was made (a quarantine is then one from before the
+    /// restart).
+    async fn supervise(
+        &mut self,
+        commands: &mut mpsc::UnboundedReceiver<(Command, CommandReply)>,
+        shutdown: &CancellationToken,
+        first: bool,
+    ) {
         let mut phase = if self.machine.state == HealthState::Quarantined {
-            tracing::warn!(backend = %self.backend.name, reason = ?self.machine.quarantine_reason, "still quarantined from before the restart");
+            if first {
+                tracing::warn!(backend = %self.backend.name, reason = ?self.machine.quarantine_reason, "still quarantined from before the restart");
+            }
             match self.machine.reprobe_delay() {
                 Some(d) => Phase::Wait(Instant::now() + d),
                 None => Phase::Idle,
@@ -152,8 +218,8 @@ impl Supervisor {
         loop {
             phase = match phase {
                 Phase::Start => {
-                    let Some(next) = self.start_and_serve(&mut commands, &shutdown).await else {
-                        break;
+                    let Some(next) = self.start_and_serve(commands, shutdown).await else {
+                        return;
                     };
                     next
                 }
@@ -161,20 +227,16 @@ impl Supervisor {
                 // `restarting → starting` follows the signal.
                 Phase::Wait(deadline) => tokio::select! {
                     biased;
-                    _ = shutdown.cancelled() => break,
+                    _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep_until(deadline) => Phase::Start,
                     Some((cmd, reply)) = commands.recv() => self.command(cmd, reply).await.unwrap_or(Phase::Wait(deadline)),
                 },
                 Phase::Idle => tokio::select! {
                     biased;
-                    _ = shutdown.cancelled() => break,
+                    _ = shutdown.cancelled() => return,
                     Some((cmd, reply)) = commands.recv() => self.command(cmd, reply).await.unwrap_or(Phase::Idle),
                 },
             };
-        }
-        self.backend.set_shared(None);
-        if let Err(e) = self.runtime.stop().await {
-            tracing::warn!(backend = %self.backend.name, error = %e, "could not stop the backend at shutdown");
         }
     }
 
@@ -632,3 +694,6 @@ where
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests;

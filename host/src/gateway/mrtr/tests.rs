@@ -252,3 +252,66 @@ async fn a_question_leaves_with_the_backends_own_params() {
     );
     assert!(json["requestState"].is_string());
 }
+
+/// A store sharing `m`'s key (what replicas of one cluster do) whose calls
+/// are parked on replica `id`.
+fn replica(id: &str) -> Mrtr {
+    let table = LocalParked::new(ReplicaId::new(id).unwrap(), MAX_PARKED);
+    Mrtr::with_table([7; 32], Box::new(table))
+}
+
+#[tokio::test]
+async fn a_state_carries_its_replica_and_only_that_replica_resumes_it() {
+    let (here, there) = (replica("here"), replica("there"));
+    let b = binding("alice");
+    let (state, answer, _call) = parked(&there, &b, Duration::from_secs(60)).await;
+    assert!(
+        state.contains(".there."),
+        "the hint is in the state: {state}"
+    );
+    // Genuine (same key), parked elsewhere: refused, and told like a
+    // state whose call ended; nothing reaches the call.
+    let refused = here.resume(&state, Some(&accept()), &b).err();
+    assert_eq!(
+        refused,
+        Some(Refused::Elsewhere {
+            replica: ReplicaId::new("there").unwrap()
+        })
+    );
+    let told = McpError::from(refused.unwrap());
+    assert_eq!(told, McpError::from(Refused::Replayed));
+    // Its own replica resumes it.
+    assert!(there.resume(&state, Some(&accept()), &b).is_ok());
+    assert!(matches!(
+        answer.await,
+        Ok(Ok(ClientResult::ElicitResult(_)))
+    ));
+}
+
+#[tokio::test]
+async fn a_state_whose_hint_was_changed_is_forged() {
+    let (here, there) = (replica("here"), replica("there"));
+    let b = binding("alice");
+    let (state, _answer, _call) = parked(&there, &b, Duration::from_secs(60)).await;
+    for (from, to) in [
+        (".there.", ".here."),
+        (".there.", ".there2."),
+        (".there.", ".."),
+    ] {
+        let tampered = state.replacen(from, to, 1);
+        assert_eq!(
+            here.resume(&tampered, Some(&accept()), &b).err(),
+            Some(Refused::Forged),
+            "{tampered}"
+        );
+    }
+    assert!(there.resume(&state, Some(&accept()), &b).is_ok());
+}
+
+#[test]
+fn a_state_that_names_no_call_is_made_again_on_any_replica() {
+    let (here, there) = (replica("here"), replica("there"));
+    let b = binding("alice");
+    let state = there.seal(AGAIN, now_ms() + 60_000, &b);
+    assert!(matches!(here.resume(&state, None, &b), Ok(Resumed::Again)));
+}
