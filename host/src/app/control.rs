@@ -66,7 +66,7 @@ impl Control for App {
     }
 
     fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<crate::health::Transition>> {
-        Some(self.events.subscribe())
+        Some(self.feed.transitions())
     }
 
     fn sessions(&self) -> Option<usize> {

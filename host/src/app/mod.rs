@@ -20,17 +20,18 @@ mod updates;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{Backend, BackendSet, BackendUpdate};
 use crate::catalog::Conflict;
 use crate::catalog::registry::Registry;
+use crate::cluster::feed::{Feed, LocalFeed};
 use crate::config::{Config, Naming};
 use crate::freshness::debounce::Debouncer;
 use crate::gateway::{Gateway, Refreshes};
-use crate::health::{HealthState, Transition};
+use crate::health::HealthState;
 use crate::redact::Redactor;
 use crate::store::{HealthStore, HealthWriter, InstanceRecord, Stores};
 use crate::supervisor::{Outlets, Supervisor};
@@ -71,8 +72,9 @@ pub struct App {
     spawner: Spawner,
     /// Serializes config reloads.
     reloading: tokio::sync::Mutex<()>,
-    /// Every health transition, for whoever listens (API stream, notifiers).
-    events: broadcast::Sender<Transition>,
+    /// What supervisors report: backend updates (to the update task) and
+    /// health transitions (to whoever listens: API stream, notifiers).
+    feed: Arc<dyn Feed>,
     /// The plugin registry, when `[plugins] dir` is set.
     plugins: Option<Arc<crate::plugins::Plugins>>,
     /// Durable health state and audit logs, when configured.
@@ -129,9 +131,8 @@ impl App {
             &shutdown,
         );
         let config = &front.config;
-        // Room for a mass restart of a thousand backends (three transitions
-        // each) before a listener counts as behind.
-        let (events, _) = broadcast::channel(16 * 1024);
+        let (feed, updates_rx) = LocalFeed::new();
+        let feed: Arc<dyn Feed> = feed;
         let restored = match &store {
             Some(store) => restore(&*store.health, config).await,
             None => Vec::new(),
@@ -147,11 +148,9 @@ impl App {
         if let Some(oauth) = front.oauth() {
             oauth.spawn_refresh(tracker, shutdown.clone());
         }
-        let plugins = start_plugins(config, &events, tracker, &shutdown);
-        let (updates_tx, updates_rx) = mpsc::unbounded_channel();
+        let plugins = start_plugins(config, feed.as_ref(), tracker, &shutdown);
         let outlets = Outlets {
-            updates: updates_tx,
-            events: events.clone(),
+            feed: feed.clone(),
             store: store
                 .as_ref()
                 .map(|s| HealthWriter::start(s.health.clone(), tracker, &shutdown)),
@@ -163,7 +162,7 @@ impl App {
             spawner: Spawner::new(outlets, tracker.clone(), shutdown.clone()),
             front,
             reloading: tokio::sync::Mutex::new(()),
-            events,
+            feed,
             plugins,
             store,
             api_tokens,
@@ -279,7 +278,7 @@ async fn restore(store: &dyn HealthStore, config: &Config) -> Vec<InstanceRecord
 /// logged; backends' probe plugins then report "cannot tell".
 fn start_plugins(
     config: &Config,
-    events: &broadcast::Sender<Transition>,
+    feed: &dyn Feed,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Option<Arc<crate::plugins::Plugins>> {
@@ -294,7 +293,7 @@ fn start_plugins(
             tracker.spawn(crate::plugins::watch::run(p.clone(), shutdown.clone()));
             tracker.spawn(crate::plugins::notify::run(
                 p.clone(),
-                events.subscribe(),
+                feed.transitions(),
                 tracker.clone(),
                 shutdown.clone(),
             ));

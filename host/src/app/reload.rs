@@ -122,7 +122,7 @@ impl App {
         for b in gone {
             spawner.stop(&b);
             // Before the replacement's first update: forget what it listed.
-            let _ = spawner.outlets.updates.send(BackendUpdate {
+            let _ = spawner.outlets.feed.update(BackendUpdate {
                 backend: b.name.clone(),
                 uid: b.uid,
                 removed: true,

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use super::App;
 use crate::backend::{Backend, BackendUpdate};
+use crate::cluster::feed::OwnUpdates;
 use crate::health::sanitize::Sanitizer;
 use crate::store::InstanceRecord;
 use crate::supervisor::{Outlets, Supervisor};
@@ -103,7 +104,10 @@ impl App {
             return None;
         }
         let outlets = Outlets {
-            updates,
+            feed: Arc::new(OwnUpdates {
+                updates,
+                feed: spawner.outlets.feed.clone(),
+            }),
             store: None,
             ..spawner.outlets.clone()
         };

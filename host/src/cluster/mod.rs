@@ -5,6 +5,7 @@
 //!   [`key`]);
 //! - rate limiting: where `[[policy]]` rate buckets live ([`rate`]);
 //! - supervision leases: one supervisor per backend ([`lease`]);
+//! - the feed of backend updates and health transitions ([`feed`]);
 //! - MRTR parked calls, and the replica that holds each ([`parked`],
 //!   [`replica`]).
 //!
@@ -12,6 +13,7 @@
 //! composition root picks their implementations.
 
 pub mod book;
+pub mod feed;
 pub mod key;
 pub mod lease;
 pub mod parked;

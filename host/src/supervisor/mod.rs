@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use start::StartFailure;
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -36,7 +36,7 @@ use crate::health::machine::{Action, Input, Machine, Step};
 use crate::health::policy::jitter_unit;
 use crate::health::published::Publisher;
 use crate::health::sanitize::Sanitizer;
-use crate::health::{HealthState, Status, Transition};
+use crate::health::{HealthState, Status};
 use crate::runtime::process::StderrTail;
 use crate::runtime::{Exit, Runtime};
 use crate::store::{HealthWriter, InstanceRecord};
@@ -54,8 +54,8 @@ enum Phase {
 /// Where the supervisor reports.
 #[derive(Clone)]
 pub struct Outlets {
-    pub updates: mpsc::UnboundedSender<BackendUpdate>,
-    pub events: broadcast::Sender<Transition>,
+    /// Backend updates and health transitions (`cluster::feed`).
+    pub feed: Arc<dyn crate::cluster::feed::Feed>,
     pub store: Option<HealthWriter>,
     /// Runs probe plugins (none without `[plugins] dir`).
     pub plugins: Option<Arc<crate::plugins::Plugins>>,
@@ -285,7 +285,7 @@ impl Supervisor {
                 // The catalog first (known, not yet shown), then the state
                 // change that shows it: the gateway never sees a serving
                 // backend without its catalog.
-                let _ = self.outlets.updates.send(BackendUpdate {
+                let _ = self.outlets.feed.update(BackendUpdate {
                     backend: self.backend.name.clone(),
                     uid: self.backend.uid,
                     removed: false,
@@ -418,7 +418,7 @@ impl Supervisor {
                             if self.listed.as_ref() != Some(&catalog) {
                                 tracing::info!(backend = %self.backend.name, "capabilities changed on re-listing");
                                 self.listed = Some(catalog.clone());
-                                let sent = self.outlets.updates.send(BackendUpdate { backend: self.backend.name.clone(), uid: self.backend.uid, removed: false, state: self.machine.state, catalog: Some(catalog) });
+                                let sent = self.outlets.feed.update(BackendUpdate { backend: self.backend.name.clone(), uid: self.backend.uid, removed: false, state: self.machine.state, catalog: Some(catalog) });
                                 if let (Ok(()), Some(done)) = (sent, done.as_mut()) {
                                     done.handed_on = true;
                                 }
@@ -575,7 +575,7 @@ impl Supervisor {
                 .as_ref()
                 .is_none_or(|s| s.transition(t.clone()));
             if stored {
-                let _ = self.outlets.events.send(t.clone());
+                self.outlets.feed.transition(t.clone());
             }
         }
         // The durable record changes only with these fields; probes that
@@ -600,7 +600,7 @@ impl Supervisor {
             self.persisted = Some(key);
         }
         if !step.transitions.is_empty() {
-            let _ = self.outlets.updates.send(BackendUpdate {
+            let _ = self.outlets.feed.update(BackendUpdate {
                 backend: self.backend.name.clone(),
                 uid: self.backend.uid,
                 removed: false,

@@ -9,12 +9,14 @@ use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 use rmcp::model::LoggingMessageNotificationParam as Log;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, broadcast};
 
 use super::*;
 use crate::auth::CallerKey;
 use crate::backend::{Bounds, CommandError, Downstream, ListKind, ListLimits};
+use crate::cluster::feed::Feed as _;
 use crate::cluster::lease::{Lease, LocalLeases};
+use crate::health::Transition;
 use crate::runtime::{Inspection, RuntimeError, Started};
 
 struct Nowhere;
@@ -120,11 +122,10 @@ impl Running {
             ..Counting::default()
         });
         let (grant, leases) = mpsc::unbounded_channel();
-        let (events_tx, events) = broadcast::channel(64);
-        let (updates, _updates) = mpsc::unbounded_channel();
+        let (feed, _updates) = crate::cluster::feed::LocalFeed::new();
+        let events = feed.transitions();
         let outlets = Outlets {
-            updates,
-            events: events_tx,
+            feed,
             store: None,
             plugins: None,
             leases: Arc::new(Granted {
@@ -271,10 +272,9 @@ async fn a_lost_lease_drops_a_start_in_flight_at_once() {
 #[tokio::test(start_paused = true)]
 async fn with_local_leases_a_supervisor_acts_at_once() {
     let runtime = Arc::new(Counting::default());
-    let (updates, _updates) = mpsc::unbounded_channel();
+    let (feed, _updates) = crate::cluster::feed::LocalFeed::new();
     let outlets = Outlets {
-        updates,
-        events: broadcast::channel(64).0,
+        feed,
         store: None,
         plugins: None,
         leases: Arc::new(LocalLeases),
