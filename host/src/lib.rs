@@ -9,11 +9,13 @@
 //!   view with its routing tables; pure data, no I/O.
 //! - [`backend`] owns MCP client connections to backends: start, handshake,
 //!   reconnect with backoff, forward requests, relay what backends send;
-//!   and the [`backend::Generation`], the one snapshot (catalog and backend
-//!   set) every request is decided against, read once and held to its end.
+//!   and the [`backend::Generation`], the one snapshot (catalog, backend
+//!   set and `[[policy]]` set) every request is decided against, read once
+//!   and held to its end.
 //! - [`dataplane`] decides, free of sockets: what a request is (its
 //!   envelope, its revision), how it travels ([`dataplane::plan`]: raw over
-//!   a lane, raw stateless, or typed, with the reason), and how a call
+//!   a lane, raw stateless, or typed, with the reason; typed, over which
+//!   connection: [`dataplane::carrier`]), and how a call
 //!   ended ([`dataplane::outcome`], the one account the audit, statistics,
 //!   metrics and traces read).
 //! - [`import`] turns an MCP client's server list into `[[backends]]`.
@@ -28,7 +30,7 @@
 //!   a shutdown waits for (`scripts/structure.sh` checks).
 //! - [`cluster`] holds the seams several replicas will share, each with a
 //!   local implementation today: the session book and its sealed session
-//!   ids, rate limiting (the buckets [`policy`] takes tokens from),
+//!   ids, the feed of backend updates and health transitions, rate limiting (the buckets [`policy`] takes tokens from),
 //!   supervision leases (a [`supervisor`] acts only while it holds its
 //!   backend's), and MRTR parked calls with the replica that parked each.
 //! - [`origin`] decides which `Host` and `Origin` a listener answers (DNS

@@ -10,6 +10,7 @@ A broken edit is refused and the running config stays in force.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 from pathlib import Path
@@ -98,10 +99,16 @@ async def test_backends_are_added_and_removed_by_editing_the_config(vigil: Gatew
 async def test_an_edited_backend_is_replaced_and_sighup_reloads(vigil: Gateways, demo_bin: Path) -> None:
     alpha = stdio_backend("alpha", demo_bin, demo_stdio_args("alpha"))
     gw = vigil([alpha], api={})
+    api = ControlApi(gw.api_base)
     top = top_of(gw.config_path)
     async with http_session(gw.url) as session:
         await wait_for_tools(session, prefixed("alpha", DEMO_TOOLS))
         assert await call_text(session, "alpha__whoami", {}) == "alpha"
+        # The instance serving `alpha` has an id of its own, which the API
+        # takes as it takes the backend's name.
+        first = (await api.instance("alpha"))["instance"]
+        assert re.fullmatch(r"alpha\.i[0-9]+", first), first
+        assert (await api.instance(first))["instance"] == first
 
         # Same name, other server identity: the backend is replaced.
         edited = stdio_backend("alpha", demo_bin, demo_stdio_args("alpha-v2"))
@@ -111,6 +118,12 @@ async def test_an_edited_backend_is_replaced_and_sighup_reloads(vigil: Gateways,
             return await call_text(session, "alpha__whoami", {})
 
         await poll(whoami, lambda name: name == "alpha-v2", "alpha answering as the edited server")
+        # By name: the new instance; the old instance's id names nothing live.
+        second = (await api.instance("alpha"))["instance"]
+        assert second != first and re.fullmatch(r"alpha\.i[0-9]+", second), (first, second)
+        assert (await api.instance(second))["name"] == "alpha"
+        gone = await api.request("GET", f"/api/v1/health/instances/{first}")
+        assert gone.status_code == 404, (gone.status_code, gone.text)
 
         # SIGHUP reloads too (nothing changed: nothing added or removed).
         before = gw.proc.stderr().count("config reloaded")

@@ -38,8 +38,12 @@ use crate::health::{HealthState, Transition};
 /// What the API shows of one backend.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InstanceReport {
-    /// The configured backend name (the id in API paths).
+    /// The configured backend name (or, for an instance run for one
+    /// client, `NAME.sN` / `NAME.pN`): an id API paths take.
     pub name: String,
+    /// This instance's own id (`NAME.iN`, `Backend::instance_id`): API
+    /// paths take it too, and it names this instance only.
+    pub instance: String,
     pub state: HealthState,
     /// `process`, `container` or `remote`.
     pub runtime: &'static str,

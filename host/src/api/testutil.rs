@@ -40,6 +40,7 @@ pub fn tokens() -> Vec<ApiToken> {
 pub fn report(name: &str, runtime: &'static str, state: HealthState) -> InstanceReport {
     InstanceReport {
         name: name.into(),
+        instance: format!("{name}.i1"),
         state,
         runtime,
         since: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),

@@ -16,6 +16,7 @@ impl App {
         let window = b.stats.summary();
         InstanceReport {
             name: b.name.to_string(),
+            instance: b.instance_id(),
             state: s.state,
             runtime: match b.config.runtime {
                 crate::config::RuntimeKind::Process => "process",
@@ -34,13 +35,22 @@ impl App {
         }
     }
 
-    /// A configured backend, or an instance run for one client
-    /// (`NAME.s7`).
-    fn find(&self, name: &str) -> Result<std::sync::Arc<Backend>, ControlError> {
-        self.front
-            .backend(name)
-            .or_else(|| self.front.instances().find(name))
-            .ok_or_else(|| ControlError::NotFound(name.to_owned()))
+    /// What an API path's `{id}` names: a configured backend's name (the
+    /// instance serving it in the generation in force), an instance run
+    /// for one client (`NAME.s7`), or one instance by its own id
+    /// (`NAME.iN`, [`Backend::instance_id`]).
+    fn find(&self, id: &str) -> Result<std::sync::Arc<Backend>, ControlError> {
+        let by_name = |name: &str| {
+            self.front
+                .backend(name)
+                .or_else(|| self.front.instances().find(name))
+        };
+        by_name(id)
+            .or_else(|| {
+                let (name, _) = id.rsplit_once(".i")?;
+                by_name(name).filter(|b| b.instance_id() == id)
+            })
+            .ok_or_else(|| ControlError::NotFound(id.to_owned()))
     }
 
     async fn act(&self, name: &str, cmd: Command) -> Result<InstanceReport, ControlError> {
@@ -95,7 +105,7 @@ impl Control for App {
             let transitions = match &self.store {
                 Some(store) => store
                     .health
-                    .transitions(&name, HISTORY)
+                    .transitions(&b.name, HISTORY)
                     .await
                     .map_err(|e| ControlError::Internal(e.to_string()))?
                     .logged("transition history"),

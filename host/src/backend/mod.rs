@@ -175,6 +175,16 @@ struct OwnedBy {
 const STANDING_STREAM_WAIT: Duration = Duration::from_secs(2);
 
 impl Backend {
+    /// This instance's id: `NAME.iN`, URL-safe (a backend name is
+    /// letters, digits, `-` and `_`). It names this `Backend` object only:
+    /// a reload that edits the backend makes another instance, with
+    /// another id, under the same name (and a rollout will keep two live
+    /// at once). Unique within this process; ids shared by replicas come
+    /// with the store that shares them.
+    pub fn instance_id(&self) -> String {
+        format!("{}.i{}", self.name, self.uid)
+    }
+
     pub fn new(
         config: BackendConfig,
         bounds: Bounds,
