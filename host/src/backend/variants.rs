@@ -47,9 +47,9 @@ use super::http_ping::{SessionTarget, Target};
 use super::{Backend, BackendError, Connection, Era};
 use crate::background::Background;
 use crate::catalog::BackendCatalog;
-use crate::config::{Protocol, Transport};
+use crate::config::Protocol;
 use crate::runtime::process::ProcessRuntime;
-use crate::runtime::{Endpoint, Runtime};
+use crate::runtime::{Endpoint, Runs, Runtime};
 
 /// The most capability sets one backend serves with variants.
 pub const MAX_SETS: usize = 8;
@@ -246,21 +246,9 @@ impl Backend {
         variant: &Arc<Variant>,
     ) -> Result<(Connection, Option<ProcessRuntime>), BackendError> {
         let capset = &variant.capset;
-        let (endpoint, process, stderr) = match &self.config.transport {
-            Transport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            } => {
-                // The command the supervisor runs (`runtime::for_backend`).
-                let rt = ProcessRuntime::new(
-                    &self.name,
-                    command.clone(),
-                    args.clone(),
-                    env.clone(),
-                    cwd.clone(),
-                );
+        let (endpoint, process, stderr) = match crate::runtime::runs(&self.config) {
+            // The command the supervisor runs.
+            Runs::Process(rt) => {
                 let started = rt.start().await.map_err(|e| BackendError::Transport {
                     backend: self.name.clone(),
                     reason: format!(
@@ -272,9 +260,9 @@ impl Backend {
                 let tail = rt.stderr();
                 (started.endpoint, Some(rt), Some(tail))
             }
-            Transport::Http { url, headers, .. } => (
+            Runs::Http { url, headers } => (
                 Endpoint::Http {
-                    url: url.clone(),
+                    url: url.to_owned(),
                     headers: headers.clone(),
                 },
                 None,

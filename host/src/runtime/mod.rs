@@ -141,39 +141,58 @@ fn signal_name(sig: i32) -> Option<&'static str> {
 pub fn for_backend(
     b: &crate::config::BackendConfig,
 ) -> (std::sync::Arc<dyn Runtime>, Option<process::StderrTail>) {
-    use crate::config::{RuntimeKind, Transport};
     use std::sync::Arc;
-    match &b.transport {
-        Transport::Stdio {
-            command,
-            args,
-            env,
-            cwd,
-        } => {
-            let rt = process::ProcessRuntime::new(
-                &b.name,
-                command.clone(),
-                args.clone(),
-                env.clone(),
-                cwd.clone(),
-            );
+    match runs(b) {
+        Runs::Process(rt) => {
             let tail = rt.stderr();
             (Arc::new(rt), Some(tail))
         }
-        Transport::Http { url, headers, .. } => match &b.runtime {
-            RuntimeKind::Container(spec) => (
+        Runs::Http { url, headers } => match &b.runtime {
+            crate::config::RuntimeKind::Container(spec) => (
                 Arc::new(container::ContainerRuntime::new(
                     &b.name,
                     spec.clone(),
-                    url.clone(),
+                    url.to_owned(),
                     headers.clone(),
                 )),
                 None,
             ),
             _ => (
-                Arc::new(remote::RemoteRuntime::new(url.clone(), headers.clone())),
+                Arc::new(remote::RemoteRuntime::new(url.to_owned(), headers.clone())),
                 None,
             ),
         },
+    }
+}
+
+/// What a backend's transport runs.
+pub enum Runs<'a> {
+    /// A stdio backend's process (its command, arguments, environment and
+    /// directory), not started.
+    Process(process::ProcessRuntime),
+    /// An HTTP backend's address and configured headers.
+    Http {
+        url: &'a str,
+        headers: &'a BTreeMap<String, String>,
+    },
+}
+
+/// What `b` runs: the one place a stdio backend's process is described,
+/// for its supervisor and for each capability set's own process.
+pub fn runs(b: &crate::config::BackendConfig) -> Runs<'_> {
+    match &b.transport {
+        crate::config::Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => Runs::Process(process::ProcessRuntime::new(
+            &b.name,
+            command.clone(),
+            args.clone(),
+            env.clone(),
+            cwd.clone(),
+        )),
+        crate::config::Transport::Http { url, headers, .. } => Runs::Http { url, headers },
     }
 }
