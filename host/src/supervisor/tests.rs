@@ -28,6 +28,32 @@ impl Downstream for Nowhere {
     fn lane_log(&self, _: &Arc<str>, _: &CallerKey, _: Log) {}
 }
 
+/// A supervisor of `backend` on `runtime` holding leases of `leases`, and
+/// its health transitions.
+fn supervisor(
+    backend: &Arc<Backend>,
+    runtime: &Arc<Counting>,
+    leases: Arc<dyn crate::cluster::lease::Leases>,
+) -> (Supervisor, broadcast::Receiver<Transition>) {
+    let (feed, _updates) = crate::cluster::feed::LocalFeed::new();
+    let events = feed.transitions();
+    let outlets = Outlets {
+        feed,
+        store: None,
+        plugins: None,
+        leases,
+    };
+    let supervisor = Supervisor::new(
+        backend.clone(),
+        runtime.clone(),
+        None,
+        None,
+        outlets,
+        Sanitizer::new(crate::redact::Redactor::default()),
+    );
+    (supervisor, events)
+}
+
 fn backend() -> Arc<Backend> {
     let toml = "[[backends]]\nname = \"mem\"\ntransport = \"stdio\"\ncommand = \"x\"\n";
     let config = crate::config::Config::parse(toml, std::path::Path::new("vigil.toml"))
@@ -122,23 +148,12 @@ impl Running {
             ..Counting::default()
         });
         let (grant, leases) = mpsc::unbounded_channel();
-        let (feed, _updates) = crate::cluster::feed::LocalFeed::new();
-        let events = feed.transitions();
-        let outlets = Outlets {
-            feed,
-            store: None,
-            plugins: None,
-            leases: Arc::new(Granted {
+        let (supervisor, events) = supervisor(
+            &backend,
+            &runtime,
+            Arc::new(Granted {
                 leases: tokio::sync::Mutex::new(leases),
             }),
-        };
-        let supervisor = Supervisor::new(
-            backend.clone(),
-            runtime.clone(),
-            None,
-            None,
-            outlets,
-            Sanitizer::new(crate::redact::Redactor::default()),
         );
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(supervisor.run(shutdown.clone()));
@@ -272,21 +287,7 @@ async fn a_lost_lease_drops_a_start_in_flight_at_once() {
 #[tokio::test(start_paused = true)]
 async fn with_local_leases_a_supervisor_acts_at_once() {
     let runtime = Arc::new(Counting::default());
-    let (feed, _updates) = crate::cluster::feed::LocalFeed::new();
-    let outlets = Outlets {
-        feed,
-        store: None,
-        plugins: None,
-        leases: Arc::new(LocalLeases),
-    };
-    let supervisor = Supervisor::new(
-        backend(),
-        runtime.clone(),
-        None,
-        None,
-        outlets,
-        Sanitizer::new(crate::redact::Redactor::default()),
-    );
+    let (supervisor, _events) = supervisor(&backend(), &runtime, Arc::new(LocalLeases));
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(supervisor.run(shutdown.clone()));
     tokio::time::timeout(Duration::from_secs(60), runtime.started.notified())
