@@ -1110,3 +1110,6 @@ fn refuse_backend_request(
         }
     });
 }
+
+#[cfg(test)]
+mod tests;
