@@ -148,6 +148,19 @@ impl Backend {
         if let Some(open) = self.usable_lane(principal) {
             return Ok(open);
         }
+        // Boxed: opening a lane (an MCP handshake) is a future of several
+        // KB, and every raw call awaits this one; inline, each call's
+        // future would carry that size and be copied whole wherever it is
+        // moved (axum boxes each middleware's future).
+        Box::pin(self.open_lane(principal)).await
+    }
+
+    /// Opens `principal`'s lane (or replaces an ended one), one opening at
+    /// a time.
+    async fn open_lane(
+        self: &Arc<Self>,
+        principal: &CallerKey,
+    ) -> Result<Arc<Opened>, BackendError> {
         let _one = self.lanes.opening.lock().await;
         if let Some(open) = self.usable_lane(principal) {
             return Ok(open);

@@ -235,7 +235,9 @@ impl Events {
                     return Ok(Some(data));
                 }
                 Some(Err(e)) => return Err(e),
-                None => self.resume().await?,
+                // Boxed: a resumption is rare, and its future (a wait
+                // and a GET) would otherwise widen every call's.
+                None => Box::pin(self.resume()).await?,
             }
         }
     }

@@ -327,7 +327,9 @@ impl RawPath {
         if r.progress.is_some() || (via == Via::Stateless && r.meta.log_level) {
             let client_id = r.id.get().to_owned();
             let planned = (generation, route, via, links);
-            return self.streamed(facts, parts, bytes, client_id, planned).await;
+            // Boxed: rarer than a plain call, and its future (a task, a
+            // channel, a select) would otherwise widen every call's.
+            return Box::pin(self.streamed(facts, parts, bytes, client_id, planned)).await;
         }
         let planned = Planned {
             facts: &facts,
