@@ -9,9 +9,11 @@
 //!   view with its routing tables; pure data, no I/O.
 //! - [`backend`] owns MCP client connections to backends: start, handshake,
 //!   reconnect with backoff, forward requests, relay what backends send;
-//!   and the [`backend::Generation`], the one snapshot (catalog, backend
-//!   set and `[[policy]]` set) every request is decided against, read once
-//!   and held to its end.
+//!   each start of a backend is a run ([`backend::Instance`]: its shared
+//!   connection, era, 2026-07-28 door and lanes, replaced whole); and the
+//!   [`backend::Generation`], the one snapshot (catalog, backend set, the
+//!   run serving each backend, `[[policy]]` set) every request is decided
+//!   against, read once and held to its end.
 //! - [`dataplane`] decides, free of sockets: what a request is (its
 //!   envelope, its revision), how it travels ([`dataplane::plan`]: raw over
 //!   a lane, raw stateless, or typed, with the reason; typed, over which

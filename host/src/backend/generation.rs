@@ -1,18 +1,23 @@
 //! The generation: one snapshot of what a call is decided against (the
-//! merged catalog, the backend set and the `[[policy]]` set), numbered,
-//! and published by one writer at a time.
+//! merged catalog, the backend set, which run of each backend serves and
+//! the `[[policy]]` set), numbered, and published by one writer at a time.
 //!
 //! A request reads the generation once and holds it to its end, so it
 //! never routes a name of one catalog to a backend of another set, and a
 //! change (a backend's listing, its health, a reload) is seen whole or not
 //! at all. Rollouts switch versions by publishing one. The writers are the
 //! app's update task (the catalog) and its start and reloads (the set, the
-//! policies); a lock orders them, so none loses another's change.
+//! policies); a lock orders them, so none loses another's change. Each
+//! publication takes which run serves each backend as it is then: a
+//! supervisor replaces the run before it reports the backend up, so the
+//! generation that shows the backend's new catalog names its new run.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
+use super::Instance;
 use super::set::BackendSet;
 use crate::catalog::Catalog;
 use crate::policy::Policies;
@@ -24,8 +29,26 @@ pub struct Generation {
     pub number: u64,
     pub catalog: Arc<Catalog>,
     pub backends: Arc<BackendSet>,
+    /// Which run of each backend of `backends` serves.
+    pub serving: Arc<ServingInstances>,
     /// What each caller may see and call, and how fast.
     pub policies: Arc<Policies>,
+}
+
+/// Which run serves each backend, by backend name.
+#[derive(Default)]
+pub struct ServingInstances(HashMap<Arc<str>, Arc<Instance>>);
+
+impl ServingInstances {
+    /// The runs serving `set`'s backends now.
+    fn of(set: &BackendSet) -> Self {
+        Self(set.iter().map(|b| (b.name.clone(), b.serving())).collect())
+    }
+
+    /// The run serving `backend`.
+    pub fn get(&self, backend: &str) -> Option<&Arc<Instance>> {
+        self.0.get(backend)
+    }
 }
 
 /// The generation in force. Clones share it; reading takes no lock.
@@ -64,6 +87,7 @@ impl Generations {
             Generation {
                 number: g.number + 1,
                 catalog,
+                serving: Arc::new(ServingInstances::of(&g.backends)),
                 backends: g.backends.clone(),
                 policies: g.policies.clone(),
             }
@@ -77,6 +101,7 @@ impl Generations {
         self.publish(|g| Generation {
             number: g.number + 1,
             catalog: g.catalog.clone(),
+            serving: Arc::new(ServingInstances::of(&set)),
             backends: set,
             policies: g.policies.clone(),
         });
@@ -89,6 +114,7 @@ impl Generations {
         self.publish(|g| Generation {
             number: g.number + 1,
             catalog: g.catalog.clone(),
+            serving: Arc::new(ServingInstances::of(&g.backends)),
             backends: g.backends.clone(),
             policies,
         });
@@ -138,6 +164,24 @@ mod tests {
         assert!(now.catalog.route_tool("a__echo").is_none());
         assert!(now.catalog.route_tool("b__echo").is_some());
         assert!(!Arc::ptr_eq(&held.backends, &now.backends));
+    }
+
+    #[test]
+    fn a_held_generation_keeps_the_run_it_was_published_with() {
+        let g = Generations::default();
+        let b = crate::backend::testutil::stdio("");
+        g.publish_backends(BackendSet::new(vec![b.clone()]));
+        b.instance_up(Some("1".into()), None);
+        g.publish_catalog(catalog("mem", "echo"));
+        let held = g.load();
+        // The next run comes up and is reported while a call holds `held`.
+        b.instance_ended();
+        b.instance_up(Some("2".into()), None);
+        g.publish_catalog(catalog("mem", "echo"));
+        let run = |g: &Generation| g.serving.get("mem").map(|r| r.number());
+        assert_eq!(run(&held), Some(1), "the call keeps its run");
+        assert_eq!(run(&g.load()), Some(2), "later calls take the new one");
+        assert!(g.load().serving.get("other").is_none());
     }
 
     #[test]

@@ -414,38 +414,9 @@ impl super::Downstream for ForOwner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Bounds, Downstream, ListKind, ListLimits};
-    use rmcp::model::LoggingMessageNotificationParam as Log;
-
-    struct Nowhere;
-
-    impl Downstream for Nowhere {
-        fn list_changed(&self, _: &Arc<str>, _: ListKind) {}
-        fn log(&self, _: &Arc<str>, _: Option<u64>, _: Log) {}
-        fn resource_updated(&self, _: &Arc<str>, _: Option<u64>, _: String) {}
-        fn lane_log(&self, _: &Arc<str>, _: &CallerKey, _: Log) {}
-    }
 
     fn backend(share: &str) -> Arc<Backend> {
-        let toml = format!(
-            "[[backends]]\nname = \"mem\"\ntransport = \"stdio\"\ncommand = \"x\"\nshare = \"{share}\"\n"
-        );
-        let config = crate::config::Config::parse(&toml, std::path::Path::new("vigil.toml"))
-            .unwrap()
-            .backends
-            .remove(0);
-        let bounds = Bounds {
-            connect: Duration::from_secs(1),
-            request: Duration::from_secs(1),
-            list: ListLimits::default(),
-            max_result: 1 << 20,
-        };
-        Backend::new(
-            config,
-            bounds,
-            Arc::new(Nowhere),
-            crate::background::Background::detached(),
-        )
+        crate::backend::testutil::stdio(&format!("share = \"{share}\""))
     }
 
     fn owner(session: Option<u64>, caller: &str) -> Owner {

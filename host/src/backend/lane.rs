@@ -20,9 +20,10 @@
 //! when it announces a list change, and its extras join their view
 //! ([`Backend::lane_listing`], `BackendCatalog::with_extras`).
 //!
-//! A lane from an earlier instance of the backend, or one whose connection
-//! ended, is replaced on the next use; one the raw path found stale (the
-//! backend forgot its session) is dropped with [`Backend::drop_lane`].
+//! Lanes belong to the run of the backend they were opened on (its
+//! [`Instance`]): the next run starts without any. One whose connection
+//! ended is replaced on the next use; one the raw path found stale (the
+//! backend forgot its session) is dropped with [`Instance::drop_lane`].
 
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ use rmcp::model::LoggingMessageNotificationParam;
 
 use super::client::{Downstream, ListKind};
 use super::http_ping::SessionTarget;
-use super::{Backend, BackendError, Connection};
+use super::{Backend, BackendError, Connection, Instance};
 use crate::auth::CallerKey;
 
 /// A backend's lanes, by caller (see the module docs).
@@ -46,10 +47,9 @@ pub struct Lanes {
     opening: tokio::sync::Mutex<()>,
 }
 
-/// An open lane and the instance of the backend it reaches.
+/// An open lane.
 pub struct Opened {
     pub conn: Connection,
-    instance: u64,
     /// Re-initializations of the session already reported by
     /// [`Opened::recovered`].
     reported: std::sync::atomic::AtomicU64,
@@ -102,7 +102,7 @@ impl Downstream for ForPrincipal {
         let (inner, principal, name) =
             (self.inner.clone(), self.principal.clone(), backend.clone());
         b.background.clone().spawn(async move {
-            let Some(open) = b.usable_lane(&principal) else {
+            let Some(open) = b.serving().usable_lane(&principal) else {
                 return;
             };
             match open.conn.list_catalog().await {
@@ -139,42 +139,44 @@ impl Downstream for ForPrincipal {
 }
 
 impl Backend {
-    /// `principal`'s lane, opened (or replaced) if need be within the
-    /// connect timeout.
+    /// `principal`'s lane on the run `on` (the one the call's generation
+    /// says serves), opened (or replaced) if need be within the connect
+    /// timeout.
     pub async fn lane(
         self: &Arc<Self>,
+        on: &Arc<Instance>,
         principal: &CallerKey,
     ) -> Result<Arc<Opened>, BackendError> {
-        if let Some(open) = self.usable_lane(principal) {
+        if let Some(open) = on.usable_lane(principal) {
             return Ok(open);
         }
         // Boxed: opening a lane (an MCP handshake) is a future of several
         // KB, and every raw call awaits this one; inline, each call's
         // future would carry that size and be copied whole wherever it is
         // moved (axum boxes each middleware's future).
-        Box::pin(self.open_lane(principal)).await
+        Box::pin(self.open_lane(on, principal)).await
     }
 
-    /// Opens `principal`'s lane (or replaces an ended one), one opening at
-    /// a time.
+    /// Opens `principal`'s lane on `on` (or replaces an ended one), one
+    /// opening at a time.
     async fn open_lane(
         self: &Arc<Self>,
+        on: &Arc<Instance>,
         principal: &CallerKey,
     ) -> Result<Arc<Opened>, BackendError> {
-        let _one = self.lanes.opening.lock().await;
-        if let Some(open) = self.usable_lane(principal) {
+        let _one = on.lanes.opening.lock().await;
+        if let Some(open) = on.usable_lane(principal) {
             return Ok(open);
         }
-        let instance = self.instance();
-        // A lane of this instance whose connection ended: the backend was
+        // A lane of this run whose connection ended: the backend was
         // restarted in place (maybe redeployed) without Vigil seeing it
         // down. Its successor's first call counts as a recovery, as a
         // re-initialized session would.
-        let replaces_ended = self
+        let replaces_ended = on
             .lanes
             .read()
             .get(principal)
-            .is_some_and(|o| o.instance == instance && o.conn.is_closed());
+            .is_some_and(|o| o.conn.is_closed());
         let principal = principal.clone();
         let downstream = Arc::new(ForPrincipal {
             inner: self.downstream.clone(),
@@ -196,7 +198,7 @@ impl Backend {
         // on the session's standing stream when it opens after the call.
         conn.standing_stream_settled(super::STANDING_STREAM_WAIT)
             .await;
-        tracing::debug!(backend = %self.name, %principal, instance, "lane opened");
+        tracing::debug!(backend = %self.name, %principal, instance = on.number(), "lane opened");
         // `u64::MAX` differs from any count: `recovered` says so once.
         let reported = if replaces_ended {
             u64::MAX
@@ -206,31 +208,32 @@ impl Backend {
         .into();
         let open = Arc::new(Opened {
             conn,
-            instance,
             reported,
             listing: Default::default(),
         });
-        self.lanes.write().insert(principal, open.clone());
+        on.lanes.write().insert(principal, open.clone());
         Ok(open)
     }
 
-    /// What `caller`'s lane of the current instance listed when it last
+    /// What `caller`'s lane of the serving run listed when it last
     /// announced a change (none before).
     pub fn lane_listing(&self, caller: &CallerKey) -> Option<Arc<crate::catalog::BackendCatalog>> {
-        let open = self.usable_lane(caller)?;
+        let open = self.serving().usable_lane(caller)?;
         open.listing
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+}
 
+impl Instance {
     fn usable_lane(&self, principal: &CallerKey) -> Option<Arc<Opened>> {
         let open = self.lanes.read().get(principal)?.clone();
-        (open.instance == self.instance() && !open.conn.is_closed()).then_some(open)
+        (!open.conn.is_closed()).then_some(open)
     }
 
-    /// Forgets `stale` (if it still is a lane): the next call of its
-    /// principal opens another.
+    /// Forgets `stale` (if it still is a lane of this run): the next call
+    /// of its principal opens another.
     pub fn drop_lane(&self, stale: &Arc<Opened>) {
         let mut lanes = self.lanes.write();
         lanes.retain(|_, open| !Arc::ptr_eq(open, stale));

@@ -1,12 +1,13 @@
 //! Backends: MCP client connections to the servers behind the gateway.
 //!
-//! Each configured backend has one [`Backend`]: its *shared* connection
-//! (opened by the supervisor over whatever endpoint the runtime gave it), its
-//! health [`Status`] (written only by the supervisor), its call statistics
-//! (written by the router) and a command channel to its supervisor.
-//! Streamable HTTP backends also get a *lane* ([`Backend::lane`]), one
-//! session shared by client sessions whose calls carry nothing per session,
-//! and one connection per client session that needs its own
+//! Each configured backend has one [`Backend`]: the [`Instance`] serving it
+//! (one run: the *shared* connection the supervisor opened over whatever
+//! endpoint the runtime gave it, see `serving.rs`), its health [`Status`]
+//! (written only by the supervisor), its call statistics (written by the
+//! router) and a command channel to its supervisor. Streamable HTTP
+//! backends also get a *lane* per caller ([`Backend::lane`]), one session
+//! shared by client sessions whose calls carry nothing per session, and
+//! one connection per client session that needs its own
 //! ([`Backend::open_session_connection`]).
 
 pub mod ask;
@@ -28,14 +29,19 @@ pub mod outbox;
 pub mod pool;
 pub(crate) mod raw_http;
 mod reach;
+mod serving;
 mod set;
 mod stream_watch;
 mod tap;
+#[cfg(test)]
+pub(crate) mod testutil;
 mod variants;
 pub mod views;
 pub mod wire;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use rmcp::model::ClientCapabilities;
@@ -51,6 +57,7 @@ pub use lifecycle::Era;
 pub use listing::{ListLimits, StartDeadline};
 pub use outbox::Outbox;
 pub use reach::reach;
+pub use serving::Instance;
 pub use set::BackendSet;
 pub use tap::Relay;
 pub use variants::Ready as VariantReady;
@@ -126,9 +133,9 @@ pub struct Backend {
     downstream: Arc<dyn Downstream>,
     /// Where its connections' relay workers run.
     background: Background,
-    shared: RwLock<Option<Arc<Connection>>>,
-    /// HTTP backends: the sessions shared by calls with nothing per session.
-    lanes: lane::Lanes,
+    /// The run serving it now (see `serving.rs`); replaced by the
+    /// supervisor alone.
+    serving: ArcSwap<Instance>,
     /// The backend sessions of clients that declared capabilities
     /// (`variants.rs`).
     variants: variants::Variants,
@@ -139,10 +146,8 @@ pub struct Backend {
     /// Completed re-listings (for waiters), and whether one runs now.
     listings: tokio::sync::watch::Sender<u64>,
     listing: std::sync::atomic::AtomicBool,
-    /// How many times the backend came up (a new instance each time): a
-    /// per-session connection or listing from an earlier one is stale.
-    instances: std::sync::atomic::AtomicU64,
-    /// The era `protocol = "auto"` last found it speaking.
+    /// The era `protocol = "auto"` last found it speaking: a hint carried
+    /// from one run to the next (same command, same server).
     learned: lifecycle::Learned,
     /// Outcomes of real `tools/call` traffic (application signal).
     pub stats: CallStats,
@@ -152,9 +157,6 @@ pub struct Backend {
     command_rx: Mutex<Option<mpsc::UnboundedReceiver<(Command, CommandReply)>>>,
     /// Set on an instance run for one client (`instances.rs`).
     owned: Option<OwnedBy>,
-    /// The instance (see `instances`) on which a 2026-07-28 client was
-    /// served over a handshake-era session of its caller.
-    bridged: std::sync::atomic::AtomicU64,
 }
 
 /// A fresh [`Backend::uid`].
@@ -245,20 +247,17 @@ impl Backend {
             bounds,
             downstream,
             background,
-            shared: RwLock::new(None),
-            lanes: lane::Lanes::default(),
+            serving: ArcSwap::from_pointee(Instance::none()),
             variants: variants::Variants::default(),
             status: Published::new(Status::initial()),
             inflight: Arc::default(),
             refresh: Notify::new(),
             listings: tokio::sync::watch::Sender::new(0),
             listing: std::sync::atomic::AtomicBool::new(false),
-            instances: std::sync::atomic::AtomicU64::new(0),
             learned: lifecycle::Learned::default(),
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
             owned,
-            bridged: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -268,16 +267,11 @@ impl Backend {
         self.owned.as_ref().map_or(self.uid, |o| o.parent_uid)
     }
 
-    /// A 2026-07-28 client is served over a handshake-era session of its
-    /// caller (the backend did not answer it in its era).
-    pub fn note_bridged(&self) {
-        self.bridged
-            .store(self.instance() + 1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether [`Backend::note_bridged`] happened on the current instance.
-    pub fn bridges_modern(&self) -> bool {
-        self.bridged.load(std::sync::atomic::Ordering::Relaxed) == self.instance() + 1
+    /// The run serving the backend now. Held, it stays consistent: its
+    /// connection, door and lanes are that run's even after the next one
+    /// came up.
+    pub fn serving(&self) -> Arc<Instance> {
+        self.serving.load_full()
     }
 
     /// Whether clients are served by instances of their own (`share` is
@@ -297,16 +291,27 @@ impl Backend {
         self.config.forward_auth
     }
 
-    /// Which instance is up (see `instances`); written by the supervisor
-    /// through [`Backend::mark_up`].
+    /// Which run serves (see [`Instance::number`]): a per-session
+    /// connection or a variant opened on an earlier one is stale.
     pub fn instance(&self) -> u64 {
-        self.instances.load(std::sync::atomic::Ordering::Acquire)
+        self.serving.load().number()
     }
 
-    /// A new instance came up (for the supervisor).
-    pub fn mark_up(&self) {
-        self.instances
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    /// A new run came up, with its shared connection (for the supervisor):
+    /// it serves from now on. `runs`: what the runtime calls it.
+    pub fn instance_up(&self, runs: Option<String>, shared: Option<Arc<Connection>>) {
+        let old = self.serving.load_full();
+        old.end();
+        self.serving
+            .store(Arc::new(Instance::new(old.number() + 1, runs, shared)));
+    }
+
+    /// The serving run ended (for the supervisor): no shared connection
+    /// until the next one comes up, and the capability sets' sessions,
+    /// which were of it, end too (`variants.rs`).
+    pub fn instance_ended(&self) {
+        self.serving.load().end();
+        self.close_variants();
     }
 
     /// Whether HTTP connections to the backend are reused (`keep_alive`).
@@ -344,29 +349,19 @@ impl Backend {
         self.status.take_publisher()
     }
 
-    /// The shared connection, if the backend is advertisable.
-    /// The protocol era of the shared connection, while one is open.
+    /// The protocol era of the shared connection, while one is open and
+    /// the backend is advertisable.
     pub fn era(&self) -> Option<Era> {
         self.shared().map(|c| c.era())
     }
 
+    /// The serving run's shared connection, if the backend is
+    /// advertisable.
     pub fn shared(&self) -> Option<Arc<Connection>> {
         if !advertisable(self.state()) {
             return None;
         }
-        self.shared.read().ok().and_then(|s| s.clone())
-    }
-
-    /// Written by the supervisor only. Without a shared connection the
-    /// instance is gone, and so are its variants (`variants.rs`).
-    pub fn set_shared(&self, conn: Option<Arc<Connection>>) {
-        let ended = conn.is_none();
-        if let Ok(mut c) = self.shared.write() {
-            *c = conn;
-        }
-        if ended {
-            self.close_variants();
-        }
+        self.serving.load().shared()
     }
 
     /// Asks the supervisor to re-list the backend's capabilities. Requests

@@ -43,7 +43,6 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::capset::CapSet;
 use super::client::{Downstream, ListKind};
-use super::http_ping::{SessionTarget, Target};
 use super::{Backend, BackendError, Connection, Era};
 use crate::background::Background;
 use crate::catalog::BackendCatalog;
@@ -64,10 +63,6 @@ pub struct Variants {
     open: Mutex<HashMap<CapSet, Arc<Variant>>>,
     /// Whether "too many sets" was logged already.
     refused: std::sync::atomic::AtomicBool,
-    /// The modern door: where a 2026-07-28 variant of an instance (the
-    /// one numbered first) sends its requests, once one opened in that
-    /// era. Read without waiting by the raw path (`stateless_target`).
-    door: Mutex<Option<(u64, Arc<SessionTarget>)>>,
 }
 
 /// One capability set's backend session.
@@ -198,24 +193,6 @@ impl Backend {
             && self.shared().is_some()
     }
 
-    /// Where a 2026-07-28 request reaches this backend in its era without
-    /// a session, on its current instance: its shared connection's
-    /// destination when that speaks 2026-07-28, else the modern door's
-    /// once a 2026-07-28 variant opened in that era (a backend that speaks
-    /// both). `None` while neither is known (the typed path then opens the
-    /// door, or bridges the eras) and for a stdio backend.
-    pub(crate) fn stateless_target(&self) -> Option<Arc<Target>> {
-        let shared = self.shared()?;
-        if shared.era() == Era::Modern {
-            return shared.session_target()?.stateless();
-        }
-        let door = lock(&self.variants.door);
-        match &*door {
-            Some((instance, target)) if *instance == self.instance() => target.stateless(),
-            _ => None,
-        }
-    }
-
     /// Re-lists every open variant in the background (the shared
     /// connection is being re-listed: what changed there may have changed
     /// for every set).
@@ -233,7 +210,6 @@ impl Backend {
     /// Ends every variant (the backend's instance ended: theirs are of
     /// it); the next use opens them again.
     pub(super) fn close_variants(&self) {
-        *lock(&self.variants.door) = None;
         for v in self.variants.all() {
             self.background.spawn(async move { v.close().await });
         }
@@ -396,7 +372,11 @@ impl Variant {
             && conn.era() == Era::Modern
             && let Some(target) = conn.session_target()
         {
-            *lock(&backend.variants.door) = Some((instance, target.clone()));
+            // The door of the run it was opened on, if that still serves.
+            let serving = backend.serving();
+            if serving.number() == instance {
+                serving.open_door(target.clone());
+            }
         }
         st.process = process;
         st.instance = instance;

@@ -57,7 +57,9 @@ pub fn running<'a>(
         return Vec::new();
     }
     backends
-        .filter_map(|b| of_config(&b.config, b.bridges_modern()).map(|why| warning(&b.name, why)))
+        .filter_map(|b| {
+            of_config(&b.config, b.serving().bridges_modern()).map(|why| warning(&b.name, why))
+        })
         .collect()
 }
 

@@ -308,11 +308,17 @@ impl FrontSession {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, CallError> {
         use crate::dataplane::carrier::{self, Carrier, Choice};
+        // The run serving the backend, read once: the choice and the
+        // connection are of the same one.
+        let run = backend.serving();
+        let shared = run
+            .shared()
+            .filter(|_| crate::health::advertisable(backend.state()));
         let facts = carrier::Backend {
             per_session: backend.per_session(),
             forwards_auth: backend.forwards_auth(),
             owns_instances: backend.owns_instances(),
-            shared_era: backend.era(),
+            shared_era: shared.as_ref().map(|c| c.era()),
         };
         let client = carrier::Client {
             registered: self.registered.load(Ordering::Acquire),
@@ -341,7 +347,7 @@ impl FrontSession {
             // own pool is already the one to use.
             Carrier::Pool => self.own_pool(ctx).unwrap_or_else(|| self.pool.clone()),
             Carrier::CallerSession => {
-                backend.note_bridged();
+                run.note_bridged();
                 self.modern_pool(ctx).unwrap_or_else(|| self.pool.clone())
             }
             Carrier::Variant | Carrier::VariantFailed => {
@@ -352,7 +358,7 @@ impl FrontSession {
                     None => Err(down(backend)),
                 };
             }
-            Carrier::Shared => return backend.shared().ok_or_else(|| down(backend)),
+            Carrier::Shared => return shared.ok_or_else(|| down(backend)),
         };
         observe(&pool, &ctx.extensions, &ctx.peer);
         pool.connection(backend, false)

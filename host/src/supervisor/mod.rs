@@ -186,9 +186,9 @@ impl Supervisor {
             }
             first = false;
             tracing::warn!(backend = %name, "supervision lease lost; no longer acting for the backend");
-            self.backend.set_shared(None);
+            self.backend.instance_ended();
         };
-        self.backend.set_shared(None);
+        self.backend.instance_ended();
         if held && let Err(e) = self.runtime.stop().await {
             tracing::warn!(backend = %self.backend.name, error = %e, "could not stop the backend at shutdown");
         }
@@ -279,8 +279,8 @@ impl Supervisor {
         match attempt {
             Ok((conn, instance, catalog)) => {
                 let conn = conn.map(Arc::new);
-                self.backend.set_shared(conn.clone());
-                self.backend.mark_up();
+                self.backend
+                    .instance_up(Some(instance.id.clone()), conn.clone());
                 self.listed = Some(catalog.clone());
                 // The catalog first (known, not yet shown), then the state
                 // change that shows it: the gateway never sees a serving
@@ -347,7 +347,7 @@ impl Supervisor {
                 _ = shutdown.cancelled() => {
                     // Close the backend session cleanly (an HTTP backend gets
                     // its DELETE) unless a request still holds the connection.
-                    self.backend.set_shared(None);
+                    self.backend.instance_ended();
                     if let Some(Ok(conn)) = conn.map(Arc::try_unwrap) {
                         conn.close().await;
                     }
@@ -382,7 +382,7 @@ impl Supervisor {
                 Some((cmd, reply)) = commands.recv() => {
                     match self.command(cmd, reply).await {
                         Some(next) => {
-                            self.backend.set_shared(None);
+                            self.backend.instance_ended();
                             return Some(next);
                         }
                         None => continue,
@@ -484,7 +484,7 @@ impl Supervisor {
             };
             let step = self.apply(input);
             if step.action.is_some() {
-                self.backend.set_shared(None);
+                self.backend.instance_ended();
                 return Some(self.act(step.action).await);
             }
         }
@@ -538,7 +538,7 @@ impl Supervisor {
     }
 
     async fn stop_instance(&mut self) {
-        self.backend.set_shared(None);
+        self.backend.instance_ended();
         if let Err(e) = self.runtime.stop().await {
             tracing::warn!(backend = %self.backend.name, error = %e, "could not stop the backend");
         }

@@ -8,25 +8,14 @@
 use std::sync::Mutex;
 
 use futures::future::BoxFuture;
-use rmcp::model::LoggingMessageNotificationParam as Log;
 use tokio::sync::{Notify, broadcast};
 
 use super::*;
-use crate::auth::CallerKey;
-use crate::backend::{Bounds, CommandError, Downstream, ListKind, ListLimits};
+use crate::backend::CommandError;
 use crate::cluster::feed::Feed as _;
 use crate::cluster::lease::{Lease, LocalLeases};
 use crate::health::Transition;
 use crate::runtime::{Inspection, RuntimeError, Started};
-
-struct Nowhere;
-
-impl Downstream for Nowhere {
-    fn list_changed(&self, _: &Arc<str>, _: ListKind) {}
-    fn log(&self, _: &Arc<str>, _: Option<u64>, _: Log) {}
-    fn resource_updated(&self, _: &Arc<str>, _: Option<u64>, _: String) {}
-    fn lane_log(&self, _: &Arc<str>, _: &CallerKey, _: Log) {}
-}
 
 /// A supervisor of `backend` on `runtime` holding leases of `leases`, and
 /// its health transitions.
@@ -55,23 +44,7 @@ fn supervisor(
 }
 
 fn backend() -> Arc<Backend> {
-    let toml = "[[backends]]\nname = \"mem\"\ntransport = \"stdio\"\ncommand = \"x\"\n";
-    let config = crate::config::Config::parse(toml, std::path::Path::new("vigil.toml"))
-        .unwrap()
-        .backends
-        .remove(0);
-    let bounds = Bounds {
-        connect: Duration::from_secs(1),
-        request: Duration::from_secs(1),
-        list: ListLimits::default(),
-        max_result: 1 << 20,
-    };
-    Backend::new(
-        config,
-        bounds,
-        Arc::new(Nowhere),
-        crate::background::Background::detached(),
-    )
+    crate::backend::testutil::stdio("")
 }
 
 /// A runtime that counts its starts; each fails at once, or, with

@@ -15,7 +15,7 @@
 //!   ([`crate::backend`] `Backend::lane`, one backend session shared by the
 //!   caller's plain clients);
 //! - [`Via::Stateless`] (a 2026-07-28 request): as a POST of its own to the
-//!   backend's 2026-07-28 destination (`Backend::stateless_target`), its
+//!   backend's 2026-07-28 destination (`Instance::stateless_target`, of the run the generation says serves), its
 //!   `_meta` as the client wrote it (revision, capabilities, client info,
 //!   log level) and a backend's `requestState` untouched, with the
 //!   `Mcp-Method`, `Mcp-Name` (the backend's name) and `Mcp-Param-*`
@@ -53,7 +53,7 @@ use crate::audit::Method;
 use crate::auth::Principal;
 use crate::backend::error::HttpFailure;
 use crate::backend::raw_http::{self, PostError, Posted};
-use crate::backend::{Backend, BackendError, Era, Generation};
+use crate::backend::{Backend, BackendError, Era, Generation, Instance};
 use crate::catalog::Kind;
 use crate::dataplane::envelope::{self, Incoming, RawMethod, Target};
 use crate::dataplane::outcome::Ended;
@@ -193,6 +193,7 @@ impl plan::Generation for Now<'_> {
 
     fn serving(&self, backend: &str) -> Option<Serving> {
         let b = self.generation.backends.get(backend)?;
+        let run = self.generation.serving.get(backend)?;
         Some(Serving {
             // Shown by this generation's catalog: advertisable when it was
             // published (a name routes only to a backend it shows; a
@@ -200,8 +201,10 @@ impl plan::Generation for Now<'_> {
             advertisable: self.generation.catalog.shows(backend),
             http: b.per_session(),
             forwards_auth: b.forwards_auth(),
-            era: b.era(),
-            stateless: b.stateless_target().is_some(),
+            // The run this generation says serves, as the executor will
+            // find it.
+            era: run.era(),
+            stateless: run.stateless_target().is_some(),
         })
     }
 }
@@ -489,12 +492,18 @@ impl RawPath {
         progress: Option<Progress>,
     ) -> Handled {
         let gw = &self.gw;
-        let Some(b) = planned
-            .generation
-            .backends
-            .get(&planned.route.backend)
-            .cloned()
-        else {
+        let (Some(b), Some(run)) = (
+            planned
+                .generation
+                .backends
+                .get(&planned.route.backend)
+                .cloned(),
+            planned
+                .generation
+                .serving
+                .get(&planned.route.backend)
+                .cloned(),
+        ) else {
             return Handled::Typed(None);
         };
         let client_id = r.id.get();
@@ -564,7 +573,7 @@ impl RawPath {
         let (outcome, target) = loop {
             let (target, extra) = match planned.via {
                 Via::Lane => {
-                    let lane = match b.lane(who.caller()).await {
+                    let lane = match b.lane(&run, who.caller()).await {
                         Ok(l) => l,
                         Err(e) => {
                             tracing::debug!(backend = %b.name, error = %e, "no lane; the call goes the typed way");
@@ -578,7 +587,7 @@ impl RawPath {
                     (Carrier::Of(lane, target), http::HeaderMap::new())
                 }
                 Via::Stateless => {
-                    let Some(target) = b.stateless_target() else {
+                    let Some(target) = run.stateless_target() else {
                         return Handled::Typed(Some(Admitted::new(audit)));
                     };
                     let extra = standard_headers(&parts.headers, r.method, tool);
@@ -626,11 +635,11 @@ impl RawPath {
                     Finished::TooLarge { limit, read }
                 }
                 Err(Failure::Lost(why)) => {
-                    target.drop_from(&b);
+                    target.drop_from(&run);
                     Finished::Lost(why)
                 }
                 Err(Failure::NotAccepted(why)) => {
-                    target.drop_from(&b);
+                    target.drop_from(&run);
                     if recovered || modern {
                         tracing::debug!(backend = %b.name, %why, "the backend did not take the call; the call goes the typed way");
                         return Handled::Typed(Some(Admitted::new(audit)));
@@ -936,9 +945,9 @@ impl Carrier {
 
     /// Gives up the lane after it lost a call (nothing to give up without
     /// one).
-    fn drop_from(&self, b: &Backend) {
+    fn drop_from(&self, run: &Instance) {
         if let Carrier::Of(lane, _) = self {
-            b.drop_lane(lane);
+            run.drop_lane(lane);
         }
     }
 }
