@@ -40,10 +40,9 @@ pub mod views;
 pub mod wire;
 
 use std::sync::{Arc, Mutex};
-
-use arc_swap::ArcSwap;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use rmcp::model::ClientCapabilities;
 use tokio::sync::{Notify, mpsc, oneshot};
 
