@@ -33,11 +33,43 @@ struct Started {
     at: SystemTime,
     t0: Instant,
     principal: Principal,
-    /// The client's `Mcp-Session-Id`, tagged when recorded.
-    session: Option<String>,
+    session: Option<Session>,
     method: Method,
     name: String,
     arguments: Option<serde_json::Value>,
+}
+
+/// The client session of a call, as a call path has it at hand.
+#[derive(Debug, Clone, Copy)]
+pub enum CallSession<'a> {
+    /// Its `Mcp-Session-Id`: tagged when the call is recorded.
+    Id(&'a str),
+    /// Its tag already ([`crate::redact::session_tag`] of its id), from
+    /// a call path that keeps the tag per session rather than hash the id
+    /// on every call.
+    Tagged(&'a str),
+}
+
+/// [`CallSession`], owned until the call is recorded.
+enum Session {
+    Id(String),
+    Tagged(String),
+}
+
+impl Session {
+    fn of(s: CallSession<'_>) -> Session {
+        match s {
+            CallSession::Id(id) => Session::Id(id.to_owned()),
+            CallSession::Tagged(tag) => Session::Tagged(tag.to_owned()),
+        }
+    }
+
+    fn tag(self) -> String {
+        match self {
+            Session::Id(id) => crate::redact::session_tag(&id),
+            Session::Tagged(tag) => tag,
+        }
+    }
 }
 
 impl CallAudit {
@@ -66,7 +98,7 @@ impl CallAudit {
             name,
             || arguments.map(|a| serde_json::Value::Object(a.clone())),
             &Principal::of(extensions),
-            session,
+            session.map(CallSession::Id),
         )
     }
 
@@ -79,7 +111,7 @@ impl CallAudit {
         name: &str,
         arguments: impl FnOnce() -> Option<serde_json::Value>,
         principal: &Principal,
-        session: Option<&str>,
+        session: Option<CallSession<'_>>,
     ) -> PendingCall {
         if !self.is_on() {
             return PendingCall(None);
@@ -90,7 +122,7 @@ impl CallAudit {
             at: SystemTime::now(),
             t0: Instant::now(),
             principal: principal.clone(),
-            session: session.map(str::to_owned),
+            session: session.map(Session::of),
             method,
             name: name.to_owned(),
             arguments,
@@ -140,7 +172,7 @@ impl Started {
             at: self.at,
             principal: self.principal.id().to_owned(),
             issuer: self.principal.issuer().map(str::to_owned),
-            session: self.session.as_deref().map(crate::redact::session_tag),
+            session: self.session.map(Session::tag),
             backend: backend.to_owned(),
             method: self.method,
             name: self.name,

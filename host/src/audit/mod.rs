@@ -51,6 +51,6 @@ mod writer;
 mod tests;
 
 pub use handle::{CallAudit, QUEUE};
-pub use hook::PendingCall;
+pub use hook::{CallSession, PendingCall};
 pub use query::{CallQuery, DEFAULT_LIMIT, MAX_LIMIT, RawCallQuery, parse_since};
 pub use record::{CallRecord, Method, Outcome, StoredCall};

@@ -24,6 +24,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::auth::CallerKey;
 
@@ -54,10 +55,10 @@ pub struct SessionFacts {
     pub revision: String,
     /// The client's declared capabilities (`initialize` params), as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capabilities: Option<serde_json::Value>,
+    pub capabilities: Option<Declared>,
     /// The client's `clientInfo`, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client: Option<serde_json::Value>,
+    pub client: Option<Declared>,
     /// Seconds since 1970 when it was issued, and when it stops being valid.
     pub issued: u64,
     pub expires: u64,
@@ -65,6 +66,40 @@ pub struct SessionFacts {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trimmed: bool,
 }
+
+/// What a client declared in its `initialize` (its capabilities, its
+/// `clientInfo`), kept as the JSON text the id carries and never parsed
+/// when an id is opened: every request on a session opens its id, and
+/// none reads these (a replica adopting the session does, with
+/// [`Declared::value`]). Two are equal when their texts are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Declared(Box<RawValue>);
+
+impl Declared {
+    /// `value` as an id carries it (compact JSON).
+    pub fn of(value: &serde_json::Value) -> Declared {
+        Declared(serde_json::value::to_raw_value(value).expect("a JSON value serializes"))
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Parsed.
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(self.0.get()).unwrap_or_default()
+    }
+}
+
+impl PartialEq for Declared {
+    fn eq(&self, other: &Declared) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for Declared {}
 
 /// A [`CallerKey`] as an id carries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,16 +200,19 @@ impl Sealer {
     }
 
     fn seal_as_is(&self, facts: &SessionFacts) -> Result<String, getrandom::Error> {
+        // Serializing plain data to JSON cannot fail.
+        self.seal_plain(&serde_json::to_vec(facts).unwrap_or_default())
+    }
+
+    fn seal_plain(&self, plain: &[u8]) -> Result<String, getrandom::Error> {
         let mut nonce = [0u8; 24];
         getrandom::fill(&mut nonce)?;
-        // Serializing plain data to JSON cannot fail.
-        let plain = serde_json::to_vec(facts).unwrap_or_default();
         let sealed = self
             .current
             .encrypt(
                 XNonce::from_slice(&nonce),
                 Payload {
-                    msg: &plain,
+                    msg: plain,
                     aad: PREFIX.as_bytes(),
                 },
             )
@@ -239,8 +277,8 @@ mod tests {
             Principal::key("alice").caller(),
             "2025-11-25".into(),
         );
-        f.capabilities = Some(json!({"sampling": {}}));
-        f.client = Some(json!({"name": "c", "version": "1"}));
+        f.capabilities = Some(Declared::of(&json!({"sampling": {}})));
+        f.client = Some(Declared::of(&json!({"name": "c", "version": "1"})));
         f
     }
 
@@ -303,10 +341,36 @@ mod tests {
     }
 
     #[test]
+    fn what_a_client_declared_is_carried_as_text_and_opened_unparsed() {
+        // The facts' JSON as ids have always carried it: the declared
+        // capabilities and client info compact, keys in the client's order.
+        let plain = r#"{"local":"rmcp-local-1","caller":{"id":"alice"},"revision":"2025-11-25","capabilities":{"roots":{"listChanged":true},"sampling":{}},"client":{"name":"c","version":"1"},"issued":1000,"expires":99999999999}"#;
+        let s = Sealer::new(&[7; 32], None);
+        let opened = s.open(&s.seal_plain(plain.as_bytes()).unwrap()).unwrap();
+        let caps = opened.capabilities.as_ref().unwrap();
+        assert_eq!(
+            caps.get(),
+            r#"{"roots":{"listChanged":true},"sampling":{}}"#
+        );
+        assert_eq!(
+            caps.value(),
+            json!({"sampling": {}, "roots": {"listChanged": true}})
+        );
+        assert_eq!(
+            opened.client,
+            Some(Declared::of(&json!({"name": "c", "version": "1"})))
+        );
+        // Sealed again, the same text.
+        assert_eq!(serde_json::to_string(&opened).unwrap(), plain);
+    }
+
+    #[test]
     fn large_facts_are_trimmed_to_fit_a_header() {
         let s = Sealer::new(&[7; 32], None);
         let mut f = facts();
-        f.capabilities = Some(json!({"experimental": {"blob": "x".repeat(4000)}}));
+        f.capabilities = Some(Declared::of(
+            &json!({"experimental": {"blob": "x".repeat(4000)}}),
+        ));
         let id = s.seal(&f).unwrap();
         assert!(id.len() <= MAX_ID, "{}", id.len());
         let opened = s.open(&id).unwrap();

@@ -25,17 +25,26 @@ pub struct Front {
     inflight: Mutex<HashMap<String, CancellationToken>>,
     /// The session's resource links (its `FrontSession`'s, shared).
     links: Arc<Links>,
+    /// Its id's tag ([`crate::redact::session_tag`]), as the audit records
+    /// its calls: hashed once, not on every call.
+    tag: Box<str>,
 }
 
 impl Front {
-    fn new(capabilities: Option<&ClientCapabilities>, links: Arc<Links>) -> Self {
+    fn new(id: &str, capabilities: Option<&ClientCapabilities>, links: Arc<Links>) -> Self {
         let plain = capabilities
             .is_some_and(|c| c.sampling.is_none() && c.elicitation.is_none() && c.roots.is_none());
         Self {
             raw: AtomicBool::new(plain),
             inflight: Mutex::default(),
             links,
+            tag: crate::redact::session_tag(id).into(),
         }
+    }
+
+    /// The session's tag, as the audit names it.
+    pub fn tag(&self) -> &str {
+        &self.tag
     }
 
     /// The resources this session's calls linked to (see `links.rs`).
@@ -117,7 +126,7 @@ impl Fronts {
         capabilities: Option<&ClientCapabilities>,
         links: Arc<Links>,
     ) -> Arc<Front> {
-        let front = Arc::new(Front::new(capabilities, links));
+        let front = Arc::new(Front::new(id, capabilities, links));
         self.by_id
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -151,19 +160,22 @@ mod tests {
 
     #[test]
     fn only_clients_that_declared_nothing_per_session_go_raw() {
-        assert!(Front::new(Some(&caps(serde_json::json!({}))), Arc::default()).raw());
+        assert!(Front::new("s1", Some(&caps(serde_json::json!({}))), Arc::default()).raw());
         for declared in [
             serde_json::json!({"sampling": {}}),
             serde_json::json!({"elicitation": {}}),
             serde_json::json!({"roots": {"listChanged": true}}),
         ] {
             assert!(
-                !Front::new(Some(&caps(declared.clone())), Arc::default()).raw(),
+                !Front::new("s1", Some(&caps(declared.clone())), Arc::default()).raw(),
                 "{declared}"
             );
         }
-        assert!(!Front::new(None, Arc::default()).raw(), "no handshake seen");
-        let f = Front::new(Some(&caps(serde_json::json!({}))), Arc::default());
+        assert!(
+            !Front::new("s1", None, Arc::default()).raw(),
+            "no handshake seen"
+        );
+        let f = Front::new("s1", Some(&caps(serde_json::json!({}))), Arc::default());
         f.set_log_level();
         assert!(!f.raw(), "a log level is per session");
     }
@@ -173,6 +185,7 @@ mod tests {
         let fronts = Fronts::default();
         let f = fronts.enter("s1", Some(&caps(serde_json::json!({}))), Arc::default());
         assert!(Arc::ptr_eq(&fronts.get("s1").unwrap(), &f));
+        assert_eq!(f.tag(), crate::redact::session_tag("s1"));
         let call = f.start("7");
         assert!(f.busy());
         assert!(!f.cancel("8"));

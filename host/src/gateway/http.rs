@@ -8,7 +8,9 @@
 //! front of rmcp with rmcp's own answers (its check is turned off, so there
 //! is one rule, not two).
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::Poll;
 
 use axum::Router;
 use axum::extract::Request;
@@ -51,31 +53,65 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         .map(crate::auth::metadata::routes)
         .unwrap_or_default();
     let factory_gw = gw.clone();
-    let service = StreamableHttpService::new(move || Ok(factory_gw.new_session()), streams, http);
-    let mcp = Router::new()
-        .nest_service("/mcp", service)
-        .route_layer(axum::middleware::from_fn_with_state(
-            gw.clone(),
-            super::answers::layer,
-        ))
-        .route_layer(axum::middleware::from_fn_with_state(
-            super::raw::RawPath::new(gw.clone()),
-            super::raw::forward,
-        ))
-        .route_layer(axum::middleware::from_fn_with_state(cap, session_cap))
-        .route_layer(axum::middleware::from_fn_with_state(
-            ids,
-            super::session_ids::seal,
-        ))
-        .route_layer(axum::middleware::from_fn_with_state(
+    let service = Rmcp(Arc::new(StreamableHttpService::new(
+        move || Ok(factory_gw.new_session()),
+        streams,
+        http,
+    )));
+    // The middlewares, the outermost first, in one `route_layer`. Each
+    // clones the stack below it per request; composed, that stack is their
+    // states (`Arc`s) and one boxed `Route`, where a `route_layer` per
+    // middleware boxed each one apart, a box cloned with all those below.
+    let layers = tower::ServiceBuilder::new()
+        .layer(axum::middleware::from_fn_with_state(guard, guard_request))
+        .layer(axum::middleware::from_fn_with_state(
             auth,
             crate::auth::mcp::authenticate,
         ))
-        .route_layer(axum::middleware::from_fn_with_state(guard, guard_request))
+        .layer(axum::middleware::from_fn_with_state(
+            ids,
+            super::session_ids::seal,
+        ))
+        .layer(axum::middleware::from_fn_with_state(cap, session_cap))
+        .layer(axum::middleware::from_fn_with_state(
+            super::raw::RawPath::new(gw.clone()),
+            super::raw::forward,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            gw.clone(),
+            super::answers::layer,
+        ));
+    let mcp = Router::new()
+        .nest_service("/mcp", service)
+        .route_layer(layers)
         .layer(axum::middleware::from_fn(
             super::http_errors::jsonrpc_errors,
         ));
     mcp.merge(metadata)
+}
+
+/// rmcp's service behind one `Arc`. Each middleware clones the service
+/// below it per request, down to this one, whose own clone (its config
+/// holds a cancellation token, whose clone and drop take a lock) is
+/// needed only by a request that reaches it: a call the raw path answers
+/// never does.
+#[derive(Clone)]
+struct Rmcp(Arc<StreamableHttpService<super::session::FrontSession, StreamSessions>>);
+
+impl tower::Service<Request> for Rmcp {
+    type Response = http::Response<http_body_util::combinators::BoxBody<bytes::Bytes, Infallible>>;
+    type Error = Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// What rmcp's own `call` does, with the `Arc` cloned instead.
+    fn call(&mut self, req: Request) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { Ok(service.handle(req).await) })
+    }
 }
 
 /// What [`session_cap`] needs.

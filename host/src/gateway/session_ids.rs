@@ -29,7 +29,7 @@ use serde_json::value::RawValue;
 
 use crate::auth::Principal;
 use crate::cluster::book::SessionBook;
-use crate::cluster::session_id::SessionFacts;
+use crate::cluster::session_id::{Declared, SessionFacts};
 use crate::log_limit::SharedLogLimit;
 use crate::redact::session_tag;
 
@@ -163,7 +163,12 @@ async fn opening(ids: &SessionIds, req: Request, next: Next) -> Response {
             .and_then(|p| p.protocol_version.clone())
             .unwrap_or_default();
         let mut facts = SessionFacts::new(local, who.caller(), revision);
-        let json = |v: Option<&RawValue>| v.and_then(|v| serde_json::from_str(v.get()).ok());
+        // Parsed and written again, compact (keys in the client's order):
+        // what the id carries does not depend on the client's spacing.
+        let json = |v: Option<&RawValue>| {
+            v.and_then(|v| serde_json::from_str(v.get()).ok())
+                .map(|v| Declared::of(&v))
+        };
         facts.capabilities = json(init.as_ref().and_then(|p| p.capabilities));
         facts.client = json(init.as_ref().and_then(|p| p.client_info));
         facts

@@ -49,7 +49,7 @@ use super::admission::{self, Admitted};
 use super::fronts::Front;
 use super::links::Links;
 use super::route::{schema_changed, unavailable, unknown_prompt, unknown_tool, unknown_uri};
-use crate::audit::Method;
+use crate::audit::{CallSession, Method};
 use crate::auth::Principal;
 use crate::backend::error::HttpFailure;
 use crate::backend::raw_http::{self, PostError, Posted};
@@ -531,10 +531,16 @@ impl RawPath {
                     RawMethod::PromptsGet => (Method::PromptsGet, Kind::Prompt),
                     _ => (Method::ResourcesRead, Kind::Resource),
                 };
-                let session = parts
-                    .headers
-                    .get("mcp-session-id")
-                    .and_then(|v| v.to_str().ok());
+                // A session's calls are raw only once it is entered
+                // (`Fronts`), which keeps its tag.
+                let session = match &planned.facts.front {
+                    Some(f) => Some(CallSession::Tagged(f.tag())),
+                    None => parts
+                        .headers
+                        .get("mcp-session-id")
+                        .and_then(|v| v.to_str().ok())
+                        .map(CallSession::Id),
+                };
                 let pending = gw.audit().begin_for(
                     audited,
                     &r.name,
