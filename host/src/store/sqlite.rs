@@ -53,11 +53,12 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
 
+use super::read::{self, sql_int};
 use super::{
     ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, SkippedRow,
     StoreError, StoreErrorKind,
@@ -624,80 +625,19 @@ fn migrate(conn: &mut Connection) -> Result<(), Setup> {
 
 // === reading values back ===
 
-/// A `LIMIT` or count as SQLite's integer; `usize` beyond `i64` means "all".
-fn sql_int(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// Why one row could not be read: the database failed (the whole read
-/// fails), or one value is not one this build reads (the row is skipped).
-enum Unread {
-    Sql(rusqlite::Error),
-    Value {
-        column: &'static str,
-        value: String,
-        why: &'static str,
-    },
-}
-
-impl From<rusqlite::Error> for Unread {
-    fn from(e: rusqlite::Error) -> Self {
-        Unread::Sql(e)
-    }
-}
-
-impl<T> Rows<T> {
-    /// Keeps a row that was read; records one with a bad value as skipped
-    /// (`row` says which it was); fails on a database error.
-    fn take(
-        &mut self,
-        read: Result<T, Unread>,
-        row: impl FnOnce() -> SkippedRow,
-    ) -> rusqlite::Result<()> {
-        match read {
-            Ok(r) => self.rows.push(r),
-            Err(Unread::Value { column, value, why }) => self.skipped.push(SkippedRow {
-                column,
-                value,
-                why,
-                ..row()
-            }),
-            Err(Unread::Sql(e)) => return Err(e),
-        }
-        Ok(())
-    }
-}
+/// Why one row could not be read ([`read::Unread`]), over SQLite's errors.
+type Unread = read::Unread<rusqlite::Error>;
 
 fn state(row: &Row<'_>, idx: usize, column: &'static str) -> Result<HealthState, Unread> {
-    let value: String = row.get(idx)?;
-    value.parse().map_err(|_| Unread::Value {
-        column,
-        value,
-        why: "is not a state this build knows (written by a newer Vigil?)",
-    })
+    read::state(row.get(idx)?, column)
 }
 
 fn int<T: TryFrom<i64>>(row: &Row<'_>, idx: usize, column: &'static str) -> Result<T, Unread> {
-    let value: i64 = row.get(idx)?;
-    T::try_from(value).map_err(|_| Unread::Value {
-        column,
-        value: value.to_string(),
-        why: "is out of range",
-    })
+    read::int(row.get(idx)?, column)
 }
 
-/// Milliseconds since the epoch; negative or unrepresentable is a bad
-/// value (this store never writes either).
 fn time(row: &Row<'_>, idx: usize, column: &'static str) -> Result<SystemTime, Unread> {
-    let value: i64 = row.get(idx)?;
-    u64::try_from(value)
-        .ok()
-        .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-        .ok_or_else(|| Unread::Value {
-            column,
-            value: value.to_string(),
-            why: "is not a time this store writes (milliseconds since 1970)",
-        })
+    read::time(row.get(idx)?, column)
 }
 
 mod calls;

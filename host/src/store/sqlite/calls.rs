@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, Row, params, params_from_iter};
 
-use super::{Rows, SkippedRow, Unread, int, sql_int, time};
+use super::{Rows, SkippedRow, Unread, int, read, sql_int, time};
 use crate::audit::{CallQuery, CallRecord, Method, Outcome, StoredCall};
 use crate::health::unix_ms;
 
@@ -127,25 +127,11 @@ fn parsed<T: std::str::FromStr>(
     idx: usize,
     column: &'static str,
 ) -> Result<T, Unread> {
-    let value: String = row.get(idx)?;
-    value.parse().map_err(|_| Unread::Value {
-        column,
-        value,
-        why: "is not a value this build knows (written by a newer Vigil?)",
-    })
+    read::parsed(row.get(idx)?, column)
 }
 
 fn arguments(row: &Row<'_>, idx: usize) -> Result<Option<serde_json::Value>, Unread> {
-    let Some(text) = row.get::<_, Option<String>>(idx)? else {
-        return Ok(None);
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|_| Unread::Value {
-            column: "arguments",
-            value: text.chars().take(80).collect(),
-            why: "is not JSON",
-        })
+    read::arguments(row.get(idx)?)
 }
 
 #[cfg(test)]

@@ -492,7 +492,8 @@ async fn a_refused_start_says_what_where_and_how_to_fix_it() {
     )
     .unwrap();
 
-    let Err(refused) = crate::store::open(&data_dir, false).await else {
+    let Err(refused) = crate::store::open(&data_dir, &crate::config::StoreConfig::default()).await
+    else {
         panic!("a store that is not a database must refuse the start")
     };
     assert_eq!(
@@ -508,7 +509,17 @@ async fn a_refused_start_says_what_where_and_how_to_fix_it() {
     );
     assert_eq!(refused.source.kind(), StoreErrorKind::Corrupt);
     assert!(
-        matches!(crate::store::open(&data_dir, true).await, Ok(None)),
+        matches!(
+            crate::store::open(
+                &data_dir,
+                &crate::config::StoreConfig {
+                    optional: true,
+                    ..Default::default()
+                }
+            )
+            .await,
+            Ok(None)
+        ),
         "optional: serves without it"
     );
 }
