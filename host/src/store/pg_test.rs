@@ -68,19 +68,24 @@ pub(crate) async fn fresh_database() -> Option<tokio_postgres::Config> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let cluster = cluster()?;
     let name = format!("t{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let database = cluster.config(&name);
     let (client, conn) = cluster
         .config("postgres")
         .connect(tokio_postgres::NoTls)
         .await
         .expect("connect to the test cluster");
-    let conn = tokio::spawn(conn);
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .expect("create a test database");
-    drop(client);
-    let _ = conn.await;
-    Some(cluster.config(&name))
+    // The connection is driven beside the statement, and ends with the
+    // client.
+    let create = async move {
+        let created = client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await;
+        drop(client);
+        created
+    };
+    let (created, _) = futures::join!(create, conn);
+    created.expect("create a test database");
+    Some(database)
 }
 
 impl Cluster {

@@ -86,13 +86,12 @@ use deadpool_postgres::{Manager, Pool, Runtime};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-use super::read::{self, sql_int};
+use super::read::{self, Stored, sql_int};
 use super::{
-    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, SkippedRow,
-    StoreError,
+    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, StoreError,
 };
-use crate::audit::{CallQuery, CallRecord, Method, Outcome, StoredCall};
-use crate::health::{HealthState, Transition, unix_ms};
+use crate::audit::{CallQuery, CallRecord, StoredCall};
+use crate::health::{Transition, unix_ms};
 
 pub use schema::MIGRATIONS;
 
@@ -108,9 +107,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Rows deleted per statement by a prune.
 const PRUNE_CHUNK: usize = 5000;
-
-const CALL_COLUMNS: &str =
-    "id, at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer";
 
 /// The shared store, serving [`HealthStore`], [`CallStore`] and
 /// [`ActionLog`] from a pool of connections. Cheap to clone (every clone
@@ -362,59 +358,24 @@ async fn transitions(
     limit: usize,
 ) -> PgResult<Rows<Transition>> {
     let stmt = client
-        .prepare_cached(
-            "SELECT backend, from_state, to_state, reason, at, id FROM (
+        .prepare_cached(&format!(
+            "SELECT {} FROM (
                  SELECT * FROM transitions WHERE backend = $1 ORDER BY id DESC LIMIT $2
              ) AS newest ORDER BY id ASC",
-        )
+            Transition::COLUMNS
+        ))
         .await?;
-    let mut out = Rows::default();
-    for row in client.query(&stmt, &[&backend, &sql_int(limit)]).await? {
-        let read = (|| -> Result<Transition, Unread> {
-            Ok(Transition {
-                backend: row.try_get(0)?,
-                from: state(&row, 1, "from_state")?,
-                to: state(&row, 2, "to_state")?,
-                reason: row.try_get(3)?,
-                at: time(&row, 4, "at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "transitions",
-            backend: row.try_get(0).ok(),
-            id: row.try_get(5).ok(),
-            ..SkippedRow::default()
-        })?;
-    }
-    Ok(out)
+    rows(client.query(&stmt, &[&backend, &sql_int(limit)]).await?)
 }
 
 async fn load_instances(client: &deadpool_postgres::Client) -> PgResult<Rows<InstanceRecord>> {
     let stmt = client
-        .prepare_cached(
-            "SELECT backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at
-             FROM instances ORDER BY backend",
-        )
+        .prepare_cached(&format!(
+            "SELECT {} FROM instances ORDER BY backend",
+            InstanceRecord::COLUMNS
+        ))
         .await?;
-    let mut out = Rows::default();
-    for row in client.query(&stmt, &[]).await? {
-        let read = (|| -> Result<InstanceRecord, Unread> {
-            Ok(InstanceRecord {
-                backend: row.try_get(0)?,
-                state: state(&row, 1, "state")?,
-                restart_count: int(&row, 2, "restart_count")?,
-                consecutive_failures: int(&row, 3, "consecutive_failures")?,
-                quarantine_reason: row.try_get(4)?,
-                updated_at: time(&row, 5, "updated_at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "instances",
-            backend: row.try_get(0).ok(),
-            ..SkippedRow::default()
-        })?;
-    }
-    Ok(out)
+    rows(client.query(&stmt, &[]).await?)
 }
 
 async fn record_action(client: &deadpool_postgres::Client, a: &AuditEntry) -> PgResult<()> {
@@ -440,30 +401,14 @@ async fn record_action(client: &deadpool_postgres::Client, a: &AuditEntry) -> Pg
 
 async fn actions(client: &deadpool_postgres::Client, limit: usize) -> PgResult<Rows<AuditEntry>> {
     let stmt = client
-        .prepare_cached(
-            "SELECT principal, action, target, outcome, at, id FROM (
+        .prepare_cached(&format!(
+            "SELECT {} FROM (
                  SELECT * FROM audit ORDER BY id DESC LIMIT $1
              ) AS newest ORDER BY id ASC",
-        )
+            AuditEntry::COLUMNS
+        ))
         .await?;
-    let mut out = Rows::default();
-    for row in client.query(&stmt, &[&sql_int(limit)]).await? {
-        let read = (|| -> Result<AuditEntry, Unread> {
-            Ok(AuditEntry {
-                principal: row.try_get(0)?,
-                action: row.try_get(1)?,
-                target: row.try_get(2)?,
-                outcome: row.try_get(3)?,
-                at: time(&row, 4, "at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "audit",
-            id: row.try_get(5).ok(),
-            ..SkippedRow::default()
-        })?;
-    }
-    Ok(out)
+    rows(client.query(&stmt, &[&sql_int(limit)]).await?)
 }
 
 /// Appends `calls` in one statement (so in one transaction): one array per
@@ -525,7 +470,7 @@ async fn query_calls(
     client: &deadpool_postgres::Client,
     q: &CallQuery,
 ) -> PgResult<Rows<StoredCall>> {
-    let mut sql = format!("SELECT {CALL_COLUMNS} FROM calls WHERE TRUE");
+    let mut sql = format!("SELECT {} FROM calls WHERE TRUE", StoredCall::COLUMNS);
     let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
     let mut filter = |column: &str, op: &str, value: Box<dyn ToSql + Sync + Send>| {
         args.push(value);
@@ -560,16 +505,7 @@ async fn query_calls(
         .iter()
         .map(|a| a.as_ref() as &(dyn ToSql + Sync))
         .collect();
-    let mut out = Rows::default();
-    for row in client.query(&stmt, &params).await? {
-        out.take(stored(&row), || SkippedRow {
-            table: "calls",
-            backend: row.try_get(4).ok(),
-            id: row.try_get(0).ok(),
-            ..SkippedRow::default()
-        })?;
-    }
-    Ok(out)
+    rows(client.query(&stmt, &params).await?)
 }
 
 /// Deletes up to [`PRUNE_CHUNK`] calls received before `cutoff`.
@@ -585,40 +521,31 @@ async fn prune_chunk(client: &deadpool_postgres::Client, cutoff: SystemTime) -> 
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
-fn stored(row: &Row) -> Result<StoredCall, Unread> {
-    Ok(StoredCall {
-        id: row.try_get(0)?,
-        call: CallRecord {
-            at: time(row, 1, "at")?,
-            principal: row.try_get(2)?,
-            issuer: row.try_get(10)?,
-            session: row.try_get(3)?,
-            backend: row.try_get(4)?,
-            method: read::parsed::<Method, _>(row.try_get(5)?, "method")?,
-            name: row.try_get(6)?,
-            outcome: read::parsed::<Outcome, _>(row.try_get(7)?, "outcome")?,
-            duration_us: int(row, 8, "duration_us")?,
-            arguments: read::arguments(row.try_get(9)?)?,
-        },
-    })
-}
-
 // === reading values back ===
 
-/// Why one row could not be read ([`read::Unread`]), over the driver's
-/// errors.
-type Unread = read::Unread<tokio_postgres::Error>;
-
-fn state(row: &Row, idx: usize, column: &'static str) -> Result<HealthState, Unread> {
-    read::state(row.try_get(idx)?, column)
+/// Every row that can be read; those that cannot, skipped.
+fn rows<T: Stored>(rows: Vec<Row>) -> PgResult<Rows<T>> {
+    let mut out = Rows::default();
+    for row in &rows {
+        out.push(row)?;
+    }
+    Ok(out)
 }
 
-fn int<T: TryFrom<i64>>(row: &Row, idx: usize, column: &'static str) -> Result<T, Unread> {
-    read::int(row.try_get(idx)?, column)
-}
+impl read::StoredRow for Row {
+    type Error = tokio_postgres::Error;
 
-fn time(row: &Row, idx: usize, column: &'static str) -> Result<SystemTime, Unread> {
-    read::time(row.try_get(idx)?, column)
+    fn text(&self, idx: usize) -> PgResult<String> {
+        self.try_get(idx)
+    }
+
+    fn maybe_text(&self, idx: usize) -> PgResult<Option<String>> {
+        self.try_get(idx)
+    }
+
+    fn integer(&self, idx: usize) -> PgResult<i64> {
+        self.try_get(idx)
+    }
 }
 
 #[cfg(test)]

@@ -58,13 +58,13 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
 
-use super::read::{self, sql_int};
+use super::read::{self, Stored, sql_int};
 use super::{
-    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, SkippedRow,
-    StoreError, StoreErrorKind,
+    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, StoreError,
+    StoreErrorKind,
 };
 use crate::audit::{CallQuery, CallRecord, StoredCall};
-use crate::health::{HealthState, Transition, unix_ms};
+use crate::health::{Transition, unix_ms};
 use crate::private_fs::{self, Kind, Loose, Outcome};
 
 /// The database's file name inside the data directory.
@@ -358,56 +358,29 @@ fn transitions(
     backend: &str,
     limit: usize,
 ) -> rusqlite::Result<Rows<Transition>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT backend, from_state, to_state, reason, at, id FROM (
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM (
              SELECT * FROM transitions WHERE backend = ?1 ORDER BY id DESC LIMIT ?2
          ) ORDER BY id ASC",
-    )?;
+        Transition::COLUMNS
+    ))?;
     let mut rows = stmt.query(params![backend, sql_int(limit)])?;
     let mut out = Rows::default();
     while let Some(row) = rows.next()? {
-        let read = (|| -> Result<Transition, Unread> {
-            Ok(Transition {
-                backend: row.get(0)?,
-                from: state(row, 1, "from_state")?,
-                to: state(row, 2, "to_state")?,
-                reason: row.get(3)?,
-                at: time(row, 4, "at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "transitions",
-            backend: row.get(0).ok(),
-            id: row.get(5).ok(),
-            ..SkippedRow::default()
-        })?;
+        out.push(row)?;
     }
     Ok(out)
 }
 
 fn load_instances(conn: &Connection) -> rusqlite::Result<Rows<InstanceRecord>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at
-         FROM instances ORDER BY backend",
-    )?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM instances ORDER BY backend",
+        InstanceRecord::COLUMNS
+    ))?;
     let mut rows = stmt.query([])?;
     let mut out = Rows::default();
     while let Some(row) = rows.next()? {
-        let read = (|| -> Result<InstanceRecord, Unread> {
-            Ok(InstanceRecord {
-                backend: row.get(0)?,
-                state: state(row, 1, "state")?,
-                restart_count: int(row, 2, "restart_count")?,
-                consecutive_failures: int(row, 3, "consecutive_failures")?,
-                quarantine_reason: row.get(4)?,
-                updated_at: time(row, 5, "updated_at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "instances",
-            backend: row.get(0).ok(),
-            ..SkippedRow::default()
-        })?;
+        out.push(row)?;
     }
     Ok(out)
 }
@@ -427,28 +400,16 @@ fn record_action(conn: &Connection, a: &AuditEntry) -> rusqlite::Result<()> {
 }
 
 fn actions(conn: &Connection, limit: usize) -> rusqlite::Result<Rows<AuditEntry>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT principal, action, target, outcome, at, id FROM (
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM (
              SELECT * FROM audit ORDER BY id DESC LIMIT ?1
          ) ORDER BY id ASC",
-    )?;
+        AuditEntry::COLUMNS
+    ))?;
     let mut rows = stmt.query(params![sql_int(limit)])?;
     let mut out = Rows::default();
     while let Some(row) = rows.next()? {
-        let read = (|| -> Result<AuditEntry, Unread> {
-            Ok(AuditEntry {
-                principal: row.get(0)?,
-                action: row.get(1)?,
-                target: row.get(2)?,
-                outcome: row.get(3)?,
-                at: time(row, 4, "at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "audit",
-            id: row.get(5).ok(),
-            ..SkippedRow::default()
-        })?;
+        out.push(row)?;
     }
     Ok(out)
 }
@@ -625,19 +586,20 @@ fn migrate(conn: &mut Connection) -> Result<(), Setup> {
 
 // === reading values back ===
 
-/// Why one row could not be read ([`read::Unread`]), over SQLite's errors.
-type Unread = read::Unread<rusqlite::Error>;
+impl read::StoredRow for Row<'_> {
+    type Error = rusqlite::Error;
 
-fn state(row: &Row<'_>, idx: usize, column: &'static str) -> Result<HealthState, Unread> {
-    read::state(row.get(idx)?, column)
-}
+    fn text(&self, idx: usize) -> rusqlite::Result<String> {
+        self.get(idx)
+    }
 
-fn int<T: TryFrom<i64>>(row: &Row<'_>, idx: usize, column: &'static str) -> Result<T, Unread> {
-    read::int(row.get(idx)?, column)
-}
+    fn maybe_text(&self, idx: usize) -> rusqlite::Result<Option<String>> {
+        self.get(idx)
+    }
 
-fn time(row: &Row<'_>, idx: usize, column: &'static str) -> Result<SystemTime, Unread> {
-    read::time(row.get(idx)?, column)
+    fn integer(&self, idx: usize) -> rusqlite::Result<i64> {
+        self.get(idx)
+    }
 }
 
 mod calls;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::OnceCell;
 
 use super::*;
+use crate::health::HealthState;
 use crate::store::pg_test;
 use crate::store::suite::{self, Fixture, instance, transition};
 use crate::store::{StoreErrorKind, Stores};

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::*;
+use crate::health::HealthState;
 use crate::store::Stores;
 use crate::store::suite::{self, Fixture, audit_entry, instance, transition};
 
