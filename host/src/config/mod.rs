@@ -50,7 +50,7 @@ pub const SESSION_KEY_FILE: &str = "session.key";
 pub const SESSION_KEY_PARTIAL: &str = "session.key.new";
 pub use policy::{Issuer as PolicyIssuer, PolicyConfig, Rate, parse_rate};
 use raw::RawConfig;
-pub use store::StoreConfig;
+pub use store::{StoreConfig, StoreUrl};
 pub use telemetry::TelemetryConfig;
 
 /// How the gateway names what backends export.

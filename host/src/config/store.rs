@@ -66,8 +66,9 @@ pub struct RawStore {
     pub url_env: Option<String>,
 }
 
-/// How a PostgreSQL URL is written, for messages.
-const URL_FORM: &str = "postgres://USER:PASSWORD@HOST:5432/DATABASE";
+/// How a PostgreSQL URL is written, for messages. Without userinfo in
+/// the URL itself: printed errors mask every URL's userinfo (`redact`).
+const URL_FORM: &str = "a URL like postgres://HOST:5432/DATABASE, with USER:PASSWORD@ before HOST";
 
 impl Problems {
     pub(super) fn store(
@@ -102,10 +103,15 @@ impl Problems {
         let config: tokio_postgres::Config = match value.trim().parse() {
             Ok(c) => c,
             Err(e) => {
+                // The driver's text is its kind; what is wrong is its cause
+                // ("invalid value for option `port`"), which never quotes
+                // the URL.
+                let why = std::error::Error::source(&e)
+                    .map_or_else(|| e.to_string(), |c| format!("{e}: {c}"));
                 self.add(
                     KEY,
                     format!(
-                        "`{var}` does not hold a PostgreSQL URL ({e}): set it like {URL_FORM}, or unset it for the embedded store"
+                        "`{var}` does not hold a PostgreSQL URL ({why}): set it to {URL_FORM}, or unset it for the embedded store"
                     ),
                 );
                 return None;
@@ -114,7 +120,7 @@ impl Problems {
         if config.get_hosts().is_empty() {
             self.add(
                 KEY,
-                format!("the URL in `{var}` names no host: set it like {URL_FORM}"),
+                format!("the URL in `{var}` names no host: set it to {URL_FORM}"),
             );
             return None;
         }

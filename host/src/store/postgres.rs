@@ -75,7 +75,7 @@
 //! (today a server that cannot be reached at start refuses the start,
 //! unless `[store] optional = true`).
 
-mod error;
+pub mod error;
 mod schema;
 
 use std::fmt;

@@ -12,6 +12,38 @@ use crate::store::{StoreError, StoreErrorKind};
 
 type PoolError = deadpool_postgres::PoolError;
 
+/// A driver error, printed with its causes: tokio-postgres prints only
+/// its own kind ("db error", "error connecting to server") and keeps the
+/// server's message or the socket's error as its source, which an
+/// operator must see. The text holds the whole chain, so no `source()`
+/// (reporters that print the chain would print it twice); the driver's
+/// error is [`PgError::driver`].
+#[derive(Debug)]
+pub struct PgError(tokio_postgres::Error);
+
+impl PgError {
+    /// The driver's error, for its kind and SQLSTATE.
+    pub fn driver(&self) -> &tokio_postgres::Error {
+        &self.0
+    }
+}
+
+/// `error connecting to server: Connection refused (os error 111)`,
+/// `db error: ERROR: database "x" does not exist`.
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+impl Error for PgError {}
+
 /// The kind of a failure the server reported, by its SQLSTATE.
 pub(super) fn kind_of_state(code: &SqlState) -> StoreErrorKind {
     if *code == SqlState::DATA_CORRUPTED || *code == SqlState::INDEX_CORRUPTED {
@@ -91,7 +123,7 @@ fn fix(location: &str, kind: StoreErrorKind, code: Option<&SqlState>) -> String 
 pub(super) fn statement(location: &str, e: tokio_postgres::Error) -> StoreError {
     let kind = kind_of(&e);
     let fix = fix(location, kind, e.code());
-    StoreError::new(kind, e)
+    StoreError::new(kind, PgError(e))
         .context(format!("store at {location}"))
         .with_fix(fix)
 }

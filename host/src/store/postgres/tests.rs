@@ -121,21 +121,28 @@ async fn a_database_migrated_by_a_newer_vigil_is_refused() {
     assert!(e.fix().unwrap().contains("newer Vigil"), "{e:?}");
 }
 
-/// A server that is not there is unavailable, and the message names it
-/// (never a password) with what to check.
-#[tokio::test]
-async fn a_server_that_cannot_be_reached_is_unavailable() {
+/// A port of 127.0.0.1 nobody listens on, and a URL with a password
+/// naming it.
+fn nobody_listening() -> (u16, tokio_postgres::Config) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let config: tokio_postgres::Config =
-        format!("postgres://vigil:s3cret-pw@127.0.0.1:{port}/vigil?connect_timeout=2")
-            .parse()
-            .unwrap();
+    let config = format!("postgres://vigil:s3cret-pw@127.0.0.1:{port}/vigil?connect_timeout=2")
+        .parse()
+        .unwrap();
+    (port, config)
+}
+
+/// A server that is not there is unavailable, and the message names it
+/// (never a password) with what to check.
+#[tokio::test]
+async fn a_server_that_cannot_be_reached_is_unavailable() {
+    let (port, config) = nobody_listening();
     let e = PostgresStore::connect(&config).await.unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e:?}");
+    assert!(e.to_string().contains("refused"), "the socket's error: {e}");
     let text = format!("{e} {}", e.fix().unwrap());
     assert!(
         text.contains(&format!("postgres://vigil@127.0.0.1:{port}/vigil")),
@@ -154,6 +161,18 @@ async fn a_database_that_does_not_exist_is_unavailable_with_the_fix() {
         .unwrap_err();
     assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e:?}");
     assert!(e.fix().unwrap().contains("CREATE DATABASE"), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains(r#"database "no_such_db" does not exist"#),
+        "the server's message, not only the driver's kind: {e}"
+    );
+    let driver = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<error::PgError>())
+        .map(error::PgError::driver);
+    assert_eq!(
+        driver.and_then(|d| d.code()),
+        Some(&tokio_postgres::error::SqlState::INVALID_CATALOG_NAME)
+    );
 }
 
 /// A row with a state a newer Vigil wrote costs only that row.
@@ -198,4 +217,54 @@ async fn rows_this_build_cannot_read_are_skipped_and_reported() {
     let calls = stores.calls.query(&CallQuery::default()).await.unwrap();
     let columns: Vec<&str> = calls.skipped.iter().map(|s| s.column).collect();
     assert_eq!(columns, ["arguments", "method"], "newest first");
+}
+
+/// `store::open` with `[store] url_env` set: the PostgreSQL store, or a
+/// refusal naming the server and the variable (never the password) —
+/// unless `optional`, which serves without a store.
+#[tokio::test]
+async fn open_chooses_postgres_and_refuses_or_serves_without_it() {
+    use crate::config::{StoreConfig, StoreUrl};
+    let data_dir = std::path::Path::new("/nonexistent/vigil-data");
+    let with = |config: tokio_postgres::Config, optional| StoreConfig {
+        optional,
+        url_env: Some("VIGIL_STORE_URL".into()),
+        url: Some(StoreUrl {
+            var: "VIGIL_STORE_URL".into(),
+            config,
+        }),
+    };
+    if let Some(config) = database().await {
+        let stores = crate::store::open(data_dir, &with(config, false))
+            .await
+            .unwrap()
+            .expect("a store");
+        stores.actions.record(suite::audit_entry(1)).await.unwrap();
+        assert_eq!(stores.actions.list(10).await.unwrap().rows.len(), 1);
+    }
+
+    let (port, down) = nobody_listening();
+    let Err(refused) = crate::store::open(data_dir, &with(down.clone(), false)).await else {
+        panic!("a server that cannot be reached refuses the start")
+    };
+    let text = refused.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "cannot open the state store at postgres://vigil@127.0.0.1:{port}/vigil (from `VIGIL_STORE_URL`): "
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: check that the PostgreSQL server") && text.contains("optional = true"),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret"), "{text}");
+    assert_eq!(refused.source.kind(), StoreErrorKind::Unavailable);
+    assert!(
+        matches!(
+            crate::store::open(data_dir, &with(down, true)).await,
+            Ok(None)
+        ),
+        "optional: serves without it"
+    );
 }
