@@ -86,6 +86,8 @@ use deadpool_postgres::{Manager, Pool, Runtime};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+#[cfg(doc)]
+use super::StoreErrorKind;
 use super::read::{self, Stored, sql_int};
 use super::{
     ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, StoreError,
@@ -127,10 +129,10 @@ impl PostgresStore {
     ///
     /// # Errors
     ///
-    /// [`StoreErrorKind::Unavailable`](super::StoreErrorKind::Unavailable)
+    /// [`StoreErrorKind::Unavailable`]
     /// when the server cannot be reached, refuses the login or has no such
     /// database (the text names the server, the fix says what to check);
-    /// [`StoreErrorKind::Corrupt`](super::StoreErrorKind::Corrupt) when a
+    /// [`StoreErrorKind::Corrupt`] when a
     /// newer Vigil migrated the database; the kind of the failure for a
     /// migration the server refused.
     pub async fn connect(config: &tokio_postgres::Config) -> Result<Self, StoreError> {

@@ -13,9 +13,10 @@
 //!   batches, read newest first or after a row id, indexed by time (for
 //!   pruning and `since`) and by `(principal, id)`; see `sqlite/calls.rs`.
 //!
-//! States are stored as their lowercase names ([`HealthState::as_str`]) and
-//! times as milliseconds since the Unix epoch, so the schema moves to
-//! PostgreSQL unchanged. A row with a value that does not parse (a state a
+//! States are stored as their lowercase names
+//! ([`HealthState::as_str`](crate::health::HealthState::as_str)) and times
+//! as milliseconds since the Unix epoch, so the schema moves to PostgreSQL
+//! unchanged (`postgres.rs`). A row with a value that does not parse (a state a
 //! newer Vigil wrote, a count out of range) is skipped and reported in
 //! [`Rows::skipped`], never a panic and never a reason to drop the other
 //! rows. The schema version lives in `PRAGMA user_version` and is migrated
