@@ -9,8 +9,10 @@
 #    names the front; every task tracked) and `cargo clippy --workspace
 #    --all-targets -- -D warnings`
 #    (the guest workspaces too)
-# 2. `cargo test --workspace`, then the unit tests of the guest SDK and the
-#    first-party plugins (workspaces of their own)
+# 2. setup: Debian's PostgreSQL server (postgres_env; the store suite starts
+#    its own throwaway cluster from it), then `cargo test --workspace`, then
+#    the unit tests of the guest SDK and the first-party plugins (workspaces
+#    of their own)
 # 3. setup: the Python venv (~/.cache/vigil/venv: pytest + the official MCP
 #    Python SDK), the other MCP clients of the clients × revisions matrix
 #    (tests/e2e/clients/setup.sh) and the WebAssembly plugins and example
@@ -25,6 +27,8 @@
 #   CARGO_TARGET_DIR   default $HOME/.cache/vigil-target
 #   VIGIL_VENV         default $HOME/.cache/vigil/venv
 #   PYTEST_ARGS        extra arguments for pytest (e.g. "-k failures -x")
+#   VIGIL_PG_BINDIR    PostgreSQL's server binaries; default the newest
+#                      /usr/lib/postgresql/N/bin
 # Exits non-zero if any step fails; prints a summary of the steps at the end.
 set -uo pipefail
 
@@ -211,6 +215,26 @@ guest_tests() {
     CARGO_TARGET_DIR="$dir" cargo test --manifest-path plugins/Cargo.toml --locked
 }
 
+# Debian's PostgreSQL server, for the store suite on PostgreSQL: each test
+# binary starts its own throwaway cluster from these binaries (never the
+# packaged one). Exports VIGIL_PG_BINDIR, the newest installed version: the
+# tests use it, and fail rather than skip when it (or CI) is set and the
+# server is missing.
+postgres_env() {
+  if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      echo "installing postgresql with apt-get"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null || return 1
+    else
+      echo "PostgreSQL is required for the store tests (Debian: apt-get install postgresql)" >&2
+      return 1
+    fi
+  fi
+  VIGIL_PG_BINDIR=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -t/ -k4 -n | tail -1)
+  export VIGIL_PG_BINDIR
+  "$VIGIL_PG_BINDIR/postgres" --version
+}
+
 # A Docker-API container engine (Podman's service here) and the demo image,
 # for the container runtime's tests.
 container_env() {
@@ -229,6 +253,7 @@ if [ "${results[-1]}" = PASS ]; then
   step structure bash scripts/structure.sh
   step clippy clippy_check
   step container-engine container_env
+  step postgres-env postgres_env
   step cargo-test cargo test --workspace
   step guest-tests guest_tests
   step browser-env browser_env
@@ -255,7 +280,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance-client SKIPPED
   fi
 else
-  for name in demo-check fmt structure clippy container-engine cargo-test guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
+  for name in demo-check fmt structure clippy container-engine postgres-env cargo-test guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

@@ -51,8 +51,10 @@
 //! - [`store`] keeps what must survive a restart (quarantines, restart
 //!   counts, the transition log, both audit logs) behind three async
 //!   seams, one per concern (`HealthStore`, `CallStore`, `ActionLog`),
-//!   with a neutral `StoreError`; SQLite implements them today. Writes
-//!   that must not wait go through its one batched `Writer`.
+//!   with a neutral `StoreError`; the embedded SQLite store (the default)
+//!   and PostgreSQL (one database shared by replicas, `[store] url_env`)
+//!   implement them. Writes that must not wait go through its one batched
+//!   `Writer`.
 //!
 //! Data flows one way: backend supervisors send updates to the app's
 //! update task, which publishes a new generation and notifies sessions; requests and

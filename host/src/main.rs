@@ -312,13 +312,21 @@ fn main() -> ExitCode {
             };
             let _ = writeln!(out, "  {} ({transport})", b.name);
         }
-        let _ = writeln!(
-            out,
-            "store: {} ({})",
-            config
+        let store = match &config.store.url {
+            Some(url) => format!(
+                "{} (PostgreSQL, from `{}`)",
+                vigil::store::postgres::location(&url.config),
+                url.var
+            ),
+            None => config
                 .data_dir
                 .join(vigil::store::sqlite::FILE_NAME)
-                .display(),
+                .display()
+                .to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "store: {store} ({})",
             if config.store.optional {
                 "optional: serves without durable state if it cannot be opened"
             } else {
@@ -478,7 +486,7 @@ async fn serve(
 /// Opens the state store before any backend starts: refused (the start
 /// fails with what, where and how to fix) unless `[store] optional = true`.
 async fn open_store(config: &Config) -> anyhow::Result<Option<vigil::store::Stores>> {
-    Ok(vigil::store::open(&config.data_dir, config.store.optional).await?)
+    Ok(vigil::store::open(&config.data_dir, &config.store).await?)
 }
 
 /// Cancels `shutdown` on SIGTERM or Ctrl-C; ends quietly when something

@@ -50,7 +50,7 @@ pub const SESSION_KEY_FILE: &str = "session.key";
 pub const SESSION_KEY_PARTIAL: &str = "session.key.new";
 pub use policy::{Issuer as PolicyIssuer, PolicyConfig, Rate, parse_rate};
 use raw::RawConfig;
-pub use store::StoreConfig;
+pub use store::{StoreConfig, StoreUrl};
 pub use telemetry::TelemetryConfig;
 
 /// How the gateway names what backends export.
@@ -136,7 +136,8 @@ pub struct Config {
     /// cache), private to
     /// Vigil's user. Default: `vigil-data` beside the config file.
     pub data_dir: PathBuf,
-    /// `[store]`: whether Vigil may serve without its state store.
+    /// `[store]`: which state store (embedded SQLite, or PostgreSQL), and
+    /// whether Vigil may serve without it.
     pub store: StoreConfig,
     /// `[auth]`: who may use `/mcp`.
     pub auth: AuthConfig,
@@ -335,7 +336,7 @@ impl Config {
         let plugins = p.plugins(raw.plugins, path, &data_dir);
         let telemetry = p.telemetry(raw.telemetry);
         let limits = p.limits(raw.limits);
-        let store = p.store(raw.store);
+        let store = p.store(raw.store, env);
         let audit = p.audit(raw.audit);
 
         let mut backends = Vec::new();

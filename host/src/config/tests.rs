@@ -478,6 +478,56 @@ fn the_store_is_required_unless_made_optional() {
     assert!(e.contains("data_dir"), "data_dir is a top-level key: {e}");
 }
 
+/// `url_env` names a variable; set and non-empty it selects PostgreSQL,
+/// else the embedded store. A bad URL is a problem naming the key and the
+/// variable, never the URL (it may hold a password).
+#[test]
+fn the_store_url_comes_from_the_variable_url_env_names() {
+    let parse_env = |text: &str, value: Option<&str>| {
+        let value = value.map(str::to_owned);
+        Config::parse_with_env(text, Path::new("vigil.toml"), &move |k| {
+            (k == "VIGIL_STORE_URL").then(|| value.clone()).flatten()
+        })
+    };
+    let text = "[store]\nurl_env = \"VIGIL_STORE_URL\"\n";
+    let c = parse_env(text, Some("postgres://vigil:pw@db.internal:6432/vigil")).unwrap();
+    let url = c.store.url.as_ref().expect("PostgreSQL chosen");
+    assert_eq!(url.var, "VIGIL_STORE_URL");
+    assert_eq!(url.config.get_dbname(), Some("vigil"));
+    assert_eq!(url.config.get_ports(), [6432]);
+    assert!(
+        !format!("{c:?}").contains("pw@"),
+        "Debug never shows the URL"
+    );
+
+    for unset in [None, Some(""), Some("  ")] {
+        let c = parse_env(text, unset).unwrap();
+        assert_eq!(c.store.url, None, "{unset:?}: the embedded store");
+        assert_eq!(c.store.url_env.as_deref(), Some("VIGIL_STORE_URL"));
+    }
+    assert_eq!(parse("").unwrap().store.url_env, None);
+
+    for (value, want) in [
+        (
+            "postgres://vigil:s3cret@db:notaport/vigil",
+            "does not hold a PostgreSQL URL",
+        ),
+        (
+            "postgres://vigil:s3cret@db/vigil?sslmode=require",
+            "asks for TLS",
+        ),
+    ] {
+        let e = parse_env(text, Some(value)).unwrap_err().to_string();
+        assert!(
+            e.contains("store.url_env") && e.contains("`VIGIL_STORE_URL`") && e.contains(want),
+            "{e}"
+        );
+        assert!(!e.contains("s3cret"), "never the URL: {e}");
+    }
+    let e = err("[store]\nurl_env = \"\"\n");
+    assert!(e.contains("store.url_env: must not be empty"), "{e}");
+}
+
 // === [api] ===
 
 const STRONG: &str = "4f9c2b7e1a0d8c3f6b5e9a2d7c1f0e8b";

@@ -14,9 +14,11 @@
 //!   [`crate::audit`]'s writer, queried by the control API, pruned;
 //! - [`ActionLog`]: the operator actions the control API records and lists.
 //!
-//! [`Stores`] hands out one of each; [`open`] returns it, and
-//! [`sqlite::SqliteStore`], the embedded default (one file under
-//! `data_dir`), implements all three. Every method is async and never
+//! [`Stores`] hands out one of each; [`open`] returns it. Two
+//! implementations serve all three: [`sqlite::SqliteStore`], the embedded
+//! default (one file under `data_dir`), and [`postgres::PostgresStore`],
+//! one database several replicas share (`[store] url_env`). One suite of
+//! tests (`suite.rs`) runs against both. Every method is async and never
 //! blocks the caller's thread: an implementation over a blocking driver
 //! (SQLite) runs it on the blocking pool itself, so callers just `.await`.
 //! Failures are a [`StoreError`], whose [`StoreErrorKind`] callers match
@@ -34,9 +36,13 @@
 //! report it ([`Rows`]), so one bad row never costs the others.
 
 mod error;
+pub mod postgres;
+mod read;
 pub mod sqlite;
 pub mod writer;
 
+#[cfg(test)]
+pub(crate) mod pg_test;
 #[cfg(test)]
 pub(crate) mod suite;
 
@@ -44,7 +50,7 @@ pub use error::{StoreError, StoreErrorKind};
 pub use writer::{HealthWriter, Policy, Refusal, Sink, Writer};
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -52,6 +58,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{CallQuery, CallRecord, StoredCall};
+use crate::config::StoreConfig;
 use crate::health::{HealthState, Transition};
 
 /// The persisted state of one backend instance.
@@ -251,35 +258,59 @@ impl fmt::Debug for Stores {
     }
 }
 
-/// Opens the store in `data_dir` for `vigil serve` and `vigil stdio`.
+/// Opens the state store `config` chooses for `vigil serve` and `vigil
+/// stdio`: PostgreSQL when `[store] url_env` names a variable that holds a
+/// URL ([`postgres::PostgresStore`]), else the embedded SQLite store in
+/// `data_dir` ([`sqlite::SqliteStore`]).
 ///
 /// Without durable state a restart forgets every quarantine and starts a
-/// backend an operator held, so a store that cannot be opened refuses the
-/// start ([`Refused`]) — unless the operator chose `[store] optional =
-/// true`, which serves without it (`Ok(None)`) and says so at ERROR.
-pub async fn open(data_dir: &Path, optional: bool) -> Result<Option<Stores>, Refused> {
-    let dir = data_dir.to_owned();
-    let opened = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(&dir))
-        .await
-        .unwrap_or_else(|e| Err(StoreError::new(StoreErrorKind::Other, e).context("store")));
-    match opened {
-        Ok(store) => {
-            tracing::info!(data_dir = %data_dir.display(), "health state store opened");
-            Ok(Some(Stores::of(Arc::new(store))))
+/// backend an operator held, so a store that cannot be opened — a file
+/// that cannot, a PostgreSQL server that cannot be reached at start —
+/// refuses the start ([`Refused`]), unless the operator chose `[store]
+/// optional = true`, which serves without it (`Ok(None)`) and says so at
+/// ERROR. (Retrying a PostgreSQL server with backoff while it is down
+/// comes with a later step.)
+pub async fn open(data_dir: &Path, config: &StoreConfig) -> Result<Option<Stores>, Refused> {
+    let (location, opened) = match &config.url {
+        Some(url) => {
+            let location = postgres::location(&url.config);
+            tracing::info!(store = %location, var = %url.var, "opening the PostgreSQL state store");
+            let opened = postgres::PostgresStore::connect(&url.config)
+                .await
+                .map(|s| Stores::of(Arc::new(s)));
+            (format!("at {location} (from `{}`)", url.var), opened)
         }
-        Err(source) if optional => {
+        None => {
+            if let Some(var) = &config.url_env {
+                tracing::warn!(
+                    var = %var,
+                    "[store] url_env names `{var}`, which is unset or empty: using the embedded store in data_dir, \
+                     which other replicas do not share"
+                );
+            }
+            let dir = data_dir.to_owned();
+            let opened = tokio::task::spawn_blocking(move || sqlite::SqliteStore::open(&dir))
+                .await
+                .unwrap_or_else(|e| Err(StoreError::new(StoreErrorKind::Other, e).context("store")))
+                .map(|s| Stores::of(Arc::new(s)));
+            (format!("in {}", data_dir.display()), opened)
+        }
+    };
+    match opened {
+        Ok(stores) => {
+            tracing::info!(store = %location, "health state store opened");
+            Ok(Some(stores))
+        }
+        Err(source) if config.optional => {
             tracing::error!(
-                data_dir = %data_dir.display(),
+                store = %location,
                 error = %source,
                 "cannot open the state store; serving without it because [store] optional = true: \
                  quarantines, restart counts and history will not survive a restart, and quarantined backends are started again"
             );
             Ok(None)
         }
-        Err(source) => Err(Refused {
-            data_dir: data_dir.to_owned(),
-            source,
-        }),
+        Err(source) => Err(Refused { location, source }),
     }
 }
 
@@ -287,7 +318,9 @@ pub async fn open(data_dir: &Path, optional: bool) -> Result<Option<Stores>, Ref
 /// failed, where, how to fix it, and how to serve without durable state.
 #[derive(Debug)]
 pub struct Refused {
-    pub data_dir: PathBuf,
+    /// Where the store is: `in DATA_DIR`, or `at postgres://…` (never a
+    /// password) with the variable it came from.
+    pub location: String,
     pub source: StoreError,
 }
 
@@ -295,9 +328,8 @@ impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "cannot open the state store in {}: {}",
-            self.data_dir.display(),
-            self.source
+            "cannot open the state store {}: {}",
+            self.location, self.source
         )?;
         if let Some(fix) = self.source.fix() {
             write!(f, "\n  fix: {fix}")?;

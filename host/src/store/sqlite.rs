@@ -13,9 +13,10 @@
 //!   batches, read newest first or after a row id, indexed by time (for
 //!   pruning and `since`) and by `(principal, id)`; see `sqlite/calls.rs`.
 //!
-//! States are stored as their lowercase names ([`HealthState::as_str`]) and
-//! times as milliseconds since the Unix epoch, so the schema moves to
-//! PostgreSQL unchanged. A row with a value that does not parse (a state a
+//! States are stored as their lowercase names
+//! ([`HealthState::as_str`](crate::health::HealthState::as_str)) and times
+//! as milliseconds since the Unix epoch, so the schema moves to PostgreSQL
+//! unchanged (`postgres.rs`). A row with a value that does not parse (a state a
 //! newer Vigil wrote, a count out of range) is skipped and reported in
 //! [`Rows::skipped`], never a panic and never a reason to drop the other
 //! rows. The schema version lives in `PRAGMA user_version` and is migrated
@@ -53,17 +54,18 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
 
+use super::read::{self, Stored, sql_int};
 use super::{
-    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, SkippedRow,
-    StoreError, StoreErrorKind,
+    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, StoreError,
+    StoreErrorKind,
 };
 use crate::audit::{CallQuery, CallRecord, StoredCall};
-use crate::health::{HealthState, Transition, unix_ms};
+use crate::health::{Transition, unix_ms};
 use crate::private_fs::{self, Kind, Loose, Outcome};
 
 /// The database's file name inside the data directory.
@@ -357,56 +359,29 @@ fn transitions(
     backend: &str,
     limit: usize,
 ) -> rusqlite::Result<Rows<Transition>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT backend, from_state, to_state, reason, at, id FROM (
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM (
              SELECT * FROM transitions WHERE backend = ?1 ORDER BY id DESC LIMIT ?2
          ) ORDER BY id ASC",
-    )?;
+        Transition::COLUMNS
+    ))?;
     let mut rows = stmt.query(params![backend, sql_int(limit)])?;
     let mut out = Rows::default();
     while let Some(row) = rows.next()? {
-        let read = (|| -> Result<Transition, Unread> {
-            Ok(Transition {
-                backend: row.get(0)?,
-                from: state(row, 1, "from_state")?,
-                to: state(row, 2, "to_state")?,
-                reason: row.get(3)?,
-                at: time(row, 4, "at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "transitions",
-            backend: row.get(0).ok(),
-            id: row.get(5).ok(),
-            ..SkippedRow::default()
-        })?;
+        out.push(row)?;
     }
     Ok(out)
 }
 
 fn load_instances(conn: &Connection) -> rusqlite::Result<Rows<InstanceRecord>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT backend, state, restart_count, consecutive_failures, quarantine_reason, updated_at
-         FROM instances ORDER BY backend",
-    )?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM instances ORDER BY backend",
+        InstanceRecord::COLUMNS
+    ))?;
     let mut rows = stmt.query([])?;
     let mut out = Rows::default();
     while let Some(row) = rows.next()? {
-        let read = (|| -> Result<InstanceRecord, Unread> {
-            Ok(InstanceRecord {
-                backend: row.get(0)?,
-                state: state(row, 1, "state")?,
-                restart_count: int(row, 2, "restart_count")?,
-                consecutive_failures: int(row, 3, "consecutive_failures")?,
-                quarantine_reason: row.get(4)?,
-                updated_at: time(row, 5, "updated_at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "instances",
-            backend: row.get(0).ok(),
-            ..SkippedRow::default()
-        })?;
+        out.push(row)?;
     }
     Ok(out)
 }
@@ -426,28 +401,16 @@ fn record_action(conn: &Connection, a: &AuditEntry) -> rusqlite::Result<()> {
 }
 
 fn actions(conn: &Connection, limit: usize) -> rusqlite::Result<Rows<AuditEntry>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT principal, action, target, outcome, at, id FROM (
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM (
              SELECT * FROM audit ORDER BY id DESC LIMIT ?1
          ) ORDER BY id ASC",
-    )?;
+        AuditEntry::COLUMNS
+    ))?;
     let mut rows = stmt.query(params![sql_int(limit)])?;
     let mut out = Rows::default();
     while let Some(row) = rows.next()? {
-        let read = (|| -> Result<AuditEntry, Unread> {
-            Ok(AuditEntry {
-                principal: row.get(0)?,
-                action: row.get(1)?,
-                target: row.get(2)?,
-                outcome: row.get(3)?,
-                at: time(row, 4, "at")?,
-            })
-        })();
-        out.take(read, || SkippedRow {
-            table: "audit",
-            id: row.get(5).ok(),
-            ..SkippedRow::default()
-        })?;
+        out.push(row)?;
     }
     Ok(out)
 }
@@ -624,80 +587,20 @@ fn migrate(conn: &mut Connection) -> Result<(), Setup> {
 
 // === reading values back ===
 
-/// A `LIMIT` or count as SQLite's integer; `usize` beyond `i64` means "all".
-fn sql_int(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
+impl read::StoredRow for Row<'_> {
+    type Error = rusqlite::Error;
 
-/// Why one row could not be read: the database failed (the whole read
-/// fails), or one value is not one this build reads (the row is skipped).
-enum Unread {
-    Sql(rusqlite::Error),
-    Value {
-        column: &'static str,
-        value: String,
-        why: &'static str,
-    },
-}
-
-impl From<rusqlite::Error> for Unread {
-    fn from(e: rusqlite::Error) -> Self {
-        Unread::Sql(e)
+    fn text(&self, idx: usize) -> rusqlite::Result<String> {
+        self.get(idx)
     }
-}
 
-impl<T> Rows<T> {
-    /// Keeps a row that was read; records one with a bad value as skipped
-    /// (`row` says which it was); fails on a database error.
-    fn take(
-        &mut self,
-        read: Result<T, Unread>,
-        row: impl FnOnce() -> SkippedRow,
-    ) -> rusqlite::Result<()> {
-        match read {
-            Ok(r) => self.rows.push(r),
-            Err(Unread::Value { column, value, why }) => self.skipped.push(SkippedRow {
-                column,
-                value,
-                why,
-                ..row()
-            }),
-            Err(Unread::Sql(e)) => return Err(e),
-        }
-        Ok(())
+    fn maybe_text(&self, idx: usize) -> rusqlite::Result<Option<String>> {
+        self.get(idx)
     }
-}
 
-fn state(row: &Row<'_>, idx: usize, column: &'static str) -> Result<HealthState, Unread> {
-    let value: String = row.get(idx)?;
-    value.parse().map_err(|_| Unread::Value {
-        column,
-        value,
-        why: "is not a state this build knows (written by a newer Vigil?)",
-    })
-}
-
-fn int<T: TryFrom<i64>>(row: &Row<'_>, idx: usize, column: &'static str) -> Result<T, Unread> {
-    let value: i64 = row.get(idx)?;
-    T::try_from(value).map_err(|_| Unread::Value {
-        column,
-        value: value.to_string(),
-        why: "is out of range",
-    })
-}
-
-/// Milliseconds since the epoch; negative or unrepresentable is a bad
-/// value (this store never writes either).
-fn time(row: &Row<'_>, idx: usize, column: &'static str) -> Result<SystemTime, Unread> {
-    let value: i64 = row.get(idx)?;
-    u64::try_from(value)
-        .ok()
-        .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-        .ok_or_else(|| Unread::Value {
-            column,
-            value: value.to_string(),
-            why: "is not a time this store writes (milliseconds since 1970)",
-        })
+    fn integer(&self, idx: usize) -> rusqlite::Result<i64> {
+        self.get(idx)
+    }
 }
 
 mod calls;

@@ -2,25 +2,23 @@
 //!
 //! Times are milliseconds since the epoch like every other table;
 //! `method` and `outcome` are their JSON names (`tools/call`,
-//! `rate_limited`), `arguments` JSON text or NULL. A row whose method or
-//! outcome this build does not know (written by a newer Vigil), or whose
-//! arguments are not JSON, is skipped and reported, never a reason to
-//! drop the others.
+//! `rate_limited`), `arguments` JSON text or NULL, read back as every
+//! store does (`store/read.rs`). A row whose method or outcome this build
+//! does not know (written by a newer Vigil), or whose arguments are not
+//! JSON, is skipped and reported, never a reason to drop the others.
 
 use std::time::SystemTime;
 
 use rusqlite::types::Value as Sql;
-use rusqlite::{Connection, Row, params, params_from_iter};
+use rusqlite::{Connection, params, params_from_iter};
 
-use super::{Rows, SkippedRow, Unread, int, sql_int, time};
-use crate::audit::{CallQuery, CallRecord, Method, Outcome, StoredCall};
+use super::read::Stored;
+use super::{Rows, sql_int};
+use crate::audit::{CallQuery, CallRecord, StoredCall};
 use crate::health::unix_ms;
 
 /// Rows deleted per statement by a prune.
 pub(super) const PRUNE_CHUNK: usize = 5000;
-
-const COLUMNS: &str =
-    "id, at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer";
 
 /// Appends `calls` in one transaction.
 pub(super) fn append(conn: &mut Connection, calls: &[CallRecord]) -> rusqlite::Result<()> {
@@ -52,7 +50,7 @@ pub(super) fn append(conn: &mut Connection, calls: &[CallRecord]) -> rusqlite::R
 
 /// The rows `q` selects (see [`crate::store::CallStore::query`]).
 pub(super) fn read(conn: &Connection, q: &CallQuery) -> rusqlite::Result<Rows<StoredCall>> {
-    let mut sql = format!("SELECT {COLUMNS} FROM calls WHERE 1 = 1");
+    let mut sql = format!("SELECT {} FROM calls WHERE 1 = 1", StoredCall::COLUMNS);
     let mut args: Vec<Sql> = Vec::new();
     let mut filter = |clause: &str, value: Sql| {
         sql.push_str(clause);
@@ -86,12 +84,7 @@ pub(super) fn read(conn: &Connection, q: &CallQuery) -> rusqlite::Result<Rows<St
     let mut rows = stmt.query(params_from_iter(args))?;
     let mut out = Rows::default();
     while let Some(row) = rows.next()? {
-        out.take(stored(row), || SkippedRow {
-            table: "calls",
-            backend: row.get(4).ok(),
-            id: row.get(0).ok(),
-            ..SkippedRow::default()
-        })?;
+        out.push(row)?;
     }
     Ok(out)
 }
@@ -102,50 +95,6 @@ pub(super) fn prune_chunk(conn: &Connection, cutoff: SystemTime) -> rusqlite::Re
         "DELETE FROM calls WHERE id IN (SELECT id FROM calls WHERE at < ?1 LIMIT ?2)",
     )?;
     stmt.execute(params![unix_ms::to_ms(cutoff), sql_int(PRUNE_CHUNK)])
-}
-
-fn stored(row: &Row<'_>) -> Result<StoredCall, Unread> {
-    Ok(StoredCall {
-        id: row.get(0)?,
-        call: CallRecord {
-            at: time(row, 1, "at")?,
-            principal: row.get(2)?,
-            issuer: row.get(10)?,
-            session: row.get(3)?,
-            backend: row.get(4)?,
-            method: parsed::<Method>(row, 5, "method")?,
-            name: row.get(6)?,
-            outcome: parsed::<Outcome>(row, 7, "outcome")?,
-            duration_us: int(row, 8, "duration_us")?,
-            arguments: arguments(row, 9)?,
-        },
-    })
-}
-
-fn parsed<T: std::str::FromStr>(
-    row: &Row<'_>,
-    idx: usize,
-    column: &'static str,
-) -> Result<T, Unread> {
-    let value: String = row.get(idx)?;
-    value.parse().map_err(|_| Unread::Value {
-        column,
-        value,
-        why: "is not a value this build knows (written by a newer Vigil?)",
-    })
-}
-
-fn arguments(row: &Row<'_>, idx: usize) -> Result<Option<serde_json::Value>, Unread> {
-    let Some(text) = row.get::<_, Option<String>>(idx)? else {
-        return Ok(None);
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|_| Unread::Value {
-            column: "arguments",
-            value: text.chars().take(80).collect(),
-            why: "is not JSON",
-        })
 }
 
 #[cfg(test)]

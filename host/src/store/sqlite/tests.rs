@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::*;
+use crate::health::HealthState;
 use crate::store::Stores;
 use crate::store::suite::{self, Fixture, audit_entry, instance, transition};
 
@@ -492,7 +493,8 @@ async fn a_refused_start_says_what_where_and_how_to_fix_it() {
     )
     .unwrap();
 
-    let Err(refused) = crate::store::open(&data_dir, false).await else {
+    let Err(refused) = crate::store::open(&data_dir, &crate::config::StoreConfig::default()).await
+    else {
         panic!("a store that is not a database must refuse the start")
     };
     assert_eq!(
@@ -508,7 +510,17 @@ async fn a_refused_start_says_what_where_and_how_to_fix_it() {
     );
     assert_eq!(refused.source.kind(), StoreErrorKind::Corrupt);
     assert!(
-        matches!(crate::store::open(&data_dir, true).await, Ok(None)),
+        matches!(
+            crate::store::open(
+                &data_dir,
+                &crate::config::StoreConfig {
+                    optional: true,
+                    ..Default::default()
+                }
+            )
+            .await,
+            Ok(None)
+        ),
         "optional: serves without it"
     );
 }

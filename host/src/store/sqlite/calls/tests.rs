@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::super::SqliteStore;
 use super::*;
+use crate::audit::Outcome;
 use crate::store::CallStore;
 use crate::store::suite::call;
 

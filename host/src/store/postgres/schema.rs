@@ -1,0 +1,108 @@
+//! The PostgreSQL schema and its migrations (see the store's module doc):
+//! versions recorded in `schema_migrations`, applied under a
+//! transaction-scoped advisory lock so replicas starting together migrate
+//! once.
+
+use super::error;
+use crate::store::StoreError;
+
+/// The advisory lock every replica takes to migrate: `vigil` in ASCII,
+/// then 1 (a key of its own, so no other use of advisory locks on the same
+/// database waits on it by chance).
+pub(super) const LOCK: i64 = 0x7669_6769_6c00_0001;
+
+/// Schema migrations; entry `i` takes the schema from version `i` to
+/// `i + 1`. A released entry is never edited, only followed by a new one.
+///
+/// The tables are SQLite's (`sqlite.rs`), with its later migrations
+/// folded into the first version here.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "CREATE TABLE instances (
+         backend              text   NOT NULL PRIMARY KEY,
+         state                text   NOT NULL,
+         restart_count        bigint NOT NULL,
+         consecutive_failures bigint NOT NULL,
+         quarantine_reason    text,
+         updated_at           bigint NOT NULL
+     );
+     CREATE TABLE transitions (
+         id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         backend    text   NOT NULL,
+         from_state text   NOT NULL,
+         to_state   text   NOT NULL,
+         reason     text   NOT NULL,
+         at         bigint NOT NULL
+     );
+     CREATE INDEX transitions_backend_id ON transitions (backend, id);
+     CREATE TABLE audit (
+         id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         principal text   NOT NULL,
+         action    text   NOT NULL,
+         target    text   NOT NULL,
+         outcome   text   NOT NULL,
+         at        bigint NOT NULL
+     );
+     CREATE TABLE calls (
+         id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         at          bigint NOT NULL,
+         principal   text   NOT NULL,
+         session     text,
+         backend     text   NOT NULL,
+         method      text   NOT NULL,
+         name        text   NOT NULL,
+         outcome     text   NOT NULL,
+         duration_us bigint NOT NULL,
+         arguments   text,
+         issuer      text
+     );
+     CREATE INDEX calls_at ON calls (at);
+     CREATE INDEX calls_principal_id ON calls (principal, id);",
+];
+
+/// Brings the schema up to date in one transaction, holding [`LOCK`]:
+/// applies every migration past the newest recorded version and records
+/// each. A database with a version this build does not know is refused.
+pub(super) async fn migrate(
+    client: &mut deadpool_postgres::Client,
+    location: &str,
+) -> Result<(), StoreError> {
+    let failed = |e| error::statement(location, e);
+    let tx = client.transaction().await.map_err(failed)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
+        .await
+        .map_err(failed)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version    integer     NOT NULL PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         )",
+    )
+    .await
+    .map_err(failed)?;
+    let found: i64 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations",
+            &[],
+        )
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(failed)?;
+    let known = MIGRATIONS.len();
+    let from = usize::try_from(found)
+        .ok()
+        .filter(|v| *v <= known)
+        .ok_or_else(|| error::newer_schema(location, found, known))?;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(from) {
+        let version = i32::try_from(i + 1).unwrap_or(i32::MAX);
+        tx.batch_execute(sql).await.map_err(failed)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version) VALUES ($1)",
+            &[&version],
+        )
+        .await
+        .map_err(failed)?;
+        tracing::info!(version, store = location, "store schema migrated");
+    }
+    tx.commit().await.map_err(failed)
+}
