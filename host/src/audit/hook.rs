@@ -33,7 +33,8 @@ struct Started {
     at: SystemTime,
     t0: Instant,
     principal: Principal,
-    session: Option<Session>,
+    /// The session's tag ([`crate::redact::session_tag`]), if any.
+    session: Option<String>,
     method: Method,
     name: String,
     arguments: Option<serde_json::Value>,
@@ -48,28 +49,6 @@ pub enum CallSession<'a> {
     /// a call path that keeps the tag per session rather than hash the id
     /// on every call.
     Tagged(&'a str),
-}
-
-/// [`CallSession`], owned until the call is recorded.
-enum Session {
-    Id(String),
-    Tagged(String),
-}
-
-impl Session {
-    fn of(s: CallSession<'_>) -> Session {
-        match s {
-            CallSession::Id(id) => Session::Id(id.to_owned()),
-            CallSession::Tagged(tag) => Session::Tagged(tag.to_owned()),
-        }
-    }
-
-    fn tag(self) -> String {
-        match self {
-            Session::Id(id) => crate::redact::session_tag(&id),
-            Session::Tagged(tag) => tag,
-        }
-    }
 }
 
 impl CallAudit {
@@ -122,7 +101,10 @@ impl CallAudit {
             at: SystemTime::now(),
             t0: Instant::now(),
             principal: principal.clone(),
-            session: session.map(Session::of),
+            session: session.map(|s| match s {
+                CallSession::Id(id) => crate::redact::session_tag(id),
+                CallSession::Tagged(tag) => tag.to_owned(),
+            }),
             method,
             name: name.to_owned(),
             arguments,
@@ -172,7 +154,7 @@ impl Started {
             at: self.at,
             principal: self.principal.id().to_owned(),
             issuer: self.principal.issuer().map(str::to_owned),
-            session: self.session.map(Session::tag),
+            session: self.session,
             backend: backend.to_owned(),
             method: self.method,
             name: self.name,

@@ -102,6 +102,8 @@ fn fix(location: &str, kind: StoreErrorKind, code: Option<&SqlState>) -> String 
         (_, Some(c)) if *c == SqlState::INVALID_CATALOG_NAME => format!(
             "create the database named in the store URL (CREATE DATABASE …) on {location}, or correct the URL"
         ),
+        // SQLSTATE class 28, "invalid authorization specification" (a
+        // wrong password among them): the code's class, not a message.
         (_, Some(c)) if c.code().starts_with("28") => format!(
             "check the user and password in the store URL, and that the server at {location} lets that user in (pg_hba.conf)"
         ),
