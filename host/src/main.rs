@@ -486,7 +486,12 @@ async fn serve(
 /// Opens the state store before any backend starts: refused (the start
 /// fails with what, where and how to fix) unless `[store] optional = true`.
 async fn open_store(config: &Config) -> anyhow::Result<Option<vigil::store::Stores>> {
-    Ok(vigil::store::open(&config.data_dir, &config.store).await?)
+    Ok(vigil::store::open(
+        &config.data_dir,
+        &config.store,
+        config.cluster.replica.as_str(),
+    )
+    .await?)
 }
 
 /// Cancels `shutdown` on SIGTERM or Ctrl-C; ends quietly when something

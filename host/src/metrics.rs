@@ -73,6 +73,12 @@ pub struct ForwardLabel {
     pub path: &'static str,
 }
 
+/// What a store round trip was for (`lease`, `listen`, `health`, …).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    pub op: &'static str,
+}
+
 type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Buckets from 0.5 ms to ~16 s: gateway hops are sub-millisecond, slow
@@ -109,6 +115,14 @@ pub struct Metrics {
     pub audit_dropped: Family<ReasonLabel, Counter>,
     pub forwarded: Family<ForwardLabel, Counter>,
     pub instances: Family<BackendLabel, Gauge>,
+    /// Cluster (PostgreSQL store): round trips and failures by purpose.
+    pub store_round_trips: Family<OpLabel, Counter>,
+    pub store_errors: Family<OpLabel, Counter>,
+    /// Sessions this replica adopted (opened elsewhere, or before a
+    /// restart).
+    pub adoptions: Counter,
+    /// Cluster notifications received from the store.
+    pub notifications_heard: Counter,
 }
 
 /// The process's metrics.
@@ -139,6 +153,10 @@ pub fn get() -> &'static Metrics {
         audit_dropped: Family::default(),
         forwarded: Family::default(),
         instances: Family::default(),
+        store_round_trips: Family::default(),
+        store_errors: Family::default(),
+        adoptions: Counter::default(),
+        notifications_heard: Counter::default(),
     })
 }
 
@@ -284,6 +302,15 @@ impl Metrics {
             .inc_by(delta);
     }
 
+    /// A round trip to the shared store for `op`, and whether it failed.
+    pub fn store_op(&self, op: &'static str, ok: bool) {
+        let l = OpLabel { op };
+        self.store_round_trips.get_or_create(&l).inc();
+        if !ok {
+            self.store_errors.get_or_create(&l).inc();
+        }
+    }
+
     pub fn forwarded(&self, method: &'static str, path: &'static str) {
         self.forwarded
             .get_or_create(&ForwardLabel { method, path })
@@ -410,6 +437,26 @@ impl Metrics {
             "requests_forwarded",
             "Routed requests sent to a backend, by method and path: raw (forwarded as bytes on a shared backend session) or typed (through the MCP client)",
             self.forwarded.clone(),
+        );
+        r.register(
+            "store_round_trips",
+            "Round trips to the shared PostgreSQL store by purpose (lease, listen, session, replica)",
+            self.store_round_trips.clone(),
+        );
+        r.register(
+            "store_errors",
+            "Round trips to the shared PostgreSQL store that failed, by purpose",
+            self.store_errors.clone(),
+        );
+        r.register(
+            "session_adoptions",
+            "Client sessions this replica adopted: opened by another replica (or before a restart) and continued here",
+            self.adoptions.clone(),
+        );
+        r.register(
+            "cluster_notifications",
+            "Notifications from other replicas heard through the store (LISTEN/NOTIFY)",
+            self.notifications_heard.clone(),
         );
         r.register(
             "notifications_sent",

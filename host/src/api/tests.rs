@@ -494,6 +494,9 @@ impl HealthStore for BrokenStore {
     async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
         Err(broken())
     }
+    async fn instance(&self, _: &str) -> Result<Option<InstanceRecord>, StoreError> {
+        Err(broken())
+    }
 }
 
 #[async_trait::async_trait]

@@ -10,6 +10,7 @@
 //! the front only serves what they publish. Which runtime runs a backend
 //! is `runtime::for_backend`'s choice.
 
+mod cluster;
 mod control;
 mod reload;
 pub mod reload_trigger;
@@ -27,7 +28,7 @@ use tokio_util::task::TaskTracker;
 use crate::backend::{Backend, BackendSet, BackendUpdate};
 use crate::catalog::Conflict;
 use crate::catalog::registry::Registry;
-use crate::cluster::feed::{Feed, LocalFeed};
+use crate::cluster::feed::Feed;
 use crate::config::{Config, Naming};
 use crate::freshness::debounce::Debouncer;
 use crate::gateway::{Gateway, Refreshes};
@@ -131,7 +132,8 @@ impl App {
             &shutdown,
         );
         let config = &front.config;
-        let (feed, updates_rx) = LocalFeed::new();
+        let (feed, updates_rx, cluster) =
+            cluster::start(config, store.as_ref(), tracker, &shutdown);
         let feed: Arc<dyn Feed> = feed;
         let restored = match &store {
             Some(store) => restore(&*store.health, config).await,
@@ -156,7 +158,13 @@ impl App {
                 .map(|s| HealthWriter::start(s.health.clone(), tracker, &shutdown)),
             plugins: plugins.clone(),
             // One replica: every lease is granted at once, never lost.
-            leases: Arc::new(crate::cluster::lease::LocalLeases),
+            // Several: shared backends' leases are the cluster's
+            // (`App::supervisor_with` keeps replica-local ones local).
+            leases: match &cluster {
+                Some(c) => Arc::new(c.leases.clone()),
+                None => Arc::new(crate::cluster::lease::LocalLeases),
+            },
+            cluster: cluster.map(|c| c.outlets),
         };
         let app = Arc::new(App {
             spawner: Spawner::new(outlets, tracker.clone(), shutdown.clone()),
@@ -178,10 +186,7 @@ impl App {
         let set = app.front.backends();
         let supervisors: Vec<Supervisor> = set
             .iter()
-            .map(|b| {
-                let record = restored.iter().find(|r| *r.backend == *b.name);
-                app.supervisor_for(b, record)
-            })
+            .map(|b| app.supervisor_for(b, &restored))
             .collect();
         // A backend has settled when its first start attempt ended either
         // way, or when it was restored in quarantine (no attempt comes).
@@ -293,7 +298,7 @@ fn start_plugins(
             tracker.spawn(crate::plugins::watch::run(p.clone(), shutdown.clone()));
             tracker.spawn(crate::plugins::notify::run(
                 p.clone(),
-                feed.transitions(),
+                feed.own_transitions(),
                 tracker.clone(),
                 shutdown.clone(),
             ));

@@ -131,7 +131,7 @@ impl App {
             });
         }
         for b in fresh {
-            spawner.spawn(&b, self.supervisor_for(&b, None));
+            spawner.spawn(&b, self.supervisor_for(&b, &[]));
         }
         Ok(summary)
     }

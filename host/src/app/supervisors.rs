@@ -63,23 +63,27 @@ impl App {
         Sanitizer::new(self.front.redactor().clone())
     }
 
-    /// A supervisor for `b`, restoring `record`, reporting to the app's
-    /// outlets; its runtime is `runtime::for_backend`'s choice.
-    pub(super) fn supervisor_for(
-        &self,
-        b: &Arc<Backend>,
-        record: Option<&InstanceRecord>,
-    ) -> Supervisor {
-        self.supervisor_with(b, record, self.spawner.outlets.clone())
+    /// A supervisor for `b`, restoring its record among `saved`, reporting
+    /// to the app's outlets; its runtime is `runtime::for_backend`'s
+    /// choice.
+    pub(super) fn supervisor_for(&self, b: &Arc<Backend>, saved: &[InstanceRecord]) -> Supervisor {
+        self.supervisor_with(b, saved, self.spawner.outlets.clone())
     }
 
     fn supervisor_with(
         &self,
         b: &Arc<Backend>,
-        record: Option<&InstanceRecord>,
-        outlets: Outlets,
+        saved: &[InstanceRecord],
+        mut outlets: Outlets,
     ) -> Supervisor {
         let (runtime, stderr) = crate::runtime::for_backend(&b.config);
+        let local = runtime.replica_local();
+        if local {
+            // Each replica runs its own instance: its own lease.
+            outlets.leases = Arc::new(crate::cluster::lease::LocalLeases);
+        }
+        let name = crate::supervisor::record_name(&b.name, local, outlets.cluster.as_ref());
+        let record = saved.iter().find(|r| *r.backend == *name);
         Supervisor::new(
             b.clone(),
             runtime,
@@ -109,9 +113,11 @@ impl App {
                 feed: spawner.outlets.feed.clone(),
             }),
             store: None,
+            // An instance of one client's is this replica's alone.
+            cluster: None,
             ..spawner.outlets.clone()
         };
-        let supervisor = self.supervisor_with(&child, None, outlets);
+        let supervisor = self.supervisor_with(&child, &[], outlets);
         let stop = spawner.shutdown.child_token();
         let span = tracing::info_span!("supervisor", backend = %child.name);
         spawner.tracker.spawn(tracing::Instrument::instrument(

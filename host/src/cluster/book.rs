@@ -164,12 +164,18 @@ impl SessionBook for LocalBook {
     }
 }
 
-/// The book of one process's sessions: ids sealed under the key kept in
-/// `data_dir` (`cluster::key`), so a restart keeps them valid. A key that
-/// cannot be kept there is made for this run only (logged): ids then end
-/// with the process, as the sessions behind them do anyway.
-pub fn kept_in(data_dir: &std::path::Path) -> std::sync::Arc<dyn SessionBook> {
-    let key = super::key::load_or_create(data_dir).unwrap_or_else(|e| {
+/// The book `config` calls for: ids sealed under `[cluster] key_env`'s key
+/// (every replica's, with `previous_key_env`'s still opened during a
+/// rotation), else under the key kept in `data_dir` (`cluster::key`), so a
+/// restart keeps them valid. A key that cannot be kept there is made for
+/// this run only (logged): ids then end with the process, as the sessions
+/// behind them do anyway.
+pub fn for_config(config: &crate::config::Config) -> std::sync::Arc<dyn SessionBook> {
+    if let Some(key) = &config.cluster.key {
+        let previous = config.cluster.previous_key.as_ref().map(|k| &k.key);
+        return std::sync::Arc::new(LocalBook::new(Sealer::new(&key.key, previous)));
+    }
+    let key = super::key::load_or_create(&config.data_dir).unwrap_or_else(|e| {
         tracing::warn!(error = %e, "session ids are sealed with a key of this run only: clients reconnecting after a restart open new sessions");
         let mut k = [0u8; 32];
         if let Err(e) = getrandom::fill(&mut k) {

@@ -3,15 +3,23 @@
 //! A supervisor reports each change of its backend (state, listing) for
 //! the task that publishes generations, and each health transition for
 //! whoever listens (the control API's event stream, notifier plugins).
-//! [`Feed`] is that seam: [`LocalFeed`] is today's two channels of one
-//! process. With several replicas, every replica builds its own
-//! generations from every backend's updates, so a cluster feed delivers
-//! each update and transition to all of them, whichever replica's
-//! supervisor (the lease holder) sent it.
+//! [`Feed`] is that seam; [`LocalFeed`] its one implementation.
+//!
+//! With several replicas (`cluster::postgres`), every replica builds its
+//! own generations from its own connections to each backend, so updates
+//! stay in their replica. What crosses replicas is what the lease holder
+//! of a shared backend learns: its health transitions (announced by the
+//! store when it writes them) and a change of its listing
+//! ([`Feed::relisted`]). The store's listener hands what another replica
+//! announced back here ([`LocalFeed::heard_elsewhere`]): transitions to
+//! [`Feed::transitions`] (not to [`Feed::own_transitions`]: a notifier
+//! alerts once, from the replica that saw it), and a bump of the
+//! backend's [`Heard`] to the supervisor that follows it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::backend::BackendUpdate;
 use crate::health::Transition;
@@ -21,22 +29,53 @@ use crate::health::Transition;
 #[error("the backend update feed is closed (shutting down)")]
 pub struct Closed;
 
+/// What other replicas said about one backend so far: counters a
+/// follower compares with what it last acted on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// Its stored health changed (a transition, a new instance record).
+    pub health: u64,
+    /// Its lease holder saw its listing change.
+    pub listing: u64,
+}
+
+/// What this replica announces to the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Announce {
+    /// `backend`'s listing changed, as its lease holder here saw it.
+    Relisted(Arc<str>),
+}
+
 /// Where supervisors report.
 pub trait Feed: Send + Sync + 'static {
     /// A backend's state or listing changed.
     fn update(&self, update: BackendUpdate) -> Result<(), Closed>;
-    /// A health transition happened (already recorded in the store, when
-    /// there is one).
+    /// A health transition happened here (already recorded in the store,
+    /// when there is one).
     fn transition(&self, transition: Transition);
-    /// Every transition from now on.
+    /// Every transition from now on, this replica's and those other
+    /// replicas announced.
     fn transitions(&self) -> broadcast::Receiver<Transition>;
+    /// This replica's transitions from now on.
+    fn own_transitions(&self) -> broadcast::Receiver<Transition>;
+    /// The lease holder of `backend` here saw its listing change: the other
+    /// replicas list it again.
+    fn relisted(&self, backend: &str);
+    /// What other replicas said about `backend` (never changes with one
+    /// replica).
+    fn heard(&self, backend: &str) -> watch::Receiver<Heard>;
 }
 
-/// One process's feed: an unbounded channel of updates to its update
-/// task, and a broadcast of transitions.
+/// The feed of one process: an unbounded channel of updates to its update
+/// task, broadcasts of transitions, and, with several replicas, what it
+/// announces and what it heard.
 pub struct LocalFeed {
     updates: mpsc::UnboundedSender<BackendUpdate>,
-    transitions: broadcast::Sender<Transition>,
+    everyone: broadcast::Sender<Transition>,
+    own: broadcast::Sender<Transition>,
+    /// To the store's announcer, with several replicas.
+    announce: Option<mpsc::UnboundedSender<Announce>>,
+    heard: Mutex<HashMap<Arc<str>, watch::Sender<Heard>>>,
 }
 
 /// Transitions a listener may fall behind by before it is told it lagged:
@@ -47,15 +86,63 @@ pub const TRANSITIONS_KEPT: usize = 16 * 1024;
 impl LocalFeed {
     /// The feed, and the updates its supervisors send, in order.
     pub fn new() -> (Arc<LocalFeed>, mpsc::UnboundedReceiver<BackendUpdate>) {
+        Self::with_announcer(None)
+    }
+
+    /// [`LocalFeed::new`], announcing to `announce` (the store's
+    /// announcer, with several replicas).
+    pub fn with_announcer(
+        announce: Option<mpsc::UnboundedSender<Announce>>,
+    ) -> (Arc<LocalFeed>, mpsc::UnboundedReceiver<BackendUpdate>) {
         let (updates, rx) = mpsc::unbounded_channel();
-        let (transitions, _) = broadcast::channel(TRANSITIONS_KEPT);
         (
             Arc::new(LocalFeed {
                 updates,
-                transitions,
+                everyone: broadcast::channel(TRANSITIONS_KEPT).0,
+                own: broadcast::channel(TRANSITIONS_KEPT).0,
+                announce,
+                heard: Mutex::default(),
             }),
             rx,
         )
+    }
+
+    fn heard_of(&self, backend: &str) -> watch::Sender<Heard> {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        heard
+            .entry(backend.into())
+            .or_insert_with(|| watch::channel(Heard::default()).0)
+            .clone()
+    }
+
+    /// Another replica announced something about `backend`: its
+    /// `transitions` (as stored), a health change, a listing change.
+    pub fn heard_elsewhere(
+        &self,
+        backend: &str,
+        transitions: Vec<Transition>,
+        health: bool,
+        listing: bool,
+    ) {
+        for t in transitions {
+            let _ = self.everyone.send(t);
+        }
+        self.heard_of(backend).send_modify(|h| {
+            h.health += u64::from(health);
+            h.listing += u64::from(listing);
+        });
+    }
+
+    /// Everything may have been missed (the listener reconnected): every
+    /// followed backend looks again.
+    pub fn heard_everything(&self) {
+        let heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        for h in heard.values() {
+            h.send_modify(|h| {
+                h.health += 1;
+                h.listing += 1;
+            });
+        }
     }
 }
 
@@ -65,10 +152,22 @@ impl Feed for LocalFeed {
     }
     fn transition(&self, transition: Transition) {
         // Nobody listening is fine: transitions are for whoever listens.
-        let _ = self.transitions.send(transition);
+        let _ = self.own.send(transition.clone());
+        let _ = self.everyone.send(transition);
     }
     fn transitions(&self) -> broadcast::Receiver<Transition> {
-        self.transitions.subscribe()
+        self.everyone.subscribe()
+    }
+    fn own_transitions(&self) -> broadcast::Receiver<Transition> {
+        self.own.subscribe()
+    }
+    fn relisted(&self, backend: &str) {
+        if let Some(a) = &self.announce {
+            let _ = a.send(Announce::Relisted(backend.into()));
+        }
+    }
+    fn heard(&self, backend: &str) -> watch::Receiver<Heard> {
+        self.heard_of(backend).subscribe()
     }
 }
 
@@ -89,6 +188,14 @@ impl Feed for OwnUpdates {
     }
     fn transitions(&self) -> broadcast::Receiver<Transition> {
         self.feed.transitions()
+    }
+    fn own_transitions(&self) -> broadcast::Receiver<Transition> {
+        self.feed.own_transitions()
+    }
+    /// An instance of one client's is this replica's alone.
+    fn relisted(&self, _: &str) {}
+    fn heard(&self, backend: &str) -> watch::Receiver<Heard> {
+        self.feed.heard(backend)
     }
 }
 
@@ -146,5 +253,41 @@ mod tests {
         assert_eq!(&*own.try_recv().unwrap().backend, "demo.s1");
         assert!(shared.try_recv().is_err(), "not the shared update task's");
         assert_eq!(&*listener.try_recv().unwrap().backend, "demo.s1");
+    }
+
+    #[test]
+    fn what_another_replica_said_reaches_listeners_and_followers_but_not_notifiers() {
+        let (tx, mut announced) = mpsc::unbounded_channel();
+        let (feed, _updates) = LocalFeed::with_announcer(Some(tx));
+        let (mut all, mut own) = (feed.transitions(), feed.own_transitions());
+        let mut heard = feed.heard("one");
+        feed.heard_elsewhere("one", vec![transition("one")], true, false);
+        assert_eq!(&*all.try_recv().unwrap().backend, "one");
+        assert!(own.try_recv().is_err(), "a notifier here does not alert");
+        assert!(heard.has_changed().unwrap());
+        assert_eq!(
+            *heard.borrow_and_update(),
+            Heard {
+                health: 1,
+                listing: 0
+            }
+        );
+        feed.heard_everything();
+        assert_eq!(
+            *heard.borrow_and_update(),
+            Heard {
+                health: 2,
+                listing: 1
+            }
+        );
+        // Its own transitions reach both.
+        feed.transition(transition("two"));
+        assert_eq!(&*own.try_recv().unwrap().backend, "two");
+        assert_eq!(&*all.try_recv().unwrap().backend, "two");
+        feed.relisted("one");
+        assert_eq!(
+            announced.try_recv().unwrap(),
+            Announce::Relisted("one".into())
+        );
     }
 }

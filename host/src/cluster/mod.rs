@@ -17,6 +17,7 @@ pub mod feed;
 pub mod key;
 pub mod lease;
 pub mod parked;
+pub mod postgres;
 pub mod rate;
 pub mod replica;
 pub mod session_id;

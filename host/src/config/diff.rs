@@ -86,6 +86,7 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         telemetry,
         limits,
         store,
+        cluster,
         auth:
             super::AuthConfig {
                 allow_anonymous,
@@ -135,6 +136,18 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         ("telemetry", r.telemetry != *telemetry),
         ("limits", r.limits != *limits),
         ("store", r.store != *store),
+        // A replica name derived from `listen` changes with it: that
+        // change is `listen`'s.
+        (
+            "cluster",
+            r.cluster != *cluster
+                && (r.cluster.replica_named
+                    || cluster.replica_named
+                    || super::ClusterConfig {
+                        replica: r.cluster.replica.clone(),
+                        ..cluster.clone()
+                    } != r.cluster),
+        ),
         (
             "auth.allow_anonymous",
             r.auth.allow_anonymous != *allow_anonymous,
@@ -213,6 +226,8 @@ mod tests {
                 "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"",
                 "telemetry",
             ),
+            ("[cluster]\nlease = \"20s\"", "cluster"),
+            ("[cluster]\nreplica = \"vigil-b\"", "cluster"),
         ] {
             let next = config(&base(line));
             assert_eq!(restart_only_changes(&running, &next), [key], "{line}");

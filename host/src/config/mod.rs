@@ -11,6 +11,7 @@ mod api;
 mod audit;
 mod auth;
 mod backend;
+mod cluster;
 pub mod diff;
 mod error;
 pub(crate) mod expand;
@@ -48,6 +49,7 @@ pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
 /// place.
 pub const SESSION_KEY_FILE: &str = "session.key";
 pub const SESSION_KEY_PARTIAL: &str = "session.key.new";
+pub use cluster::{ClusterConfig, ClusterKey};
 pub use policy::{Issuer as PolicyIssuer, PolicyConfig, Rate, parse_rate};
 use raw::RawConfig;
 pub use store::{StoreConfig, StoreUrl};
@@ -139,6 +141,9 @@ pub struct Config {
     /// `[store]`: which state store (embedded SQLite, or PostgreSQL), and
     /// whether Vigil may serve without it.
     pub store: StoreConfig,
+    /// `[cluster]`: this replica's name, the key replicas share, the
+    /// supervision lease (used with a PostgreSQL store).
+    pub cluster: ClusterConfig,
     /// `[auth]`: who may use `/mcp`.
     pub auth: AuthConfig,
     /// `[[policy]]`: what each principal may see and use (applied live).
@@ -337,6 +342,7 @@ impl Config {
         let telemetry = p.telemetry(raw.telemetry);
         let limits = p.limits(raw.limits);
         let store = p.store(raw.store, env);
+        let cluster = p.cluster(raw.cluster, listen, env);
         let audit = p.audit(raw.audit);
 
         let mut backends = Vec::new();
@@ -384,6 +390,7 @@ impl Config {
             allowed_origins,
             data_dir,
             store,
+            cluster,
             health,
             restart,
             api,

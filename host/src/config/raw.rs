@@ -36,6 +36,7 @@ pub struct RawConfig {
     pub telemetry: Option<super::telemetry::RawTelemetry>,
     pub limits: Option<super::limits::RawLimits>,
     pub store: Option<super::store::RawStore>,
+    pub cluster: Option<super::cluster::RawCluster>,
     pub audit: Option<super::audit::RawAudit>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,

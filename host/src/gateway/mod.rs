@@ -151,7 +151,10 @@ impl Gateway {
         });
         let caller_pools =
             caller_pools::CallerPools::new(pool_context.clone(), config.limits.max_sessions);
-        let session_book = crate::cluster::book::kept_in(&config.data_dir);
+        let session_book = crate::cluster::book::for_config(&config);
+        let mrtr = mrtr::Mrtr::new(&config.cluster)
+            .inspect_err(|e| tracing::error!(error = %e, "no random key for MRTR request states: backends cannot ask 2026-07-28 clients"))
+            .ok();
         let gw = Arc::new(Gateway {
             generations,
             pool_context,
@@ -175,9 +178,7 @@ impl Gateway {
             redactor,
             background,
             answers: relayed::Answers::default(),
-            mrtr: mrtr::Mrtr::new()
-                .inspect_err(|e| tracing::error!(error = %e, "no random key for MRTR request states: backends cannot ask 2026-07-28 clients"))
-                .ok(),
+            mrtr,
             session_book,
         });
         (gw, refresh_rx)

@@ -144,13 +144,29 @@ fn now_ms() -> u64 {
 }
 
 impl Mrtr {
-    /// A store with a fresh random key and replica id, its calls in this
+    /// A store with a fresh random key, for this replica, its calls in this
     /// process's memory (states do not survive a restart; neither do the
     /// calls they stand for).
-    pub fn new() -> Result<Mrtr, getrandom::Error> {
-        let mut key = [0u8; 32];
-        getrandom::fill(&mut key)?;
-        let table = LocalParked::new(ReplicaId::random()?, MAX_PARKED);
+    ///
+    /// With a cluster key (`[cluster] key_env`), the key is derived from it
+    /// instead, so a state any replica sealed is genuine on every other
+    /// (states live minutes: a key rotation refuses the few in flight, and
+    /// their clients call again).
+    pub fn new(cluster: &crate::config::ClusterConfig) -> Result<Mrtr, getrandom::Error> {
+        let key = match &cluster.key {
+            Some(k) => {
+                let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&k.key)
+                    .expect("HMAC takes a key of any length");
+                mac.update(b"vigil mrtr requestState key v1");
+                mac.finalize().into_bytes().into()
+            }
+            None => {
+                let mut key = [0u8; 32];
+                getrandom::fill(&mut key)?;
+                key
+            }
+        };
+        let table = LocalParked::new(cluster.replica.clone(), MAX_PARKED);
         Ok(Mrtr::with_table(key, Box::new(table)))
     }
 

@@ -379,6 +379,22 @@ impl Machine {
         }
     }
 
+    /// Takes on what another replica's supervisor of this backend recorded:
+    /// a follower mirrors it, a replica taking over continues from it. No
+    /// transition is made (the supervisor that made them recorded them).
+    pub fn mirror(&mut self, record: &crate::store::InstanceRecord, reason: Option<String>) {
+        self.state = record.state;
+        self.since = record.updated_at;
+        self.restart_count = record.restart_count;
+        self.consecutive_failures = record.consecutive_failures;
+        self.quarantine_reason = record.quarantine_reason.clone();
+        self.probe_failures = 0;
+        self.next_retry_at = None;
+        if let Some(reason) = reason {
+            self.reason = reason;
+        }
+    }
+
     /// The re-probe delay to use when starting in quarantine.
     pub fn reprobe_delay(&self) -> Option<Duration> {
         self.policy.quarantine_reprobe

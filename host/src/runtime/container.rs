@@ -197,6 +197,7 @@ impl ContainerRuntime {
             .collect();
         labels.insert("vigil.backend".to_owned(), self.backend.clone());
         labels.insert("vigil.managed".to_owned(), "true".to_owned());
+        labels.insert(SPEC_LABEL.to_owned(), spec_digest(spec));
 
         let host_network = spec.network.as_deref() == Some("host");
         let (exposed_ports, port_bindings) = match spec.port {
@@ -326,6 +327,57 @@ impl ContainerRuntime {
         })
     }
 
+    /// The container of this backend, if it runs from this spec
+    /// ([`SPEC_LABEL`]), watched from now on.
+    async fn adopt_instance(&self) -> Result<Option<Started>, RuntimeError> {
+        let docker = self.docker().await?;
+        let info = match docker.inspect_container(&self.container, None).await {
+            Ok(info) => info,
+            Err(EngineError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(None),
+            Err(e) => return Err(self.call_error("inspecting", e, false)),
+        };
+        let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+        let spec = info
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(SPEC_LABEL))
+            .cloned();
+        let Some(id) = info.id.filter(|_| running) else {
+            return Ok(None);
+        };
+        if spec.as_deref() != Some(spec_digest(&self.spec).as_str()) {
+            tracing::info!(backend = %self.backend, container = %self.container, "the running container was made from another configuration: not adopting it");
+            return Ok(None);
+        }
+        let since = SystemTime::now()
+            .checked_sub(Duration::from_secs(1))
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        let (tx, rx) = oneshot::channel();
+        crate::background::spawn(
+            Watcher {
+                docker,
+                backend: self.backend.clone(),
+                container: self.container.clone(),
+                id: id.clone(),
+                since,
+            }
+            .run(tx),
+        );
+        tracing::info!(backend = %self.backend, container = %self.container, id = %short(&id), "adopted the running container");
+        Ok(Some(Started {
+            endpoint: Endpoint::Http {
+                url: self.url.clone(),
+                headers: self.headers.clone(),
+            },
+            exited: rx,
+            id,
+        }))
+    }
+
     async fn stop_instance(&self) -> Result<(), RuntimeError> {
         let docker = self.docker().await?;
         let options = StopContainerOptions {
@@ -375,6 +427,37 @@ impl ContainerRuntime {
     }
 }
 
+/// The label that says which configuration a container was made from: a
+/// replica taking over supervision adopts a running container only if it
+/// is this configuration's ([`spec_digest`]).
+const SPEC_LABEL: &str = "vigil.spec";
+
+/// A digest of what a container is made from (image, entrypoint,
+/// arguments, environment, labels, port, network): hex SHA-256, 32
+/// digits. Each part is length-prefixed, so no two specs share one.
+fn spec_digest(spec: &ContainerSpec) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut part = |s: &str| {
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    part(&spec.image);
+    part(spec.command.as_deref().unwrap_or("\0none"));
+    part(&spec.args.len().to_string());
+    spec.args.iter().for_each(|a| part(a));
+    for map in [&spec.env, &spec.labels] {
+        part(&map.len().to_string());
+        for (k, v) in map {
+            part(k);
+            part(v);
+        }
+    }
+    part(&spec.port.map(|p| p.to_string()).unwrap_or_default());
+    part(spec.network.as_deref().unwrap_or(""));
+    hex::encode(&h.finalize()[..16])
+}
+
 /// Inspections per probe (50 ms apart) when the engine's answer cannot be read.
 const INSPECT_ATTEMPTS: u32 = 40;
 
@@ -385,6 +468,21 @@ impl Runtime for ContainerRuntime {
 
     fn binds_after_start(&self) -> bool {
         true
+    }
+
+    fn replica_local(&self) -> bool {
+        false
+    }
+
+    fn endpoint(&self) -> Option<Endpoint> {
+        Some(Endpoint::Http {
+            url: self.url.clone(),
+            headers: self.headers.clone(),
+        })
+    }
+
+    fn adopt(&self) -> BoxFuture<'_, Result<Option<Started>, RuntimeError>> {
+        Box::pin(self.adopt_instance())
     }
 
     fn start(&self) -> BoxFuture<'_, Result<Started, RuntimeError>> {

@@ -93,6 +93,25 @@ pub trait Runtime: Send + Sync + 'static {
     fn binds_after_start(&self) -> bool {
         false
     }
+    /// Whether each replica runs its own instance (a process: it lives on
+    /// the replica's machine). Otherwise the instance is shared by every
+    /// replica, and one of them supervises it at a time (`cluster::lease`).
+    fn replica_local(&self) -> bool {
+        true
+    }
+    /// Where a running shared instance is reached, for a replica that
+    /// follows a backend another replica supervises; `None` for a
+    /// replica-local runtime.
+    fn endpoint(&self) -> Option<Endpoint> {
+        None
+    }
+    /// The instance already running with this configuration, if any,
+    /// watched like one [`Runtime::start`] started: what a replica taking
+    /// over supervision continues with instead of starting another.
+    /// `Ok(None)`: none is (start one).
+    fn adopt(&self) -> BoxFuture<'_, Result<Option<Started>, RuntimeError>> {
+        Box::pin(async { Ok(None) })
+    }
     /// Starts a new instance (stopping any previous one first).
     fn start(&self) -> BoxFuture<'_, Result<Started, RuntimeError>>;
     /// Stops the current instance, if any.

@@ -35,6 +35,22 @@ impl Runtime for RemoteRuntime {
         false
     }
 
+    fn replica_local(&self) -> bool {
+        false
+    }
+
+    fn endpoint(&self) -> Option<Endpoint> {
+        Some(Endpoint::Http {
+            url: self.url.clone(),
+            headers: self.headers.clone(),
+        })
+    }
+
+    /// A remote backend is always "running": adopting it is starting it.
+    fn adopt(&self) -> BoxFuture<'_, Result<Option<Started>, RuntimeError>> {
+        Box::pin(async { self.start().await.map(Some) })
+    }
+
     fn start(&self) -> BoxFuture<'_, Result<Started, RuntimeError>> {
         let (tx, rx) = oneshot::channel();
         if let Ok(mut h) = self.holders.lock() {

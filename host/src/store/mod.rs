@@ -200,6 +200,10 @@ pub trait HealthStore: Send + Sync + 'static {
     /// start). A record that cannot be read is skipped, never a reason to
     /// drop the others.
     async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError>;
+    /// `backend`'s instance record, if there is one it can read (a
+    /// replica following a backend another supervises reads it at each
+    /// change).
+    async fn instance(&self, backend: &str) -> Result<Option<InstanceRecord>, StoreError>;
 }
 
 /// The audit of MCP calls ([`crate::audit`]): appended in batches, read
@@ -239,6 +243,9 @@ pub struct Stores {
     pub health: Arc<dyn HealthStore>,
     pub calls: Arc<dyn CallStore>,
     pub actions: Arc<dyn ActionLog>,
+    /// The PostgreSQL store behind all three, when it is one several
+    /// replicas share (`cluster::postgres` builds on it).
+    pub shared: Option<postgres::PostgresStore>,
 }
 
 impl Stores {
@@ -248,6 +255,15 @@ impl Stores {
             health: store.clone(),
             calls: store.clone(),
             actions: store,
+            shared: None,
+        }
+    }
+
+    /// The PostgreSQL store, serving all three and shared by replicas.
+    pub fn shared(store: postgres::PostgresStore) -> Stores {
+        Stores {
+            shared: Some(store.clone()),
+            ..Stores::of(Arc::new(store))
         }
     }
 }
@@ -270,14 +286,21 @@ impl fmt::Debug for Stores {
 /// optional = true`, which serves without it (`Ok(None)`) and says so at
 /// ERROR. (Retrying a PostgreSQL server with backoff while it is down
 /// comes with a later step.)
-pub async fn open(data_dir: &Path, config: &StoreConfig) -> Result<Option<Stores>, Refused> {
+///
+/// A PostgreSQL store announces this replica's health writes to the
+/// others as `replica`'s (`store::postgres::note`).
+pub async fn open(
+    data_dir: &Path,
+    config: &StoreConfig,
+    replica: &str,
+) -> Result<Option<Stores>, Refused> {
     let (location, opened) = match &config.url {
         Some(url) => {
             let location = postgres::location(&url.config);
             tracing::info!(store = %location, var = %url.var, "opening the PostgreSQL state store");
             let opened = postgres::PostgresStore::connect(&url.config)
                 .await
-                .map(|s| Stores::of(Arc::new(s)));
+                .map(|s| Stores::shared(s.announcing_as(replica)));
             (format!("at {location} (from `{}`)", url.var), opened)
         }
         None => {

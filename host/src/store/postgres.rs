@@ -76,6 +76,7 @@
 //! unless `[store] optional = true`).
 
 pub mod error;
+pub mod note;
 mod schema;
 
 use std::fmt;
@@ -116,6 +117,8 @@ const PRUNE_CHUNK: usize = 5000;
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
+    /// The replica whose writes this store announces ([`note`]), if any.
+    replica: Option<String>,
     /// `postgres://user@host:port/database`, never the password; for
     /// messages and `Debug`.
     location: String,
@@ -152,15 +155,31 @@ impl PostgresStore {
             .recycle_timeout(Some(WAIT))
             .build()
             .map_err(|e| error::other(&location, e))?;
-        let store = PostgresStore { pool, location };
+        let store = PostgresStore {
+            pool,
+            replica: None,
+            location,
+        };
         let mut client = store.client().await?;
         schema::migrate(&mut client, &store.location).await?;
         Ok(store)
     }
 
+    /// This store, announcing its health writes as `replica`'s to the
+    /// other replicas ([`note`]).
+    pub fn announcing_as(mut self, replica: &str) -> Self {
+        self.replica = Some(replica.to_owned());
+        self
+    }
+
     /// Where the store is: `postgres://user@host:port/database`.
     pub fn location(&self) -> &str {
         &self.location
+    }
+
+    /// The pool, for the cluster's own statements (`cluster::postgres`).
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// A pooled connection.
@@ -219,7 +238,7 @@ impl HealthStore for PostgresStore {
             return Ok(());
         }
         let mut client = self.client().await?;
-        write_health(&mut client, &writes)
+        write_health(&mut client, &writes, self.replica.as_deref())
             .await
             .map_err(|e| self.failed(e))
     }
@@ -238,6 +257,58 @@ impl HealthStore for PostgresStore {
     async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
         let client = self.client().await?;
         load_instances(&client).await.map_err(|e| self.failed(e))
+    }
+
+    async fn instance(&self, backend: &str) -> Result<Option<InstanceRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {} FROM instances WHERE backend = $1",
+                InstanceRecord::COLUMNS
+            ))
+            .await
+            .map_err(|e| self.failed(e))?;
+        let found = client
+            .query(&stmt, &[&backend])
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(rows::<InstanceRecord>(found)
+            .map_err(|e| self.failed(e))?
+            .rows
+            .pop())
+    }
+}
+
+impl PostgresStore {
+    /// Sends `note` to every replica listening.
+    pub async fn notify(&self, note: &note::Note) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "SELECT pg_notify($1, $2)",
+                &[&note::CHANNEL, &note.payload()],
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    /// The transitions of `ids` that can be read, in id order: what
+    /// another replica announced it wrote ([`note::Note::Health`]).
+    pub async fn transitions_by_id(&self, ids: &[i64]) -> Result<Rows<Transition>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {} FROM transitions WHERE id = ANY($1) ORDER BY id",
+                Transition::COLUMNS
+            ))
+            .await
+            .map_err(|e| self.failed(e))?;
+        let found = client
+            .query(&stmt, &[&ids])
+            .await
+            .map_err(|e| self.failed(e))?;
+        rows(found).map_err(|e| self.failed(e))
     }
 }
 
@@ -294,16 +365,19 @@ impl ActionLog for PostgresStore {
 
 type PgResult<T> = Result<T, tokio_postgres::Error>;
 
-/// Applies `writes` in order in one transaction.
+/// Applies `writes` in order in one transaction; as `replica`, announces
+/// each backend it changed ([`note::Note::Health`], delivered when the
+/// transaction commits, so a listener reads what it is told of).
 async fn write_health(
     client: &mut deadpool_postgres::Client,
     writes: &[HealthWrite],
+    replica: Option<&str>,
 ) -> PgResult<()> {
     let tx = client.transaction().await?;
     let transition = tx
         .prepare_cached(
-            "INSERT INTO transitions (backend, from_state, to_state, reason, at)
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO transitions (backend, from_state, to_state, reason, at, replica)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
         )
         .await?;
     let instance = tx
@@ -319,20 +393,24 @@ async fn write_health(
                  updated_at = EXCLUDED.updated_at",
         )
         .await?;
+    let mut changed = note::Changed::default();
     for w in writes {
         match w {
             HealthWrite::Transition(t) => {
-                tx.execute(
-                    &transition,
-                    &[
-                        &t.backend,
-                        &t.from.as_str(),
-                        &t.to.as_str(),
-                        &t.reason,
-                        &unix_ms::to_ms(t.at),
-                    ],
-                )
-                .await?;
+                let row = tx
+                    .query_one(
+                        &transition,
+                        &[
+                            &t.backend,
+                            &t.from.as_str(),
+                            &t.to.as_str(),
+                            &t.reason,
+                            &unix_ms::to_ms(t.at),
+                            &replica,
+                        ],
+                    )
+                    .await?;
+                changed.add(&t.backend, Some(row.try_get(0)?));
             }
             HealthWrite::Instance(r) => {
                 tx.execute(
@@ -348,7 +426,14 @@ async fn write_health(
                     ],
                 )
                 .await?;
+                changed.add(&r.backend, None);
             }
+        }
+    }
+    if let Some(replica) = replica {
+        for payload in changed.payloads(replica) {
+            tx.execute("SELECT pg_notify($1, $2)", &[&note::CHANNEL, &payload])
+                .await?;
         }
     }
     tx.commit().await

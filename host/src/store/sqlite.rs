@@ -265,6 +265,12 @@ impl HealthStore for SqliteStore {
     async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
         self.blocking(|db| load_instances(&db.conn())).await
     }
+
+    async fn instance(&self, backend: &str) -> Result<Option<InstanceRecord>, StoreError> {
+        let backend = backend.to_owned();
+        self.blocking(move |db| instance(&db.conn(), &backend))
+            .await
+    }
 }
 
 #[async_trait]
@@ -371,6 +377,19 @@ fn transitions(
         out.push(row)?;
     }
     Ok(out)
+}
+
+fn instance(conn: &Connection, backend: &str) -> rusqlite::Result<Option<InstanceRecord>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM instances WHERE backend = ?1",
+        InstanceRecord::COLUMNS
+    ))?;
+    let mut rows = stmt.query([backend])?;
+    let mut out = Rows::default();
+    if let Some(row) = rows.next()? {
+        out.push(row)?;
+    }
+    Ok(out.rows.pop())
 }
 
 fn load_instances(conn: &Connection) -> rusqlite::Result<Rows<InstanceRecord>> {

@@ -228,7 +228,14 @@ pub(crate) async fn instance_round_trip_and_upsert_replaces(f: &impl Fixture) {
         ..a
     };
     save(&s, released.clone()).await;
-    assert_eq!(s.health.load_instances().await.unwrap().rows, [released, b]);
+    assert_eq!(
+        s.health.load_instances().await.unwrap().rows,
+        [released.clone(), b.clone()]
+    );
+    // One record read alone, as a follower reads it.
+    assert_eq!(s.health.instance("alpha").await.unwrap(), Some(released));
+    assert_eq!(s.health.instance("beta").await.unwrap(), Some(b));
+    assert_eq!(s.health.instance("gamma").await.unwrap(), None);
 }
 
 /// What the health writer hands over: transitions and records of several

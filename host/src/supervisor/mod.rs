@@ -14,7 +14,19 @@
 //! was doing at once (a start, a probe, a stop) and reports nothing more;
 //! the instance is left to the lease's new holder. It then waits for the
 //! lease again, answering operator commands with a refusal meanwhile.
+//!
+//! With several replicas, a shared backend (a container, a remote HTTP
+//! server) has one supervisor per replica, and the lease decides which one
+//! acts. The others *follow* (`follow.rs`): they mirror the state the
+//! holder records, keep a connection of their own to the instance while
+//! it serves, and report both to their replica. A follower that is granted
+//! the lease (its holder died, or shut down) continues from the recorded
+//! state, and adopts the running instance instead of starting another
+//! ([`Runtime::adopt`]): one failure, one restart, whichever replica sees
+//! it. A replica-local backend (a process) has a lease of its own on
+//! each replica, and its records are named `NAME.REPLICA`.
 
+mod follow;
 mod plugin_probes;
 mod probe;
 mod start;
@@ -45,6 +57,9 @@ use crate::store::{HealthWriter, InstanceRecord};
 enum Phase {
     /// Start an instance now.
     Start,
+    /// Continue with the instance another replica supervised (after a
+    /// takeover), starting one only if it is not running.
+    Adopt,
     /// Wait until the deadline, then start (backoff, re-probe, reconnect).
     Wait(Instant),
     /// Stay down until an operator acts (quarantine without re-probe).
@@ -61,6 +76,31 @@ pub struct Outlets {
     pub plugins: Option<Arc<crate::plugins::Plugins>>,
     /// Who may supervise which backend (one replica: always this one).
     pub leases: Arc<dyn Leases>,
+    /// With several replicas: the shared store, where a follower reads
+    /// what the lease holder recorded, and this replica's name (in the
+    /// record names of replica-local backends).
+    pub cluster: Option<ClusterOutlets>,
+}
+
+/// What a supervisor among several replicas needs besides [`Outlets`].
+#[derive(Clone)]
+pub struct ClusterOutlets {
+    pub store: Arc<dyn crate::store::HealthStore>,
+    pub replica: crate::cluster::replica::ReplicaId,
+}
+
+/// The name `backend`'s records and transitions have in the store: its
+/// own, or `NAME.REPLICA` for a replica-local backend among several
+/// replicas (each runs its own instance).
+pub fn record_name(
+    backend: &str,
+    replica_local: bool,
+    cluster: Option<&ClusterOutlets>,
+) -> Arc<str> {
+    match cluster {
+        Some(c) if replica_local => format!("{backend}.{}", c.replica).into(),
+        _ => backend.into(),
+    }
 }
 
 /// The answer to an operator command while another replica holds the
@@ -69,6 +109,11 @@ const NOT_HOLDER: &str = "this gateway does not supervise the backend now (anoth
 
 pub struct Supervisor {
     backend: Arc<Backend>,
+    /// Its name in the store and in transitions ([`record_name`]).
+    record_name: Arc<str>,
+    /// Whether it follows another replica's supervisor while it does not
+    /// hold the lease (a shared backend among several replicas).
+    follows: bool,
     /// The backend's status, written here only; `None` if another
     /// supervisor took it (a bug: logged in `run`).
     publisher: Option<Publisher>,
@@ -111,8 +156,14 @@ impl Supervisor {
         sanitizer: Sanitizer,
     ) -> Self {
         let cfg = &backend.config;
-        let mut machine = Machine::new(
+        let record_name = record_name(
             &backend.name,
+            runtime.replica_local(),
+            outlets.cluster.as_ref(),
+        );
+        let follows = outlets.cluster.is_some() && !runtime.replica_local();
+        let mut machine = Machine::new(
+            &record_name,
             cfg.restart.clone(),
             cfg.health.unhealthy_threshold,
             runtime.owns_lifecycle(),
@@ -131,6 +182,8 @@ impl Supervisor {
         let s = Self {
             publisher: backend.take_status_publisher(),
             backend,
+            record_name,
+            follows,
             runtime,
             stderr,
             machine,
@@ -162,7 +215,11 @@ impl Supervisor {
             // A standby until the lease is granted: nothing is started,
             // probed or reported; commands are refused.
             let lease = {
-                let mut acquiring = leases.acquire(&name);
+                let record = self.record_name.clone();
+                let mut acquiring = leases.acquire(&record);
+                let mut heard = self.outlets.feed.heard(&self.record_name);
+                let follow = self.follow(&mut heard);
+                tokio::pin!(follow);
                 loop {
                     tokio::select! {
                         biased;
@@ -171,9 +228,15 @@ impl Supervisor {
                         Some((_, reply)) = commands.recv() => {
                             let _ = reply.send(Err(NOT_HOLDER.into()));
                         }
+                        () = &mut follow => {}
                     }
                 }
             };
+            if self.follows {
+                // The follower's connection went with it.
+                self.backend.instance_ended();
+                self.take_over().await;
+            }
             if !first {
                 tracing::info!(backend = %name, "supervision lease held again; supervising");
             }
@@ -212,13 +275,16 @@ impl Supervisor {
                 Some(d) => Phase::Wait(Instant::now() + d),
                 None => Phase::Idle,
             }
+        } else if self.follows && crate::health::advertisable(self.machine.state) {
+            Phase::Adopt
         } else {
             Phase::Start
         };
         loop {
             phase = match phase {
-                Phase::Start => {
-                    let Some(next) = self.start_and_serve(commands, shutdown).await else {
+                Phase::Start | Phase::Adopt => {
+                    let adopt = matches!(phase, Phase::Adopt);
+                    let Some(next) = self.start_and_serve(adopt, commands, shutdown).await else {
                         return;
                     };
                     next
@@ -240,29 +306,41 @@ impl Supervisor {
         }
     }
 
-    /// One start attempt and, if it comes up, serving until it goes down.
-    /// `None` on shutdown.
+    /// One start attempt (with `adopt`, of continuing with the running
+    /// instance, see [`Phase::Adopt`]) and, if it comes up, serving until
+    /// it goes down. `None` on shutdown.
     async fn start_and_serve(
         &mut self,
+        adopt: bool,
         commands: &mut mpsc::UnboundedReceiver<(Command, CommandReply)>,
         shutdown: &CancellationToken,
     ) -> Option<Phase> {
         if shutdown.is_cancelled() {
             return None;
         }
-        self.apply(Input::Starting);
+        if !adopt {
+            self.apply(Input::Starting);
+        }
         // The attempt runs beside the loop, like a re-listing: an operator
         // command is answered while a backend takes its time to start, and
         // one that ends the attempt (restart, quarantine) drops it before
         // the instance is stopped.
-        let mut attempt = Box::pin(
-            start::Start {
-                backend: self.backend.clone(),
-                runtime: self.runtime.clone(),
-                stderr: self.stderr.clone(),
+        let start = start::Start {
+            backend: self.backend.clone(),
+            runtime: self.runtime.clone(),
+            stderr: self.stderr.clone(),
+            owner: true,
+        };
+        let mut attempt = Box::pin(async move {
+            if !adopt {
+                return start.run().await.map(Some);
             }
-            .run(),
-        );
+            match start.runtime.adopt().await {
+                Ok(Some(started)) => start.up(started).await.map(Some),
+                Ok(None) => Ok(None),
+                Err(e) => Err(start::StartFailure::from(e)),
+            }
+        });
         let attempt = loop {
             tokio::select! {
                 biased;
@@ -277,7 +355,14 @@ impl Supervisor {
             }
         };
         match attempt {
-            Ok((conn, instance, catalog)) => {
+            Ok(None) => {
+                let step = self.apply(Input::Exited(
+                    "the instance was not running when this replica took over its supervision"
+                        .into(),
+                ));
+                Some(self.act(step.action).await)
+            }
+            Ok(Some((conn, instance, catalog))) => {
                 let conn = conn.map(Arc::new);
                 self.backend
                     .instance_up(Some(instance.id.clone()), conn.clone());
@@ -292,9 +377,13 @@ impl Supervisor {
                     state: self.machine.state,
                     catalog: Some(catalog),
                 });
-                let step = self.apply(Input::Up);
-                tracing::info!(backend = %self.backend.name, instance = %instance.id, "backend up");
-                debug_assert!(step.action.is_none());
+                if adopt {
+                    tracing::info!(backend = %self.backend.name, instance = %instance.id, "continuing with the running instance");
+                } else {
+                    let step = self.apply(Input::Up);
+                    tracing::info!(backend = %self.backend.name, instance = %instance.id, "backend up");
+                    debug_assert!(step.action.is_none());
+                }
                 self.serve(conn, instance.exited, commands, shutdown).await
             }
             Err(StartFailure::Infrastructure(reason)) => {
@@ -310,7 +399,11 @@ impl Supervisor {
                 if exit.is_some() {
                     self.last_exit = exit;
                 }
-                let step = self.apply(Input::StartFailed(reason));
+                let step = self.apply(if adopt {
+                    Input::Exited(format!("the running instance did not answer when this replica took over its supervision: {reason}"))
+                } else {
+                    Input::StartFailed(reason)
+                });
                 Some(self.act(step.action).await)
             }
         }
@@ -418,6 +511,8 @@ impl Supervisor {
                             if self.listed.as_ref() != Some(&catalog) {
                                 tracing::info!(backend = %self.backend.name, "capabilities changed on re-listing");
                                 self.listed = Some(catalog.clone());
+                                // The other replicas list it again too.
+                                self.outlets.feed.relisted(&self.record_name);
                                 let sent = self.outlets.feed.update(BackendUpdate { backend: self.backend.name.clone(), uid: self.backend.uid, removed: false, state: self.machine.state, catalog: Some(catalog) });
                                 if let (Ok(()), Some(done)) = (sent, done.as_mut()) {
                                     done.handed_on = true;
@@ -590,7 +685,7 @@ impl Supervisor {
             && self.persisted.as_ref() != Some(&key)
         {
             store.instance(InstanceRecord {
-                backend: self.backend.name.to_string(),
+                backend: self.record_name.to_string(),
                 state: key.0,
                 restart_count: key.1,
                 consecutive_failures: key.2,

@@ -42,6 +42,15 @@ pub(super) enum StartFailure {
     },
 }
 
+impl From<RuntimeError> for StartFailure {
+    fn from(e: RuntimeError) -> StartFailure {
+        match e {
+            RuntimeError::Infrastructure(m) => StartFailure::Infrastructure(m),
+            RuntimeError::Failed(reason) => StartFailure::Backend { reason, exit: None },
+        }
+    }
+}
+
 /// What a start comes up with: the shared connection (none for a
 /// `forward_auth` backend), the instance, and its first catalog.
 pub(super) type Up = (Option<Connection>, Instance, BackendCatalog);
@@ -51,6 +60,9 @@ pub(super) struct Start {
     pub(super) backend: Arc<Backend>,
     pub(super) runtime: Arc<dyn Runtime>,
     pub(super) stderr: Option<StderrTail>,
+    /// Whether this replica supervises the instance (stops it when it
+    /// fails to come up); a follower only connects to it.
+    pub(super) owner: bool,
 }
 
 impl Start {
@@ -62,10 +74,17 @@ impl Start {
     /// Dropping the future drops whatever connection it made; the instance
     /// it may have started is the runtime's to stop (the supervisor does).
     pub(super) async fn run(self) -> Result<Up, StartFailure> {
-        let started = self.runtime.start().await.map_err(|e| match e {
-            RuntimeError::Infrastructure(m) => StartFailure::Infrastructure(m),
-            RuntimeError::Failed(reason) => StartFailure::Backend { reason, exit: None },
-        })?;
+        let started = self.runtime.start().await?;
+        self.up(started).await
+    }
+
+    /// Connects to an instance already started (or adopted, or run by
+    /// another replica) and lists it, by one deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Start::run`].
+    pub(super) async fn up(self, started: Started) -> Result<Up, StartFailure> {
         let Started {
             endpoint,
             mut exited,
@@ -95,7 +114,7 @@ impl Start {
                     ),
                     None => (e.to_string(), e.quotes_stderr(), None),
                 };
-                let _ = self.runtime.stop().await;
+                self.stop().await;
                 return Err(StartFailure::Backend {
                     reason: with_stderr(self.stderr.as_ref(), why, quoted),
                     exit,
@@ -109,7 +128,7 @@ impl Start {
             Ok(c) => c,
             Err(e) => {
                 conn.close().await;
-                let _ = self.runtime.stop().await;
+                self.stop().await;
                 return Err(StartFailure::Backend {
                     reason: format!("listing capabilities failed: {e}"),
                     exit: None,
@@ -117,6 +136,14 @@ impl Start {
             }
         };
         Ok((Some(conn), Instance { exited, id }, catalog))
+    }
+
+    /// Stops the instance that failed to come up, if it is this replica's
+    /// to stop.
+    async fn stop(&self) {
+        if self.owner {
+            let _ = self.runtime.stop().await;
+        }
     }
 
     /// Opens the shared connection. When the runtime says a fresh instance

@@ -31,6 +31,7 @@ fn supervisor(
         store: None,
         plugins: None,
         leases,
+        cluster: None,
     };
     let supervisor = Supervisor::new(
         backend.clone(),

@@ -58,6 +58,33 @@ pub const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX calls_at ON calls (at);
      CREATE INDEX calls_principal_id ON calls (principal, id);",
+    // 2: the cluster (`cluster::postgres`): supervision leases, timed by
+    // the server's clock, each with an epoch raised at every change of
+    // holder (with whom it was taken from, and when their lease ran out);
+    // the replicas that share the store; and which replica made each
+    // transition.
+    "CREATE TABLE leases (
+         backend     text        NOT NULL PRIMARY KEY,
+         holder      text        NOT NULL,
+         epoch       bigint      NOT NULL,
+         expires_at  timestamptz NOT NULL,
+         acquired_at timestamptz NOT NULL,
+         -- Who held it before, and when their lease ran out: the order of
+         -- a takeover, kept for whoever checks it.
+         taken_from  text,
+         previous_expires_at timestamptz
+     );
+     CREATE TABLE replicas (
+         replica       text        NOT NULL PRIMARY KEY,
+         run           text        NOT NULL,
+         started_at    timestamptz NOT NULL,
+         seen_at       timestamptz NOT NULL,
+         expires_at    timestamptz NOT NULL,
+         config_digest text        NOT NULL,
+         version       text        NOT NULL
+     );
+     -- Which replica's supervisor made each transition.
+     ALTER TABLE transitions ADD COLUMN replica text;",
 ];
 
 /// Brings the schema up to date in one transaction, holding [`LOCK`]:

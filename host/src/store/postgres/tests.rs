@@ -235,7 +235,7 @@ async fn open_chooses_postgres_and_refuses_or_serves_without_it() {
         }),
     };
     if let Some(config) = database().await {
-        let stores = crate::store::open(data_dir, &with(config, false))
+        let stores = crate::store::open(data_dir, &with(config, false), "vigil-a")
             .await
             .unwrap()
             .expect("a store");
@@ -244,7 +244,8 @@ async fn open_chooses_postgres_and_refuses_or_serves_without_it() {
     }
 
     let (port, down) = nobody_listening();
-    let Err(refused) = crate::store::open(data_dir, &with(down.clone(), false)).await else {
+    let Err(refused) = crate::store::open(data_dir, &with(down.clone(), false), "vigil-a").await
+    else {
         panic!("a server that cannot be reached refuses the start")
     };
     let text = refused.to_string();
@@ -262,7 +263,7 @@ async fn open_chooses_postgres_and_refuses_or_serves_without_it() {
     assert_eq!(refused.source.kind(), StoreErrorKind::Unavailable);
     assert!(
         matches!(
-            crate::store::open(data_dir, &with(down, true)).await,
+            crate::store::open(data_dir, &with(down, true), "vigil-a").await,
             Ok(None)
         ),
         "optional: serves without it"

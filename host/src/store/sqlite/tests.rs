@@ -493,7 +493,8 @@ async fn a_refused_start_says_what_where_and_how_to_fix_it() {
     )
     .unwrap();
 
-    let Err(refused) = crate::store::open(&data_dir, &crate::config::StoreConfig::default()).await
+    let Err(refused) =
+        crate::store::open(&data_dir, &crate::config::StoreConfig::default(), "r").await
     else {
         panic!("a store that is not a database must refuse the start")
     };
@@ -516,7 +517,8 @@ async fn a_refused_start_says_what_where_and_how_to_fix_it() {
                 &crate::config::StoreConfig {
                     optional: true,
                     ..Default::default()
-                }
+                },
+                "r",
             )
             .await,
             Ok(None)

@@ -267,6 +267,9 @@ impl HealthStore for Gated {
     async fn load_instances(&self) -> Result<Rows<InstanceRecord>, StoreError> {
         self.inner.load_instances().await
     }
+    async fn instance(&self, b: &str) -> Result<Option<InstanceRecord>, StoreError> {
+        self.inner.instance(b).await
+    }
 }
 
 /// The `n`th transition of a flapping backend (distinct reasons).

@@ -1,0 +1,135 @@
+"""One supervisor per shared backend among replicas on PostgreSQL.
+
+Two or three `vigil serve` replicas share one database (`cluster.py`) and
+serve one container backend (`containers.py`). The lease table says which
+replica supervises it; the others follow: they show its state and serve
+its tools over connections of their own.
+
+- the lease holder is killed (SIGKILL), then the container: exactly one
+  restart (the engine's start events are counted), made by the replica
+  that took the lease after the old one ran out (the order is read from
+  the store), and the history stays continuous;
+- a follower shows the holder's state and serves the backend's tools,
+  and hears when the holder sees the backend go down.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from cluster import Postgres, Replicas, pg_url, postgres, replicas  # noqa: F401 - fixtures
+from containers import Box, Engine
+from support import ControlApi, call_text, http_session, short, wait_for_tools
+
+pytestmark = pytest.mark.anyio
+
+
+def holder(pg: Postgres, url: str, backend: str) -> str | None:
+    db = url.rsplit("/", 1)[1]
+    out = pg.psql(f"SELECT holder FROM leases WHERE backend = '{backend}' AND expires_at > now()", db)
+    return out or None
+
+
+async def wait_holder(pg: Postgres, url: str, backend: str, among: set[str]) -> str:
+    with anyio.fail_after(60):
+        while True:
+            h = await anyio.to_thread.run_sync(holder, pg, url, backend)
+            if h in among:
+                return h
+            await anyio.sleep(0.1)
+
+
+def start_events(engine: Engine, container: str, since: int) -> list[dict[str, Any]]:
+    """The engine's `start` events of `container` since `since` (unix seconds), up to now."""
+    filters = json.dumps({"container": [container], "event": ["start"], "type": ["container"]})
+    resp = engine.request("GET", "/events", since=str(since), until=str(int(time.time()) + 1), filters=filters)
+    assert resp.status_code == 200, resp.text[:300]
+    return [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+
+
+def assert_continuous(transitions: list[dict[str, Any]]) -> None:
+    for before, after in zip(transitions, transitions[1:], strict=False):
+        assert after["from"] == before["to"], f"a gap in the history: {short(before)} then {short(after)}"
+
+
+async def test_a_killed_holder_is_replaced_and_its_container_restarted_once(
+    replicas: Replicas, postgres: Postgres, pg_url: str, engine: Engine, box: Box  # noqa: F811
+) -> None:
+    """Kill the lease holder, then the container: one restart, by the new holder, after the old lease ran out."""
+    since = int(time.time()) - 1
+    backends = [box.config(health={"interval": "1s", "timeout": "1s"})]
+    gws = {n: replicas.start(n, backends, lease="3s", restart={"base": "500ms"}) for n in ("vigil-a", "vigil-b")}
+    first = await wait_holder(postgres, pg_url, box.name, set(gws))
+    other = next(n for n in gws if n != first)
+    api_first, api_other = ControlApi(gws[first].api_base), ControlApi(gws[other].api_base)
+    await api_first.wait_state(box.name, "running")
+    # The follower shows the holder's state and serves the tools itself.
+    following = await api_other.wait_state(box.name, "running")
+    assert following["restart_count"] == 0, short(following)
+    async with http_session(gws[other].url) as s:
+        await wait_for_tools(s, box.tools)
+        assert await call_text(s, f"{box.name}__whoami") == "box"
+    assert len(start_events(engine, box.container, since)) == 1, "started once, by one replica"
+
+    replicas.kill(first)
+    await anyio.to_thread.run_sync(engine.kill, box.container)
+
+    detail = await api_other.wait_for(
+        box.name,
+        lambda d: d["state"] == "running" and d["restart_count"] == 1,
+        "running again after one restart",
+    )
+    assert await wait_holder(postgres, pg_url, box.name, {other}) == other
+    async with http_session(gws[other].url) as s:
+        await wait_for_tools(s, box.tools)
+        assert await call_text(s, f"{box.name}__whoami") == "box"
+    starts = start_events(engine, box.container, since)
+    assert len(starts) == 2, f"one start, then exactly one restart: {short(starts)}"
+
+    db = pg_url.rsplit("/", 1)[1]
+    # The new holder took the lease after the old one ran out…
+    taken = postgres.psql(
+        f"SELECT taken_from, acquired_at >= previous_expires_at FROM leases WHERE backend = '{box.name}'", db
+    )
+    assert taken == f"{first}|t", taken
+    # …and every transition since was its own, made after it took over.
+    rows = postgres.psql(
+        "SELECT t.replica, t.from_state, t.to_state, t.at >= (extract(epoch FROM l.acquired_at) * 1000)::bigint "
+        f"FROM transitions t, leases l WHERE l.backend = t.backend AND t.backend = '{box.name}' ORDER BY t.id",
+        db,
+    ).splitlines()
+    after = [r for r in rows if r.endswith("|t")]
+    assert after, f"the restart was recorded: {rows}"
+    assert all(r.startswith(f"{other}|") for r in after), rows
+    assert [r.split("|")[1:3] for r in after][:2] == [["running", "offline"], ["offline", "restarting"]], rows
+    assert all(r.startswith(f"{first}|") for r in rows if r.endswith("|f")), rows
+    assert_continuous(detail["transitions"])
+
+
+async def test_a_follower_hears_the_backend_go_down_and_come_back(
+    replicas: Replicas, postgres: Postgres, pg_url: str, engine: Engine, box: Box  # noqa: F811
+) -> None:
+    """The holder restarts the container; a follower's session loses the tools and gets them back."""
+    backends = [box.config(health={"interval": "1s", "timeout": "1s"})]
+    gws = {n: replicas.start(n, backends, lease="3s", restart={"base": "2s"}) for n in ("vigil-a", "vigil-b")}
+    first = await wait_holder(postgres, pg_url, box.name, set(gws))
+    other = next(n for n in gws if n != first)
+    api_other = ControlApi(gws[other].api_base)
+    await api_other.wait_state(box.name, "running")
+    async with http_session(gws[other].url) as s:
+        await wait_for_tools(s, box.tools)
+        await anyio.to_thread.run_sync(engine.kill, box.container)
+        await wait_for_tools(s, set(), absent=box.tools)
+        down = await api_other.wait_state(box.name, "offline", "restarting", "starting")
+        assert down["restart_count"] <= 1, short(down)
+        await wait_for_tools(s, box.tools)
+        back = await api_other.wait_for(box.name, lambda d: d["state"] == "running", "running again")
+        assert back["restart_count"] == 1, short(back)
+        assert await call_text(s, f"{box.name}__whoami") == "box"
+    # Only the holder acted: the follower never held the lease.
+    assert holder(postgres, pg_url, box.name) == first
