@@ -10,7 +10,9 @@
 #    --all-targets -- -D warnings`
 #    (the guest workspaces too)
 # 2. setup: Debian's PostgreSQL server (postgres_env; the store suite starts
-#    its own throwaway cluster from it), then `cargo test --workspace`, then
+#    its own throwaway cluster from it) and nginx (nginx_env; the cluster
+#    tests start their own in front of the replicas), then
+#    `cargo test --workspace`, then
 #    the unit tests of the guest SDK and the first-party plugins (workspaces
 #    of their own)
 # 3. setup: the Python venv (~/.cache/vigil/venv: pytest + the official MCP
@@ -29,6 +31,7 @@
 #   PYTEST_ARGS        extra arguments for pytest (e.g. "-k failures -x")
 #   VIGIL_PG_BINDIR    PostgreSQL's server binaries; default the newest
 #                      /usr/lib/postgresql/N/bin
+#   VIGIL_NGINX        nginx's binary; default /usr/sbin/nginx
 # Exits non-zero if any step fails; prints a summary of the steps at the end.
 set -uo pipefail
 
@@ -235,6 +238,31 @@ postgres_env() {
   "$VIGIL_PG_BINDIR/postgres" --version
 }
 
+# Debian's nginx, the load balancer in front of the cluster tests'
+# replicas: each test starts its own from this binary with a config of its
+# own. Installed without starting the packaged service (a policy-rc.d that
+# refuses it for the install's duration). Exports VIGIL_NGINX.
+nginx_env() {
+  if ! [ -x /usr/sbin/nginx ]; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      echo "installing nginx with apt-get (its service is not started)"
+      local policy=/usr/sbin/policy-rc.d had_policy=0
+      [ -e "$policy" ] && had_policy=1
+      [ "$had_policy" = 1 ] || printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null
+      local rc=$?
+      [ "$had_policy" = 1 ] || rm -f "$policy"
+      [ "$rc" = 0 ] || return 1
+    else
+      echo "nginx is required for the cluster tests (Debian: apt-get install nginx)" >&2
+      return 1
+    fi
+  fi
+  VIGIL_NGINX=/usr/sbin/nginx
+  export VIGIL_NGINX
+  "$VIGIL_NGINX" -v
+}
+
 # A Docker-API container engine (Podman's service here) and the demo image,
 # for the container runtime's tests.
 container_env() {
@@ -254,6 +282,7 @@ if [ "${results[-1]}" = PASS ]; then
   step clippy clippy_check
   step container-engine container_env
   step postgres-env postgres_env
+  step nginx-env nginx_env
   step cargo-test cargo test --workspace
   step guest-tests guest_tests
   step browser-env browser_env
@@ -280,7 +309,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance-client SKIPPED
   fi
 else
-  for name in demo-check fmt structure clippy container-engine postgres-env cargo-test guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
+  for name in demo-check fmt structure clippy container-engine postgres-env nginx-env cargo-test guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

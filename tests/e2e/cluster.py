@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -192,3 +193,101 @@ class Replicas:
 def replicas(procs: Procs, vigil_bin: Path, tmp_path: Path, pg_url: str) -> Replicas:
     return Replicas(procs, vigil_bin, tmp_path, pg_url)
 
+
+
+def nginx_bin() -> Path:
+    """`VIGIL_NGINX`, else Debian's /usr/sbin/nginx."""
+    path = Path(os.environ.get("VIGIL_NGINX", "/usr/sbin/nginx"))
+    if not path.exists():
+        message = f"nginx is not installed at {path}: run scripts/test.sh (its nginx-env step installs Debian's nginx)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return path
+
+
+@dataclass
+class Nginx:
+    """Debian's nginx, round-robin over replicas, no affinity."""
+
+    port: int
+    dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def upstreams(self, method: str) -> list[str]:
+        """The upstream (`127.0.0.1:PORT`) of each logged request of `method`, in order."""
+        log = self.dir / "access.log"
+        if not log.exists():
+            return []
+        out = []
+        for line in log.read_text().splitlines():
+            m, _, upstream = line.partition(" ")
+            if m == method:
+                out.append(upstream.split(",")[-1].strip())
+        return out
+
+
+def start_nginx(procs: Procs, home: Path, upstreams: list[int]) -> Nginx:
+    """An nginx in `home` proxying `/` to `upstreams` (ports on 127.0.0.1) round-robin.
+
+    Streams are not buffered (SSE passes as it comes); a connection refused
+    by a dead replica sends the request to the next one (a request already
+    sent to a replica that dies is not retried: its client sees the error).
+    """
+    home.mkdir(exist_ok=True)
+    port = free_port()
+    servers = "\n".join(f"    server 127.0.0.1:{p} max_fails=1 fail_timeout=2s;" for p in upstreams)
+    user = "user root root;" if os.geteuid() == 0 else ""
+    conf = home / "nginx.conf"
+    conf.write_text(
+        f"""{user}
+worker_processes 1;
+daemon off;
+pid {home}/nginx.pid;
+error_log {home}/error.log info;
+events {{ worker_connections 1024; }}
+http {{
+  log_format upstream '$request_method $upstream_addr $status';
+  access_log {home}/access.log upstream;
+  client_body_temp_path {home}/body;
+  proxy_temp_path {home}/proxy;
+  fastcgi_temp_path {home}/fastcgi;
+  uwsgi_temp_path {home}/uwsgi;
+  scgi_temp_path {home}/scgi;
+  upstream vigil {{
+{servers}
+  }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://vigil;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 1h;
+      proxy_connect_timeout 2s;
+      proxy_next_upstream error timeout;
+    }}
+  }}
+}}
+""",
+        encoding="utf-8",
+    )
+    proc = procs.start("nginx", [nginx_bin(), "-c", conf, "-p", home])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if not proc.alive():
+                pytest.fail(f"nginx exited: {proc.stderr()}\n{(home / 'error.log').read_text() if (home / 'error.log').exists() else ''}", pytrace=False)
+            if time.monotonic() > deadline:
+                pytest.fail("nginx did not listen", pytrace=False)
+            time.sleep(0.05)
+    return Nginx(port, home)

@@ -3,7 +3,8 @@
 A client session's id is sealed by Vigil (`gateway/session_ids.rs`): opaque
 (`s1.` and base64url), carrying whose session it is, verified on every
 request without a lookup. An altered id is an unknown session; the key
-lives in `data_dir/session.key` (0600) and survives a restart.
+lives in `data_dir/session.key` (0600) and survives a restart, and so do
+the sessions: a restarted Vigil adopts them (`gateway/adopt.rs`).
 """
 
 from __future__ import annotations
@@ -77,8 +78,11 @@ async def test_the_key_is_private_and_kept_across_a_restart(vigil: Gateways, dem
     again = vigil.serve_again(gw)
     assert key.read_bytes() == first, "a restart keeps the key"
     async with httpx.AsyncClient(timeout=DEADLINE) as http:
-        # The earlier run's session is gone with it (an unknown session)...
-        assert (await ping(http, again.url, before)).status_code == 404
+        # The earlier run's session is adopted: its id still says what it
+        # is, and the new run opens it again under the same id...
+        adopted = await ping(http, again.url, before)
+        assert adopted.status_code == 200 and '"result"' in adopted.text, adopted.text
+        assert (await ping(http, again.url, before)).status_code == 200
         # ...and new ones open as before.
         after = await open_session(http, again.url)
         assert (await ping(http, again.url, after)).status_code == 200

@@ -1,16 +1,20 @@
-//! The cluster's parts, when the store is one several replicas share
-//! (PostgreSQL, `[store] url_env`): supervision leases, the announcer and
-//! the listener of the replicas' notes (`cluster::postgres`). Each runs on
-//! the app's tracker until shutdown.
+//! The parts that differ between one replica and a cluster: the feed and
+//! the session book, and, when the store is one several replicas share
+//! (PostgreSQL, `[store] url_env`), supervision leases, the announcer and
+//! the listener of the replicas' notes (`cluster::postgres`). Each task
+//! runs on the app's tracker until shutdown.
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cluster::book::SessionBook;
 use crate::cluster::feed::LocalFeed;
+use crate::cluster::postgres::book::PgBook;
 use crate::cluster::postgres::lease::PgLeases;
 use crate::cluster::postgres::listen::{Listener, announce};
+use crate::cluster::session_id::Sealer;
 use crate::config::Config;
 use crate::store::Stores;
 use crate::supervisor::ClusterOutlets;
@@ -21,25 +25,41 @@ pub(super) struct Cluster {
     pub(super) outlets: ClusterOutlets,
 }
 
-/// The feed, and the cluster's parts when `stores` is shared (else `None`:
-/// one replica).
+/// What the app is assembled from: the feed (and the updates it
+/// carries), the session book, and the cluster's parts when the store is
+/// shared.
+pub(super) struct Parts {
+    pub(super) feed: Arc<LocalFeed>,
+    pub(super) updates: tokio::sync::mpsc::UnboundedReceiver<crate::backend::BackendUpdate>,
+    pub(super) book: Arc<dyn SessionBook>,
+    pub(super) cluster: Option<Cluster>,
+}
+
+/// How often expired rows of the shared session book are deleted.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The parts `config` and `stores` call for: one replica's (a local feed,
+/// the session book of `cluster::book::for_config`), or, when `stores` is
+/// shared, a replica's of a cluster, their tasks running until
+/// `shutdown`.
 pub(super) fn start(
     config: &Config,
     stores: Option<&Stores>,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
-) -> (
-    Arc<LocalFeed>,
-    tokio::sync::mpsc::UnboundedReceiver<crate::backend::BackendUpdate>,
-    Option<Cluster>,
-) {
+) -> Parts {
     let (Some(stores), Some(shared), Some(url)) = (
         stores,
         stores.and_then(|s| s.shared.clone()),
         config.store.url.as_ref(),
     ) else {
         let (feed, updates) = LocalFeed::new();
-        return (feed, updates, None);
+        return Parts {
+            feed,
+            updates,
+            book: crate::cluster::book::for_config(config),
+            cluster: None,
+        };
     };
     let replica = config.cluster.replica.clone();
     if config.cluster.key.is_none() {
@@ -69,24 +89,62 @@ pub(super) fn start(
     if listen_config.get_connect_timeout().is_none() {
         listen_config.connect_timeout(crate::store::postgres::CONNECT_TIMEOUT);
     }
+    let book = match &config.cluster.key {
+        Some(key) => {
+            let sealer = Sealer::new(
+                &key.key,
+                config.cluster.previous_key.as_ref().map(|k| &k.key),
+            );
+            let book = Arc::new(PgBook::new(sealer, shared.clone(), replica.as_str()));
+            tracker.spawn(prune(book.clone(), shutdown.clone()));
+            Some(book)
+        }
+        // Ids only this replica can open: its book is its own.
+        None => None,
+    };
     tracker.spawn(
         Listener {
             config: listen_config,
             store: shared,
             replica: replica.to_string(),
             feed: feed.clone(),
+            book: book.clone(),
         }
         .run(shutdown.clone()),
     );
-    (
+    Parts {
         feed,
         updates,
-        Some(Cluster {
+        book: match book {
+            Some(b) => b,
+            None => crate::cluster::book::for_config(config),
+        },
+        cluster: Some(Cluster {
             leases,
             outlets: ClusterOutlets {
                 store: stores.health.clone(),
                 replica,
             },
         }),
-    )
+    }
+}
+
+/// Deletes expired rows of the shared session book now and then.
+async fn prune(book: Arc<PgBook>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(PRUNE_EVERY) => {}
+        }
+        match book.prune().await {
+            Ok(n) => {
+                crate::metrics::get().store_op("session", true);
+                tracing::debug!(rows = n, "pruned expired sessions from the session book");
+            }
+            Err(e) => {
+                crate::metrics::get().store_op("session", false);
+                tracing::debug!(error = %e, "could not prune the session book");
+            }
+        }
+    }
 }

@@ -124,16 +124,21 @@ impl App {
         shutdown: CancellationToken,
     ) -> Startup {
         let api_tokens = Arc::new(crate::api::Tokens::new(config.api.tokens.clone()));
+        let cluster::Parts {
+            feed,
+            updates: updates_rx,
+            book,
+            cluster,
+        } = cluster::start(&config, store.as_ref(), tracker, &shutdown);
         let (front, refresh) = Gateway::new(
             config,
             store.as_ref().map(|s| s.calls.clone()),
+            book,
             redactor,
             tracker,
             &shutdown,
         );
         let config = &front.config;
-        let (feed, updates_rx, cluster) =
-            cluster::start(config, store.as_ref(), tracker, &shutdown);
         let feed: Arc<dyn Feed> = feed;
         let restored = match &store {
             Some(store) => restore(&*store.health, config).await,

@@ -3,8 +3,8 @@
 //!
 //! The seam several replicas stand on: [`SessionBook`] is what the front
 //! asks; [`LocalBook`] answers from the id itself and a list of closed
-//! ids kept in memory (one replica). A PostgreSQL book keeps that list,
-//! and what changes during a session, where every replica reads it.
+//! ids kept in memory (one replica); `cluster::postgres::book` keeps that
+//! list, and what changes during a session, where every replica reads it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -69,6 +69,13 @@ pub trait SessionBook: Send + Sync + 'static {
     /// the session itself: sealed by this gateway (or a replica sharing its
     /// key), unexpired, not closed.
     async fn resolve(&self, id: &str) -> Result<SessionFacts, Refused>;
+    /// Whether the session `facts` names was closed on another replica:
+    /// asked before a replica adopts a session (a round trip to a shared
+    /// book), where [`SessionBook::resolve`] knows only the closes this
+    /// replica heard of. One replica: never.
+    async fn closed_elsewhere(&self, _facts: &SessionFacts) -> bool {
+        false
+    }
     /// Closes the session `id` names: every later [`SessionBook::resolve`]
     /// of it is refused, until it would have expired anyway.
     async fn close(&self, id: &str);

@@ -27,11 +27,14 @@ use crate::origin::{HostRule, OriginRule};
 /// The axum router serving MCP at `/mcp`.
 pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
     let c = &gw.config;
-    let http = StreamableHttpServerConfig::default()
+    // Sessions this replica does not have are adopted (`super::adopt`).
+    let adoptions = Arc::new(super::adopt::Adoptions::default());
+    let mut http = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown.clone())
         .with_max_request_body_bytes(c.max_body_bytes)
         .disable_allowed_hosts()
         .disable_allowed_origins();
+    http.session_store = Some(adoptions.clone());
     let guard = Arc::new(Guard {
         hosts: HostRule::new(&c.allowed_hosts),
         origins: OriginRule::new(&c.allowed_origins, false),
@@ -45,7 +48,14 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         log: SharedLogLimit::new(std::time::Duration::from_secs(10)),
     });
     let auth = Arc::new(crate::auth::mcp::McpAuth::new(gw.mcp_keys(), gw.oauth()));
-    let ids = super::session_ids::SessionIds::new(gw.session_book.clone(), c.max_body_bytes);
+    let ids = super::session_ids::SessionIds::new(
+        gw.session_book.clone(),
+        c.max_body_bytes,
+        Some(super::session_ids::Adopt {
+            streams: streams.clone(),
+            adoptions,
+        }),
+    );
     let metadata = c
         .auth
         .oauth

@@ -15,6 +15,7 @@
 //! task, reloads and the control API is `crate::app` (the composition
 //! root); the front never names it (`scripts/structure.sh`).
 mod admission;
+mod adopt;
 mod answers;
 mod bad_params;
 mod caller_pools;
@@ -112,10 +113,12 @@ impl Gateway {
     /// The front of `config`, serving no backend yet (the composition
     /// root publishes the first backend set), and the stream of its
     /// backends' asks to be listed again. `calls`: where the audit
-    /// writes (none: audit off).
+    /// writes (none: audit off); `session_book`: where client sessions
+    /// are opened, resolved and closed.
     pub fn new(
         config: Config,
         calls: Option<Arc<dyn CallStore>>,
+        session_book: Arc<dyn crate::cluster::book::SessionBook>,
         redactor: Redactor,
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
@@ -151,7 +154,6 @@ impl Gateway {
         });
         let caller_pools =
             caller_pools::CallerPools::new(pool_context.clone(), config.limits.max_sessions);
-        let session_book = crate::cluster::book::for_config(&config);
         let mrtr = mrtr::Mrtr::new(&config.cluster)
             .inspect_err(|e| tracing::error!(error = %e, "no random key for MRTR request states: backends cannot ask 2026-07-28 clients"))
             .ok();

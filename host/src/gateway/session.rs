@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
+use rmcp::transport::streamable_http_server::SessionRestoreMarker;
 use rmcp::{ErrorData as McpError, ServerHandler};
 
 use serde_json::{Map, Value};
@@ -106,6 +107,51 @@ impl FrontSession {
         if let Err(why) = self.gw.session_book.update(id, change).await {
             tracing::debug!(session = %crate::redact::session_tag(id), %why, "not recorded in the session book");
         }
+    }
+
+    /// A session this replica adopted (`super::adopt`) was just
+    /// registered: it takes back what it kept (its log level, its
+    /// subscriptions, from the session book), and hears that every list
+    /// may have changed, since a change it was due may have been lost
+    /// with the replica that served it.
+    async fn adopted(&self, ctx: &NotificationContext<RoleServer>) {
+        crate::metrics::get().adoptions.inc();
+        let sealed = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<SealedId>())
+            .map(|s| s.0.clone());
+        let kept = match &sealed {
+            Some(id) => self.gw.session_book.kept(id).await.unwrap_or_default(),
+            None => Default::default(),
+        };
+        tracing::info!(session = self.id, subscriptions = kept.subscriptions.len(), log_level = ?kept.log_level, "adopted a session opened elsewhere");
+        let mut request =
+            RequestContext::new(rmcp::model::NumberOrString::Number(0), ctx.peer.clone());
+        request.extensions = ctx.extensions.clone();
+        if let Some(level) = kept
+            .log_level
+            .and_then(|l| serde_json::from_value(serde_json::Value::String(l)).ok())
+        {
+            if let Err(e) = self
+                .set_level(SetLevelRequestParams::new(level), request.clone())
+                .await
+            {
+                tracing::debug!(session = self.id, error = %e.message, "could not restore an adopted session's log level");
+            }
+        }
+        for uri in kept.subscriptions {
+            if let Err(e) = self
+                .subscribe(SubscribeRequestParams::new(uri.clone()), request.clone())
+                .await
+            {
+                tracing::info!(session = self.id, %uri, error = %e.message, "could not restore an adopted session's subscription");
+            }
+        }
+        let peer = &ctx.peer;
+        let _ = peer.notify_tool_list_changed().await;
+        let _ = peer.notify_resource_list_changed().await;
+        let _ = peer.notify_prompt_list_changed().await;
     }
 
     /// The backend that serves resource `uri` in `catalog`, or the
@@ -944,6 +990,9 @@ impl ServerHandler for FrontSession {
                 lanes,
             );
             tracing::debug!(session = self.id, "client session opened");
+            if ctx.extensions.get::<SessionRestoreMarker>().is_some() {
+                self.adopted(&ctx).await;
+            }
         }
     }
 

@@ -44,6 +44,9 @@ pub struct SealedId(pub Arc<str>);
 /// What [`seal`] needs.
 pub struct SessionIds {
     book: Arc<dyn SessionBook>,
+    /// Which sessions rmcp has here, and how it adopts the others
+    /// ([`super::adopt`]); `None` in tests of the ids alone.
+    adopt: Option<Adopt>,
     /// The largest body read (`max_body_bytes`): an `initialize` is read
     /// to learn what the session is.
     max_body: usize,
@@ -51,10 +54,18 @@ pub struct SessionIds {
     foreign_log: SharedLogLimit,
 }
 
+/// What adopting a session takes: rmcp's sessions here, and its session
+/// store.
+pub struct Adopt {
+    pub streams: Arc<super::streams::StreamSessions>,
+    pub adoptions: Arc<super::adopt::Adoptions>,
+}
+
 impl SessionIds {
-    pub fn new(book: Arc<dyn SessionBook>, max_body: usize) -> Arc<Self> {
+    pub fn new(book: Arc<dyn SessionBook>, max_body: usize, adopt: Option<Adopt>) -> Arc<Self> {
         Arc::new(SessionIds {
             book,
+            adopt,
             max_body,
             foreign_log: SharedLogLimit::new(std::time::Duration::from_secs(10)),
         })
@@ -105,10 +116,28 @@ async fn on_session(ids: &SessionIds, sealed: String, mut req: Request, next: Ne
     let Ok(local) = http::HeaderValue::from_str(&facts.local) else {
         return unknown_session();
     };
+    let delete = req.method() == http::Method::DELETE;
+    // A session rmcp does not have here is adopted (see `super::adopt`),
+    // unless it is being closed: then there is nothing here to close.
+    let adopting = match &ids.adopt {
+        Some(a) if !a.streams.has(&facts.local).await => Some(a),
+        _ => None,
+    };
+    if delete && adopting.is_some() {
+        ids.book.close(&sealed).await;
+        return http::StatusCode::ACCEPTED.into_response();
+    }
+    if adopting.is_some() && ids.book.closed_elsewhere(&facts).await {
+        tracing::debug!(session = %session_tag(&sealed), "a request on a session another replica closed");
+        return unknown_session();
+    }
+    let _expected = adopting.map(|a| {
+        tracing::debug!(session = %session_tag(&sealed), "adopting a session this replica does not have");
+        a.adoptions.expect(&facts)
+    });
     req.headers_mut().insert(HEADER, local);
     req.extensions_mut()
         .insert(SealedId(sealed.as_str().into()));
-    let delete = req.method() == http::Method::DELETE;
     let response = next.run(req).await;
     if delete && response.status().is_success() {
         ids.book.close(&sealed).await;
@@ -173,6 +202,7 @@ async fn opening(ids: &SessionIds, req: Request, next: Next) -> Response {
         facts.client = json(init.as_ref().and_then(|p| p.client_info));
         facts
     };
+    let initialize_parts = ids.adopt.is_some().then(|| parts.clone());
     let mut response = next
         .run(Request::from_parts(parts, Body::from(bytes.clone())))
         .await;
@@ -184,7 +214,7 @@ async fn opening(ids: &SessionIds, req: Request, next: Next) -> Response {
     else {
         return response;
     };
-    let sealed = match ids.book.open(&facts_of(local)).await {
+    let sealed = match ids.book.open(&facts_of(local.clone())).await {
         Ok(id) => id,
         Err(e) => {
             tracing::error!(error = %e, "a session was opened but its id could not be sealed; refusing it");
@@ -195,12 +225,43 @@ async fn opening(ids: &SessionIds, req: Request, next: Next) -> Response {
                 .into_response();
         }
     };
-    match http::HeaderValue::from_str(&sealed) {
-        Ok(v) => {
-            response.headers_mut().insert(HEADER, v);
-            response
-        }
-        Err(_) => unknown_session(),
+    let Ok(value) = http::HeaderValue::from_str(&sealed) else {
+        return unknown_session();
+    };
+    if let (Some(adopt), Some(parts)) = (&ids.adopt, initialize_parts) {
+        initialized_here(adopt, parts, &local, &sealed).await;
+    }
+    response.headers_mut().insert(HEADER, value);
+    response
+}
+
+/// Tells the session just opened here that its client is initialized,
+/// as its `notifications/initialized` would.
+///
+/// Behind a load balancer that notification may reach another replica
+/// (which adopts the session there), and this one would never register
+/// the session: never send it `list_changed`, never serve it by the raw
+/// path. The client's own notification, if it comes here too, is then a
+/// second one, which the session takes as already done.
+async fn initialized_here(
+    adopt: &Adopt,
+    mut parts: http::request::Parts,
+    local: &str,
+    sealed: &str,
+) {
+    use rmcp::model::{ClientJsonRpcMessage, ClientNotification, InitializedNotification};
+    use rmcp::transport::streamable_http_server::SessionManager as _;
+    let Ok(id) = http::HeaderValue::from_str(local) else {
+        return;
+    };
+    parts.headers.insert(HEADER, id);
+    parts.extensions.insert(SealedId(sealed.into()));
+    let mut note = ClientJsonRpcMessage::notification(ClientNotification::InitializedNotification(
+        InitializedNotification::default(),
+    ));
+    note.insert_extension(parts);
+    if let Err(e) = adopt.streams.accept_message(&local.into(), note).await {
+        tracing::debug!(session = %session_tag(sealed), error = %e, "could not mark a new session initialized");
     }
 }
 
@@ -238,7 +299,7 @@ mod tests {
         );
         let book = Arc::new(LocalBook::new(Sealer::new(&[9; 32], None)));
         inner.route_layer(axum::middleware::from_fn_with_state(
-            SessionIds::new(book, 1 << 20),
+            SessionIds::new(book, 1 << 20, None),
             seal,
         ))
     }

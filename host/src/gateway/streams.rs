@@ -21,7 +21,7 @@ use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
 };
-use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
+use rmcp::transport::streamable_http_server::{RestoreOutcome, SessionId, SessionManager};
 use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -48,6 +48,10 @@ pub struct StreamSessions {
     resumes: Mutex<HashMap<SessionId, watch::Sender<u64>>>,
     /// When each session's client last sent something (see [`IDLE`]).
     activity: Mutex<HashMap<SessionId, tokio::time::Instant>>,
+    /// Sessions adopted here (`super::adopt`) whose client has not yet
+    /// resumed its GET stream: the event ids it brings are another
+    /// replica's.
+    adopted: Mutex<std::collections::HashSet<SessionId>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -94,6 +98,7 @@ impl StreamSessions {
             streams: Mutex::default(),
             resumes: Mutex::default(),
             activity: Mutex::default(),
+            adopted: Mutex::default(),
         }
     }
 
@@ -129,6 +134,15 @@ impl StreamSessions {
                 }
             }
         }
+    }
+
+    /// Whether rmcp has session `id` here.
+    pub async fn has(&self, id: &str) -> bool {
+        self.inner
+            .sessions
+            .read()
+            .await
+            .contains_key(&SessionId::from(id))
     }
 
     /// Whether `max_sessions` sessions are open: a new one is refused.
@@ -227,6 +241,26 @@ impl SessionManager for StreamSessions {
         Ok(self.inner.initialize_session(id, message).await?)
     }
 
+    /// As rmcp's (an adopted session, `super::adopt`), within
+    /// `max_sessions`.
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        if self.is_full().await {
+            crate::metrics::get().sessions_refused.inc();
+            return Err(StreamError::Full {
+                max: self.max_sessions,
+            });
+        }
+        let outcome = self.inner.restore_session(id.clone()).await?;
+        if matches!(outcome, RestoreOutcome::Restored(_)) {
+            lock(&self.activity).insert(id.clone(), tokio::time::Instant::now());
+            lock(&self.adopted).insert(id);
+        }
+        Ok(outcome)
+    }
+
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
         Ok(self.inner.has_session(id).await?)
     }
@@ -234,6 +268,7 @@ impl SessionManager for StreamSessions {
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         lock(&self.streams).retain(|(s, _), _| s != id);
         lock(&self.activity).remove(id);
+        lock(&self.adopted).remove(id);
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -285,12 +320,24 @@ impl SessionManager for StreamSessions {
     }
 
     /// As rmcp's, then wakes an answer waiting for this session to resume.
+    ///
+    /// The first GET stream of a session adopted here names an event of
+    /// the replica that served it before, which means nothing here: it
+    /// gets the session's stream from its start instead (what was sent
+    /// since the adoption, the `list_changed` of `super::session`'s
+    /// adoption among it).
     async fn resume(
         &self,
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         self.touch(id);
+        let common = !last_event_id.contains('/');
+        let last_event_id = if common && lock(&self.adopted).remove(id) {
+            "0".to_owned()
+        } else {
+            last_event_id
+        };
         let stream = self.inner.resume(id, last_event_id).await?;
         if let Some(r) = lock(&self.resumes).get(id) {
             r.send_modify(|n| *n += 1);

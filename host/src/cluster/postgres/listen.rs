@@ -34,6 +34,8 @@ pub struct Listener {
     pub store: PostgresStore,
     pub replica: String,
     pub feed: Arc<LocalFeed>,
+    /// The shared session book, told of sessions other replicas closed.
+    pub book: Option<Arc<super::book::PgBook>>,
 }
 
 /// Why a listening connection ended.
@@ -147,6 +149,11 @@ impl Listener {
                 self.feed.heard_elsewhere(&b, transitions, true, false);
             }
             Note::Listing { b, .. } => self.feed.heard_elsewhere(&b, Vec::new(), false, true),
+            Note::Closed { s, e, .. } => {
+                if let Some(book) = &self.book {
+                    book.heard_closed(&s, e);
+                }
+            }
         }
     }
 }

@@ -31,13 +31,15 @@ pub enum Note {
     },
     /// `replica`, lease holder of `backend`, saw its listing change.
     Listing { r: String, b: String },
+    /// `replica` closed session `s` (rmcp's id), valid until `e`.
+    Closed { r: String, s: String, e: u64 },
 }
 
 impl Note {
     /// The replica that sent it.
     pub fn replica(&self) -> &str {
         match self {
-            Note::Health { r, .. } | Note::Listing { r, .. } => r,
+            Note::Health { r, .. } | Note::Listing { r, .. } | Note::Closed { r, .. } => r,
         }
     }
 

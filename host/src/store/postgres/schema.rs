@@ -85,6 +85,20 @@ pub const MIGRATIONS: &[&str] = &[
      );
      -- Which replica's supervisor made each transition.
      ALTER TABLE transitions ADD COLUMN replica text;",
+    // 3: the session book (`cluster::postgres::book`): sessions closed
+    // before they expired, and what open ones kept, by rmcp's id of the
+    // session (never the sealed id, a credential); each row goes when its
+    // session would have expired (seconds since 1970).
+    "CREATE TABLE sessions_closed (
+         session    text   NOT NULL PRIMARY KEY,
+         expires_at bigint NOT NULL
+     );
+     CREATE TABLE sessions_kept (
+         session       text   NOT NULL PRIMARY KEY,
+         expires_at    bigint NOT NULL,
+         log_level     text,
+         subscriptions text[] NOT NULL DEFAULT '{}'
+     );",
 ];
 
 /// Brings the schema up to date in one transaction, holding [`LOCK`]:

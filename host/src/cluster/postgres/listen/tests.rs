@@ -49,6 +49,7 @@ async fn two() -> Option<(
             store: b,
             replica: "vigil-b".into(),
             feed: feed.clone(),
+            book: None,
         }
         .run(stop.clone()),
     );

@@ -1,0 +1,209 @@
+"""Sessions any replica can serve: three replicas on PostgreSQL behind
+Debian's nginx, round-robin, no affinity (`cluster.py`).
+
+- an official Python SDK client makes 300 calls in one session through
+  nginx while the replica holding its GET stream is killed (SIGKILL)
+  part-way: every call after the kill succeeds on the same session id (at
+  most the one in flight fails), and its `list_changed` stream survives
+  (its SDK reconnects it, with `Last-Event-ID`, to another replica);
+- a session closed (DELETE) through one replica is closed on every one;
+- ids that are tampered with, or sealed under another key, are unknown
+  sessions; after a key rotation (new key, the old one as previous) the
+  sessions opened before it go on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from cluster import Replicas, new_key, pg_url, postgres, replicas, start_nginx  # noqa: F401 - fixtures
+from harness import Procs, http_backend
+from support import (
+    DEADLINE,
+    SDK_READ_TIMEOUT,
+    Inbox,
+    call_text,
+    http_session,
+    is_tools_list_changed,
+    tool_names,
+    wait_for_tools,
+    write_tools_file,
+)
+
+pytestmark = pytest.mark.anyio
+
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "ids", "version": "1"}},
+}
+PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+
+async def open_session(http: httpx.AsyncClient, url: str) -> str:
+    opened = await http.post(url, json=INIT, headers=HEADERS)
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    on = {**HEADERS, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+    assert (await http.post(url, json=note, headers=on)).status_code == 202
+    return session
+
+
+async def ping(http: httpx.AsyncClient, url: str, session: str) -> httpx.Response:
+    on = {**HEADERS, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+    return await http.post(url, json=PING, headers=on)
+
+
+def altered(session: str) -> str:
+    at = len(session) - 6
+    return session[:at] + ("A" if session[at] != "A" else "B") + session[at + 1 :]
+
+
+async def three(replicas: Replicas, backend_url: str) -> dict[str, Any]:
+    """Three replicas serving one HTTP backend, each with its tools listed."""
+    backends = [http_backend("alpha", backend_url)]
+    gws = {n: replicas.start(n, backends) for n in ("vigil-a", "vigil-b", "vigil-c")}
+    for gw in gws.values():
+        async with http_session(gw.url) as s:
+            await wait_for_tools(s, {"alpha__echo"})
+    return gws
+
+
+async def open_connections(gw: Any) -> int:
+    """The connections open on `gw`'s MCP listener (its `/metrics`)."""
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        text = (await http.get(f"{gw.api_base}/metrics")).text
+    for line in text.splitlines():
+        if line.startswith('vigil_connections{listener="mcp"}'):
+            return int(float(line.split()[-1]))
+    raise AssertionError("no vigil_connections for the mcp listener")
+
+
+async def stream_holder(gws: dict[str, Any]) -> str:
+    """The replica holding the one long-lived connection (the GET stream)."""
+    with anyio.fail_after(DEADLINE):
+        while True:
+            open_now = {name: await open_connections(gw) for name, gw in gws.items() if gw.proc.alive()}
+            holders = [name for name, n in open_now.items() if n > 0]
+            if len(holders) == 1 and open_now[holders[0]] == 1:
+                return holders[0]
+            await anyio.sleep(0.05)
+
+
+async def test_a_session_survives_the_replica_holding_its_stream(
+    replicas: Replicas,  # noqa: F811
+    demo_http: Any,
+    procs: Procs,
+    tmp_path: Path,
+) -> None:
+    """300 calls through nginx; the replica of the GET stream is killed at the 100th."""
+    tools_file = tmp_path / "alpha-tools.json"
+    write_tools_file(tools_file, [], notify=True)
+    backend = demo_http("alpha", tools_file=tools_file)
+    gws = await three(replicas, backend.url)
+    lb = start_nginx(procs, tmp_path / "nginx", [gw.port for gw in gws.values()])
+
+    sent_ids: list[str | None] = []
+
+    async def note_session(request: httpx2.Request) -> None:
+        if request.method == "POST":
+            sent_ids.append(request.headers.get("mcp-session-id"))
+
+    inbox = Inbox()
+    failures: list[tuple[int, str]] = []
+    killed: str | None = None
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with (
+        httpx2.AsyncClient(timeout=timeout, event_hooks={"request": [note_session]}) as http,
+        streamable_http_client(lb.url, http_client=http) as (read, write),
+        ClientSession(read, write, read_timeout_seconds=SDK_READ_TIMEOUT, message_handler=inbox) as s,
+    ):
+        with anyio.fail_after(DEADLINE):
+            await s.initialize()
+        # The SDK opens its GET stream beside the first requests; nginx logs
+        # a request when it ends, so the replica holding it is the one with
+        # a connection open between two calls.
+        holding = await stream_holder(gws)
+        for i in range(300):
+            if i == 100:
+                assert await stream_holder(gws) == holding, "the GET stream stayed where it was"
+                killed = holding
+                replicas.kill(killed)
+            try:
+                with anyio.fail_after(DEADLINE):
+                    assert await call_text(s, "alpha__echo", {"text": f"call {i}"}) == f"call {i}"
+            except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+                failures.append((i, repr(exc)))
+        assert killed is not None
+        assert len(failures) <= 1, f"at most the call in flight at the kill fails: {failures}"
+        assert all(i == 100 for i, _ in failures), failures
+        # One session id throughout.
+        ids = {i for i in sent_ids if i is not None}
+        assert len(ids) == 1, f"the client kept one session id: {len(ids)} seen"
+        # Its GET stream went to a living replica, and list_changed still comes.
+        seen = len(inbox.matching(is_tools_list_changed))
+        write_tools_file(tools_file, [{"name": "added"}], notify=True)
+        await inbox.wait_for(is_tools_list_changed, "tools/list_changed after the kill", count=seen + 1)
+        with anyio.fail_after(DEADLINE):
+            while "alpha__added" not in await tool_names(s):
+                await anyio.sleep(0.1)
+        assert await call_text(s, "alpha__added", {"n": 1}) == 'added: {"n":1}'
+    gets = lb.upstreams("GET")
+    assert len({g for g in gets if g}) >= 2, f"the GET stream was reconnected to another replica: {gets}"
+
+
+async def test_a_session_closed_through_one_replica_is_closed_on_all(
+    replicas: Replicas,  # noqa: F811
+    demo_http: Any,
+) -> None:
+    backend = demo_http("alpha")
+    gws = await three(replicas, backend.url)
+    a, b, c = gws["vigil-a"], gws["vigil-b"], gws["vigil-c"]
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        session = await open_session(http, a.url)
+        # Adopted by b: it works there.
+        assert (await ping(http, b.url, session)).status_code == 200
+        closed = await http.delete(b.url, headers={"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"})
+        assert closed.status_code in (200, 202), closed.text
+        for gw in (a, b, c):
+            gone = await ping(http, gw.url, session)
+            assert gone.status_code == 404, (gw.url, gone.text)
+
+
+async def test_tampered_and_foreign_ids_are_unknown_and_a_rotation_keeps_sessions(
+    replicas: Replicas,  # noqa: F811
+    demo_http: Any,
+) -> None:
+    backend = demo_http("alpha")
+    backends = [http_backend("alpha", backend.url)]
+    old_key = replicas.key
+    a = replicas.start("vigil-a", backends)
+    foreign = replicas.start("vigil-x", backends, key=new_key())
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        session = await open_session(http, a.url)
+        assert (await ping(http, a.url, session)).status_code == 200
+        tampered = await ping(http, a.url, altered(session))
+        assert tampered.status_code == 404, tampered.text
+        # Sealed under another key (a replica of another cluster): unknown.
+        theirs = await open_session(http, foreign.url)
+        assert (await ping(http, a.url, theirs)).status_code == 404
+        assert (await ping(http, foreign.url, session)).status_code == 404
+
+        # Rotation: b starts with a new key and the old one as previous.
+        b = replicas.start("vigil-b", backends, key=new_key(), previous_key=old_key)
+        assert (await ping(http, b.url, session)).status_code == 200, "a session from before the rotation goes on"
+        fresh = await open_session(http, b.url)
+        assert (await ping(http, b.url, fresh)).status_code == 200
+        # The old key alone does not open ids sealed under the new one.
+        assert (await ping(http, a.url, fresh)).status_code == 404
