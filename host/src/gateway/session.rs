@@ -132,13 +132,11 @@ impl FrontSession {
         if let Some(level) = kept
             .log_level
             .and_then(|l| serde_json::from_value(serde_json::Value::String(l)).ok())
-        {
-            if let Err(e) = self
+            && let Err(e) = self
                 .set_level(SetLevelRequestParams::new(level), request.clone())
                 .await
-            {
-                tracing::debug!(session = self.id, error = %e.message, "could not restore an adopted session's log level");
-            }
+        {
+            tracing::debug!(session = self.id, error = %e.message, "could not restore an adopted session's log level");
         }
         for uri in kept.subscriptions {
             if let Err(e) = self
