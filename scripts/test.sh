@@ -263,14 +263,15 @@ nginx_env() {
   "$VIGIL_NGINX" -v
 }
 
-# A Docker-API container engine (Podman's service here) and the demo image,
+# A Docker-API container engine (Podman's service here), the demo image,
+# and Vigil's own image (deploy/Containerfile, scripts/vigil-image.sh),
 # for the container runtime's tests.
 container_env() {
   local exports
   exports=$(bash scripts/container-engine.sh) || return 1
   eval "$exports"
   export DOCKER_HOST
-  bash scripts/container-image.sh
+  bash scripts/container-image.sh && bash scripts/vigil-image.sh
 }
 
 step build cargo build --workspace

@@ -30,11 +30,14 @@
 //!   a backend (a process, a container, nothing for a remote).
 //! - [`background`] is where tasks run: every spawned task is on a tracker
 //!   a shutdown waits for (`scripts/structure.sh` checks).
-//! - [`cluster`] holds the seams several replicas will share, each with a
-//!   local implementation today: the session book and its sealed session
-//!   ids, the feed of backend updates and health transitions, rate limiting (the buckets [`policy`] takes tokens from),
-//!   supervision leases (a [`supervisor`] acts only while it holds its
-//!   backend's), and MRTR parked calls with the replica that parked each.
+//! - [`cluster`] holds what several replicas share, each seam with a
+//!   local implementation (one replica) and, in `cluster::postgres`, one
+//!   on the shared PostgreSQL store: the session book and its sealed
+//!   session ids, the feed of backend updates and health transitions
+//!   (and the replicas' notes), rate limiting (the buckets [`policy`]
+//!   takes tokens from), supervision leases (a [`supervisor`] acts only
+//!   while it holds its backend's, and follows the holder otherwise), and
+//!   MRTR parked calls with the replica that parked each.
 //! - [`origin`] decides which `Host` and `Origin` a listener answers (DNS
 //!   rebinding and cross-origin protection), for `/mcp` and the control API.
 //! - [`redact`] masks secrets (configured values, URL credentials) in every

@@ -123,6 +123,11 @@ pub struct Metrics {
     pub adoptions: Counter,
     /// Cluster notifications received from the store.
     pub notifications_heard: Counter,
+    /// Replicas alive as this one last read them (0 without a cluster).
+    pub replicas_seen: Gauge,
+    /// 1 for each shared backend whose supervision lease this replica
+    /// holds, 0 once it no longer does.
+    pub leases_held: Family<BackendLabel, Gauge>,
 }
 
 /// The process's metrics.
@@ -157,6 +162,8 @@ pub fn get() -> &'static Metrics {
         store_errors: Family::default(),
         adoptions: Counter::default(),
         notifications_heard: Counter::default(),
+        replicas_seen: Gauge::default(),
+        leases_held: Family::default(),
     })
 }
 
@@ -300,6 +307,13 @@ impl Metrics {
         self.instances
             .get_or_create(&backend_label(backend))
             .inc_by(delta);
+    }
+
+    /// Whether this replica holds the supervision lease of `backend`.
+    pub fn lease_held(&self, backend: &str, held: bool) {
+        self.leases_held
+            .get_or_create(&backend_label(backend))
+            .set(i64::from(held));
     }
 
     /// A round trip to the shared store for `op`, and whether it failed.
@@ -457,6 +471,16 @@ impl Metrics {
             "cluster_notifications",
             "Notifications from other replicas heard through the store (LISTEN/NOTIFY)",
             self.notifications_heard.clone(),
+        );
+        r.register(
+            "cluster_replicas",
+            "Replicas sharing the store that are alive, as this replica last read them",
+            self.replicas_seen.clone(),
+        );
+        r.register(
+            "lease_held",
+            "1 while this replica holds the supervision lease of a shared backend (it supervises it), 0 once it no longer does",
+            self.leases_held.clone(),
         );
         r.register(
             "notifications_sent",

@@ -10,13 +10,16 @@ its tools over connections of their own.
   that took the lease after the old one ran out (the order is read from
   the store), and the history stays continuous;
 - a follower shows the holder's state and serves the backend's tools,
-  and hears when the holder sees the backend go down.
+  and hears when the holder sees the backend go down;
+- operator actions through any replica (its API or `vigil status`) take
+  effect on the holder, and the audit has each with its principal.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,6 +27,7 @@ import pytest
 
 from cluster import Postgres, Replicas, pg_url, postgres, replicas  # noqa: F401 - fixtures
 from containers import Box, Engine
+from harness import http_backend, run_vigil
 from support import ControlApi, call_text, http_session, short, wait_for_tools
 
 pytestmark = pytest.mark.anyio
@@ -133,3 +137,79 @@ async def test_a_follower_hears_the_backend_go_down_and_come_back(
         assert await call_text(s, f"{box.name}__whoami") == "box"
     # Only the holder acted: the follower never held the lease.
     assert holder(postgres, pg_url, box.name) == first
+
+
+TOKENS = [
+    {"name": name, "token": f"{name}-token-0123456789abcdef0123", "role": "operator"}
+    for name in ("alice", "bob", "carol")
+]
+
+
+def as_(gw: Any, name: str) -> ControlApi:
+    token = next(t["token"] for t in TOKENS if t["name"] == name)
+    return ControlApi(gw.api_base, token)
+
+
+async def test_operator_actions_through_any_replica_act_on_the_holder(
+    replicas: Replicas,  # noqa: F811
+    demo_http: Any,
+    vigil_bin: Path,
+) -> None:
+    """Quarantine through A, `vigil status` through B, release through C: each takes effect on the holder."""
+    backend = demo_http("alpha")
+    backends = [http_backend("alpha", backend.url)]
+    gws = {
+        n: replicas.start(n, backends, api={"tokens": TOKENS}, health={"interval": "1s", "timeout": "1s"})
+        for n in ("vigil-a", "vigil-b", "vigil-c")
+    }
+    for n, gw in gws.items():
+        await as_(gw, "bob").wait_state("alpha", "running")
+    a, b, c = gws["vigil-a"], gws["vigil-b"], gws["vigil-c"]
+
+    held = await as_(a, "alice").act_ok("alpha", "quarantine", {"reason": "cluster test"})
+    assert held["state"] == "quarantined", short(held)
+    # Every replica shows it, and hides the tools.
+    for gw in gws.values():
+        await as_(gw, "bob").wait_state("alpha", "quarantined")
+        async with http_session(gw.url) as s:
+            await wait_for_tools(s, set(), absent={"alpha__echo"})
+
+    def status() -> tuple[int, str]:
+        done = run_vigil(vigil_bin, ["status", "--api", b.api_base, "--token", TOKENS[1]["token"]], b.config_path.parent)
+        return done.returncode, done.stdout
+
+    code, table = await anyio.to_thread.run_sync(status)
+    row = next(line for line in table.splitlines() if line.split() and line.split()[0] == "alpha")
+    assert row.split()[1] == "quarantined" and "cluster test" in table, table
+    assert code == 3, table
+
+    released = await as_(c, "carol").act_ok("alpha", "release")
+    assert released["state"] in ("restarting", "starting", "running"), short(released)
+    for gw in gws.values():
+        await as_(gw, "bob").wait_state("alpha", "running")
+        async with http_session(gw.url) as s:
+            await wait_for_tools(s, {"alpha__echo"})
+            assert await call_text(s, "alpha__echo", {"text": "back"}) == "back"
+
+    # A remote backend cannot be restarted: the holder's refusal comes
+    # back through the replica asked.
+    refused = await as_(b, "bob").act("alpha", "restart")
+    assert refused.status_code == 409 and "cannot be restarted" in refused.text, refused.text
+    # Once more the other way round: quarantine through B, release through A.
+    await as_(b, "bob").act_ok("alpha", "quarantine", {"reason": "again"})
+    await as_(c, "carol").wait_state("alpha", "quarantined")
+    await as_(a, "alice").act_ok("alpha", "release")
+    await as_(b, "bob").wait_state("alpha", "running")
+
+    # The audit, read through any replica, has all three with their principals.
+    entries = (await as_(a, "alice").get_json("/api/v1/audit?limit=50"))["entries"]
+    acted = [(e["principal"], e["action"], e["target"], e["outcome"]) for e in entries]
+    expected = [
+        ("alice", "quarantine", "alpha", "ok"),
+        ("carol", "release", "alpha", "ok"),
+        ("bob", "quarantine", "alpha", "ok"),
+        ("alice", "release", "alpha", "ok"),
+    ]
+    assert [x for x in acted if x in expected] == expected, acted
+    refusals = [(p, act, t) for p, act, t, out in acted if out.startswith("error")]
+    assert ("bob", "restart", "alpha") in refusals, acted

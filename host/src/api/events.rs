@@ -6,10 +6,11 @@
 //!
 //! | event | data |
 //! |---|---|
-//! | `hello` | `{"principal", "role", "instances": [InstanceReport], "transitions": {backend: [Transition, newest last]}, "plugins": {"dir", "plugins": [PluginInfo]}}` |
+//! | `hello` | `{"principal", "role", "instances": [InstanceReport], "transitions": {backend: [Transition, newest last]}, "plugins": {"dir", "plugins": [PluginInfo]}, "warnings": [text]}` |
 //! | `transition` | `{"transition": Transition, "instance": InstanceReport}`: the backend's report as the event is sent (it may already be past `to`: a crash's `offline` and `restarting` share a millisecond) |
 //! | `instances` | `{"instances": [InstanceReport]}`: reports that moved visibly (any field, or latency by a quarter and 1 ms, calls by a quarter, error rate by a point), every 2 s at most |
 //! | `plugins` | `{"dir", "plugins": [PluginInfo]}`: the whole list, when anything in it changed, every 2 s at most |
+//! | `warnings` | `{"warnings": [text]}`: what an operator should know (the instances API's `warnings`: replicas serving another configuration, clients sharing a backend session), the whole list when it changed, every 2 s at most |
 //!
 //! Events after `hello` carry increasing `id`s. A client that falls behind
 //! (or whose hub fell behind the gateway) gets a new `hello` instead of the
@@ -158,6 +159,7 @@ impl Hub {
         }
         let instances = self.control.instances();
         let (dir, plugins) = self.control.plugins();
+        let warnings = self.control.warnings();
         let text: Arc<str> = {
             let recent = lock(&self.recent);
             let transitions: HashMap<&str, &VecDeque<Transition>> = instances
@@ -168,6 +170,7 @@ impl Hub {
                 "instances": instances,
                 "transitions": transitions,
                 "plugins": {"dir": dir, "plugins": plugins},
+                "warnings": warnings,
             })
             .to_string()
             .into()
@@ -274,7 +277,7 @@ async fn pump(hub: Arc<Hub>, mut transitions: Option<broadcast::Receiver<Transit
                 if hub.frames.receiver_count() == 0 {
                     continue;
                 }
-                let (reports, plugins, set_changed) = figures.moved(&hub.control);
+                let (reports, plugins, warnings, set_changed) = figures.moved(&hub.control);
                 if set_changed {
                     // A reload added or removed backends: a snapshot says
                     // which are gone, and carries the new ones.
@@ -287,6 +290,9 @@ async fn pump(hub: Arc<Hub>, mut transitions: Option<broadcast::Receiver<Transit
                 if let Some(p) = plugins {
                     send("plugins", p);
                 }
+                if let Some(w) = warnings {
+                    send("warnings", w);
+                }
             }
         }
     }
@@ -297,6 +303,7 @@ async fn pump(hub: Arc<Hub>, mut transitions: Option<broadcast::Receiver<Transit
 struct Figures {
     reports: HashMap<String, InstanceReport>,
     plugins: Option<String>,
+    warnings: Option<String>,
     /// The backends as of the last tick, to notice reloads.
     names: Vec<String>,
 }
@@ -306,10 +313,13 @@ impl Figures {
         self.reports.insert(r.name.clone(), r.clone());
     }
 
-    /// Reports that differ from the last sent, the plugin list if it
-    /// changed (both remembered as sent), and whether the set of backends
-    /// changed.
-    fn moved(&mut self, control: &Arc<dyn Control>) -> (Vec<InstanceReport>, Option<String>, bool) {
+    /// Reports that differ from the last sent, the plugin list and the
+    /// warnings if they changed (all remembered as sent), and whether the
+    /// set of backends changed.
+    fn moved(
+        &mut self,
+        control: &Arc<dyn Control>,
+    ) -> (Vec<InstanceReport>, Option<String>, Option<String>, bool) {
         let now = control.instances();
         let mut names: Vec<String> = now.iter().map(|r| r.name.clone()).collect();
         names.sort_unstable();
@@ -334,7 +344,15 @@ impl Figures {
         let text = serde_json::to_string(&listed).unwrap_or_default();
         let plugins = (self.plugins.as_deref() != Some(text.as_str())).then(|| text.clone());
         self.plugins = Some(text);
-        (moved, plugins, set_changed)
+        let text = json!({"warnings": control.warnings()}).to_string();
+        // The first tick's are in the snapshot every stream began with.
+        let warnings = self
+            .warnings
+            .as_deref()
+            .is_some_and(|was| was != text)
+            .then(|| text.clone());
+        self.warnings = Some(text);
+        (moved, plugins, warnings, set_changed)
     }
 }
 

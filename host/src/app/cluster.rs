@@ -12,8 +12,11 @@ use tokio_util::task::TaskTracker;
 use crate::cluster::book::SessionBook;
 use crate::cluster::feed::LocalFeed;
 use crate::cluster::postgres::book::PgBook;
+use crate::cluster::postgres::command::Commands;
 use crate::cluster::postgres::lease::PgLeases;
 use crate::cluster::postgres::listen::{Listener, announce};
+use crate::cluster::postgres::replicas::ReplicaSet;
+use crate::cluster::rate::{LocalRates, Rates, SharedRates};
 use crate::cluster::session_id::Sealer;
 use crate::config::Config;
 use crate::store::Stores;
@@ -23,6 +26,15 @@ use crate::supervisor::ClusterOutlets;
 pub(super) struct Cluster {
     pub(super) leases: PgLeases,
     pub(super) outlets: ClusterOutlets,
+    /// Who else is alive, and what each serves.
+    pub(super) replicas: Arc<ReplicaSet>,
+}
+
+impl Cluster {
+    /// Where routed commands find this replica's backends.
+    pub(super) fn commands(&self) -> &Arc<Commands> {
+        &self.outlets.commands
+    }
 }
 
 /// What the app is assembled from: the feed (and the updates it
@@ -32,6 +44,8 @@ pub(super) struct Parts {
     pub(super) feed: Arc<LocalFeed>,
     pub(super) updates: tokio::sync::mpsc::UnboundedReceiver<crate::backend::BackendUpdate>,
     pub(super) book: Arc<dyn SessionBook>,
+    /// Where `[[policy]]` rate buckets live.
+    pub(super) rates: Arc<dyn Rates>,
     pub(super) cluster: Option<Cluster>,
 }
 
@@ -58,10 +72,14 @@ pub(super) fn start(
             feed,
             updates,
             book: crate::cluster::book::for_config(config),
+            rates: Arc::new(LocalRates),
             cluster: None,
         };
     };
     let replica = config.cluster.replica.clone();
+    if !shared.is_migrated() {
+        tracker.spawn(shared.clone().migrate_when_up(shutdown.clone()));
+    }
     if config.cluster.key.is_none() {
         tracing::warn!(
             replica = %replica,
@@ -78,6 +96,14 @@ pub(super) fn start(
         config.cluster.lease,
     );
     tracker.spawn(leases.clone().run(shutdown.clone()));
+    let commands = Commands::new(shared.clone(), replica.as_str(), leases.clone());
+    let replicas = ReplicaSet::new(
+        shared.clone(),
+        replica.as_str(),
+        &config.serving_digest(),
+        config.cluster.lease,
+    );
+    tracker.spawn(replicas.clone().run(shutdown.clone()));
     tracker.spawn(announce(
         shared.clone(),
         replica.to_string(),
@@ -109,6 +135,7 @@ pub(super) fn start(
             replica: replica.to_string(),
             feed: feed.clone(),
             book: book.clone(),
+            commands: Some(commands.clone()),
         }
         .run(shutdown.clone()),
     );
@@ -119,11 +146,17 @@ pub(super) fn start(
             Some(b) => b,
             None => crate::cluster::book::for_config(config),
         },
+        rates: {
+            let replicas = replicas.clone();
+            Arc::new(SharedRates::new(Arc::new(move || replicas.count())))
+        },
         cluster: Some(Cluster {
             leases,
+            replicas,
             outlets: ClusterOutlets {
                 store: stores.health.clone(),
                 replica,
+                commands,
             },
         }),
     }

@@ -94,7 +94,11 @@ impl Control for App {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.front.isolation_warnings()
+        let mut warnings = self.front.isolation_warnings();
+        if let Some(r) = &self.replicas {
+            warnings.extend(r.warnings());
+        }
+        warnings
     }
 
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>> {

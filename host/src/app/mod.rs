@@ -80,6 +80,8 @@ pub struct App {
     plugins: Option<Arc<crate::plugins::Plugins>>,
     /// Durable health state and audit logs, when configured.
     store: Option<Stores>,
+    /// The replicas sharing the store, with several.
+    replicas: Option<Arc<crate::cluster::postgres::replicas::ReplicaSet>>,
     /// The control API's tokens in force: `config.api.tokens` at start,
     /// replaced by each config reload that changes them.
     api_tokens: Arc<crate::api::Tokens>,
@@ -128,12 +130,14 @@ impl App {
             feed,
             updates: updates_rx,
             book,
+            rates,
             cluster,
         } = cluster::start(&config, store.as_ref(), tracker, &shutdown);
         let (front, refresh) = Gateway::new(
             config,
             store.as_ref().map(|s| s.calls.clone()),
             book,
+            rates,
             redactor,
             tracker,
             &shutdown,
@@ -169,7 +173,7 @@ impl App {
                 Some(c) => Arc::new(c.leases.clone()),
                 None => Arc::new(crate::cluster::lease::LocalLeases),
             },
-            cluster: cluster.map(|c| c.outlets),
+            cluster: cluster.as_ref().map(|c| c.outlets.clone()),
         };
         let app = Arc::new(App {
             spawner: Spawner::new(outlets, tracker.clone(), shutdown.clone()),
@@ -178,10 +182,16 @@ impl App {
             feed,
             plugins,
             store,
+            replicas: cluster.as_ref().map(|c| c.replicas.clone()),
             api_tokens,
         });
         app.refresh_secrets(&[]);
         secrets::log_policies(&app.front.config, &app.front.config.policies);
+        if let Some(c) = &cluster {
+            let front = Arc::downgrade(&app.front);
+            c.commands()
+                .set_backends(Box::new(move |name| front.upgrade()?.backend(name)));
+        }
         let weak = Arc::downgrade(&app);
         app.front
             .instances()

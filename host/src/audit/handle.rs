@@ -164,6 +164,7 @@ impl CallAudit {
             store: store.clone(),
             redactor,
             counters: counters.clone(),
+            shutdown: shutdown.clone(),
         };
         let writer = Writer::spawn(records, super::writer::policy(capacity), tracker, shutdown);
         tracker.spawn(tracing::Instrument::instrument(

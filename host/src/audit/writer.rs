@@ -43,13 +43,17 @@ pub(super) struct Records {
     pub(super) store: Arc<dyn CallStore>,
     pub(super) redactor: Redactor,
     pub(super) counters: Arc<Counters>,
+    /// Until it fires, a batch waits out an unreachable store.
+    pub(super) shutdown: tokio_util::sync::CancellationToken,
 }
 
 #[async_trait]
 impl Sink for Records {
     type Item = CallRecord;
 
-    /// Masks and appends one batch; a failure is logged and counted.
+    /// Masks and appends one batch, waiting out an unreachable store
+    /// (records handed over meanwhile queue behind it, up to the queue's
+    /// bound); a failure is logged and counted.
     async fn write(&self, mut batch: Vec<CallRecord>) {
         for r in &mut batch {
             if let Some(args) = r.arguments.as_mut() {
@@ -57,7 +61,11 @@ impl Sink for Records {
             }
         }
         let n = batch.len() as u64;
-        if let Err(e) = self.store.append(batch).await {
+        let written = crate::store::writer::while_unavailable("call audit", &self.shutdown, || {
+            self.store.append(batch.clone())
+        })
+        .await;
+        if let Err(e) = written {
             tracing::error!(records = n, kind = %e.kind(), error = %e, "call audit: could not store a batch of call records");
             self.counters.lost(n, Lost::WriteFailed);
         }

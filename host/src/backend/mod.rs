@@ -94,8 +94,11 @@ pub struct Bounds {
     pub max_result: usize,
 }
 
-/// An operator's request to a backend's supervisor.
-#[derive(Debug)]
+/// An operator's request to a backend's supervisor. Serialized when it is
+/// routed to the replica that supervises the backend
+/// (`cluster::postgres::command`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
 pub enum Command {
     Restart {
         principal: String,

@@ -1,5 +1,6 @@
-//! What several replicas will share, behind small seams with a local
-//! implementation each (one replica, today):
+//! What several replicas share, behind small seams with a local
+//! implementation each (one replica) and, in [`postgres`], one on the
+//! shared PostgreSQL store (several replicas, `docs/cluster.md`):
 //!
 //! - the session book and its sealed ids ([`book`], [`session_id`],
 //!   [`key`]);

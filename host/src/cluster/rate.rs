@@ -23,12 +23,13 @@
 //!   entry is new or edited, and such an entry starts with full buckets.
 //!
 //! [`LocalRates`] keeps governor's keyed limiters in memory (one replica;
-//! a restart refills every bucket). A shared implementation names its
-//! buckets by the [`Entry`] (place and text), the kind and the key
-//! ([`CallerKey::unambiguous`]), and counts in the shared store.
+//! a restart refills every bucket). [`SharedRates`] does too, each
+//! replica at its share of the rate among the replicas alive: a limit
+//! holds across replicas without a store round trip per call.
 
 use std::hash::Hash;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -91,14 +92,82 @@ pub struct Buckets<K: Hash + Eq + Clone> {
 
 impl<K: Hash + Eq + Clone> Buckets<K> {
     pub fn new(rate: Rate) -> Self {
+        Self::share(rate, 1)
+    }
+
+    /// One replica's share of `rate` among `replicas`: a burst of
+    /// `count / replicas` (rounded up, at least one), then one call per
+    /// `per × replicas / count`.
+    pub fn share(rate: Rate, replicas: usize) -> Self {
+        let n = u32::try_from(replicas.max(1)).unwrap_or(u32::MAX);
         let count = NonZeroU32::new(rate.count).unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::with_period(rate.per / count.get())
+        let burst = NonZeroU32::new(count.get().div_ceil(n)).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::with_period(rate.per * n / count.get())
             .unwrap_or_else(|| Quota::per_second(count))
-            .allow_burst(count);
+            .allow_burst(burst);
         Buckets {
             limiter: RateLimiter::keyed(quota),
             calls: AtomicU64::new(0),
         }
+    }
+}
+
+/// The buckets of replicas sharing one limit: each replica enforces its
+/// share of every rate among the replicas alive (`live`, as it last read
+/// them: `cluster::postgres::replicas`), without a store round trip per
+/// call. Behind a balancer that spreads a caller's calls evenly, the
+/// caller gets the limit's allowance within a few calls (the shares'
+/// rounding); one that sends all of a caller's calls to one replica gives
+/// it that replica's share only. When the number of replicas changes,
+/// each replica's buckets start again, full, at the new share.
+pub struct SharedRates {
+    live: Arc<dyn Fn() -> usize + Send + Sync>,
+}
+
+impl SharedRates {
+    pub fn new(live: Arc<dyn Fn() -> usize + Send + Sync>) -> SharedRates {
+        SharedRates { live }
+    }
+}
+
+impl Rates for SharedRates {
+    fn per_caller(&self, _: Entry<'_>, rate: Rate) -> Box<dyn RateLimits<CallerKey>> {
+        Box::new(Shares::new(rate, self.live.clone()))
+    }
+
+    fn per_tool(&self, _: Entry<'_>, rate: Rate) -> Box<dyn RateLimits<ToolKey>> {
+        Box::new(Shares::new(rate, self.live.clone()))
+    }
+}
+
+/// One rate's buckets at this replica's current share.
+struct Shares<K: Hash + Eq + Clone> {
+    rate: Rate,
+    live: Arc<dyn Fn() -> usize + Send + Sync>,
+    current: arc_swap::ArcSwap<(usize, Buckets<K>)>,
+}
+
+impl<K: Hash + Eq + Clone> Shares<K> {
+    fn new(rate: Rate, live: Arc<dyn Fn() -> usize + Send + Sync>) -> Self {
+        let n = live().max(1);
+        Shares {
+            rate,
+            live,
+            current: arc_swap::ArcSwap::from_pointee((n, Buckets::share(rate, n))),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> RateLimits<K> for Shares<K> {
+    fn take(&self, key: &K) -> Result<(), Duration> {
+        let n = (self.live)().max(1);
+        let mut current = self.current.load();
+        if current.0 != n {
+            self.current
+                .store(Arc::new((n, Buckets::share(self.rate, n))));
+            current = self.current.load();
+        }
+        current.1.take(key)
     }
 }
 
@@ -177,5 +246,40 @@ mod tests {
         assert!(tools.take(&read).is_err());
         assert_eq!(tools.take(&(a, "write".to_owned())), Ok(()));
         assert_eq!(tools.take(&(b, "read".to_owned())), Ok(()));
+    }
+
+    #[test]
+    fn three_replicas_each_allow_a_third_and_a_fourth_replica_changes_the_share() {
+        let live = Arc::new(AtomicU64::new(3));
+        let count = {
+            let live = live.clone();
+            Arc::new(move || live.load(Ordering::Relaxed) as usize)
+        };
+        let rates = SharedRates::new(count);
+        let config = PolicyConfig {
+            principals: vec!["*".into()],
+            allow: vec!["*".into()],
+            deny: vec![],
+            rate: None,
+            rate_per_tool: None,
+            issuer: None,
+        };
+        let entry = Entry {
+            index: 0,
+            config: &config,
+        };
+        let callers = rates.per_caller(entry, PER_MINUTE);
+        let alice = Principal::key("alice").caller().clone();
+        let passed = (0..100).filter(|_| callers.take(&alice).is_ok()).count();
+        assert_eq!(passed, 20, "a third of the burst of 60");
+        let wait = callers.take(&alice).unwrap_err();
+        assert!(
+            wait > Duration::from_secs(2) && wait <= Duration::from_secs(3),
+            "one call per 3 s here: {wait:?}"
+        );
+        // A fourth replica: a quarter each, from a full bucket.
+        live.store(4, Ordering::Relaxed);
+        let passed = (0..100).filter(|_| callers.take(&alice).is_ok()).count();
+        assert_eq!(passed, 15);
     }
 }

@@ -406,6 +406,21 @@ impl Config {
         })
     }
 
+    /// A digest of what this config serves: its backends (with their
+    /// health, restart, isolation and every other setting), its policies
+    /// and its naming. Replicas compare theirs (`cluster::postgres::replicas`):
+    /// the same file on every replica gives the same digest, whatever
+    /// each replica's `listen`, `[cluster] replica` or `data_dir`. Hex
+    /// SHA-256.
+    pub fn serving_digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let text = format!(
+            "{:?}\n{:?}\n{:?}",
+            self.naming, self.backends, self.policies
+        );
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+
     /// The request timeout that applies to `backend`.
     pub fn request_timeout_for(&self, backend: &BackendConfig) -> Duration {
         backend.request_timeout.unwrap_or(self.request_timeout)

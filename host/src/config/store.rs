@@ -24,10 +24,11 @@ pub struct StoreConfig {
     /// store a restart forgets every quarantine and starts backends an
     /// operator held, which an operator must choose, not discover. Checked
     /// when `vigil serve` / `vigil stdio` open the store
-    /// ([`crate::store::open`]). The same for PostgreSQL: a server that
-    /// cannot be reached (or refuses the login, or has no such database)
-    /// when Vigil starts refuses the start unless `optional` is set.
-    /// Retrying with backoff while it is down comes with a later step.
+    /// ([`crate::store::open`]). For PostgreSQL it applies to a database
+    /// that answers but cannot be used (migrated by a newer Vigil); a
+    /// server out of reach at start (down, refusing the login, without the
+    /// database yet) is waited for with backoff while Vigil serves, whatever
+    /// `optional` says.
     pub optional: bool,
     /// `url_env`: the name of the environment variable that holds the
     /// PostgreSQL URL (`postgres://USER:PASSWORD@HOST:5432/DATABASE`).

@@ -97,7 +97,33 @@ pub fn router(gw: Arc<Gateway>, shutdown: CancellationToken) -> Router {
         .layer(axum::middleware::from_fn(
             super::http_errors::jsonrpc_errors,
         ));
-    mcp.merge(metadata)
+    mcp.merge(metadata).merge(probes(shutdown))
+}
+
+/// `GET /healthz` (alive: the listener answers) and `GET /readyz` (ready:
+/// the catalog settled — this listener opens only once it did — and not
+/// shutting down), for a load balancer's or Kubernetes' probes. Outside
+/// the `/mcp` layers: no token, no `Host` or `Origin` check (a probe
+/// comes to the pod's address). Readiness never asks the store: an outage
+/// of it must not take every replica out of the balancer, since they
+/// serve without it.
+fn probes(shutdown: CancellationToken) -> Router {
+    use axum::routing::get;
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let draining = shutdown.is_cancelled();
+                async move {
+                    if draining {
+                        (http::StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+                    } else {
+                        (http::StatusCode::OK, "ready\n")
+                    }
+                }
+            }),
+        )
 }
 
 /// rmcp's service behind one `Arc`. Each middleware clones the service

@@ -114,11 +114,13 @@ impl Gateway {
     /// root publishes the first backend set), and the stream of its
     /// backends' asks to be listed again. `calls`: where the audit
     /// writes (none: audit off); `session_book`: where client sessions
-    /// are opened, resolved and closed.
+    /// are opened, resolved and closed; `rates`: where `[[policy]]` rate
+    /// buckets live.
     pub fn new(
         config: Config,
         calls: Option<Arc<dyn CallStore>>,
         session_book: Arc<dyn crate::cluster::book::SessionBook>,
+        rates: Arc<dyn crate::cluster::rate::Rates>,
         redactor: Redactor,
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
@@ -130,7 +132,10 @@ impl Gateway {
             .map(crate::auth::oauth::OAuth::new);
         let background = Background::new(tracker.clone(), shutdown.clone());
         let generations = Generations::default();
-        generations.publish_policies(crate::policy::Policies::new(config.policies.clone()));
+        generations.publish_policies(crate::policy::Policies::with_rates(
+            config.policies.clone(),
+            rates,
+        ));
         let pool_context = Arc::new(pool::Context {
             generations: generations.clone(),
             naming: config.naming.clone(),

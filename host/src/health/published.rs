@@ -15,8 +15,10 @@ use arc_swap::ArcSwap;
 
 use super::HealthState;
 
-/// A backend's health as last decided by its supervisor.
-#[derive(Debug, Clone)]
+/// A backend's health as last decided by its supervisor. Serialized when a
+/// replica answers an operator command another replica routed to it
+/// (`cluster::postgres::command`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Status {
     pub state: HealthState,
     pub since: SystemTime,

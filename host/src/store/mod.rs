@@ -281,11 +281,13 @@ impl fmt::Debug for Stores {
 ///
 /// Without durable state a restart forgets every quarantine and starts a
 /// backend an operator held, so a store that cannot be opened — a file
-/// that cannot, a PostgreSQL server that cannot be reached at start —
-/// refuses the start ([`Refused`]), unless the operator chose `[store]
-/// optional = true`, which serves without it (`Ok(None)`) and says so at
-/// ERROR. (Retrying a PostgreSQL server with backoff while it is down
-/// comes with a later step.)
+/// that cannot, a PostgreSQL database migrated by a newer Vigil — refuses
+/// the start ([`Refused`]), unless the operator chose `[store] optional =
+/// true`, which serves without it (`Ok(None)`) and says so at ERROR. A
+/// PostgreSQL server that is out of reach at start (down, refusing the
+/// login, without the database yet) is not a refusal: the store is
+/// returned unmigrated, Vigil serves its replica-local backends, and the
+/// cluster migrates it once it answers (`PostgresStore::migrate_when_up`).
 ///
 /// A PostgreSQL store announces this replica's health writes to the
 /// others as `replica`'s (`store::postgres::note`).
@@ -298,9 +300,26 @@ pub async fn open(
         Some(url) => {
             let location = postgres::location(&url.config);
             tracing::info!(store = %location, var = %url.var, "opening the PostgreSQL state store");
-            let opened = postgres::PostgresStore::connect(&url.config)
-                .await
-                .map(|s| Stores::shared(s.announcing_as(replica)));
+            let opened = match postgres::PostgresStore::pooled(&url.config) {
+                Ok(store) => match store.migrate().await {
+                    Ok(()) => Ok(Stores::shared(store.announcing_as(replica))),
+                    // Down at start: serve meanwhile (replica-local
+                    // backends; shared ones wait for their leases) and
+                    // migrate once it answers (`app::cluster`).
+                    Err(e) if e.kind() == StoreErrorKind::Unavailable => {
+                        tracing::warn!(
+                            store = %location,
+                            error = %e,
+                            fix = e.fix().unwrap_or_default(),
+                            "the PostgreSQL store is out of reach: serving replica-local backends meanwhile, trying again with backoff; \
+                             shared backends are supervised once it answers"
+                        );
+                        Ok(Stores::shared(store.announcing_as(replica)))
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
             (format!("at {location} (from `{}`)", url.var), opened)
         }
         None => {

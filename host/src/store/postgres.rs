@@ -80,6 +80,8 @@ pub mod note;
 mod schema;
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -119,6 +121,8 @@ pub struct PostgresStore {
     pool: Pool,
     /// The replica whose writes this store announces ([`note`]), if any.
     replica: Option<String>,
+    /// Whether the schema was brought up to date (`migrate`).
+    migrated: Arc<AtomicBool>,
     /// `postgres://user@host:port/database`, never the password; for
     /// messages and `Debug`.
     location: String,
@@ -139,6 +143,15 @@ impl PostgresStore {
     /// newer Vigil migrated the database; the kind of the failure for a
     /// migration the server refused.
     pub async fn connect(config: &tokio_postgres::Config) -> Result<Self, StoreError> {
+        let store = Self::pooled(config)?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The store over a pool of connections to `config`'s database, not
+    /// yet connected: nothing is tried before the first statement (or
+    /// [`PostgresStore::migrate`]).
+    pub fn pooled(config: &tokio_postgres::Config) -> Result<Self, StoreError> {
         let mut config = config.clone();
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
@@ -155,14 +168,59 @@ impl PostgresStore {
             .recycle_timeout(Some(WAIT))
             .build()
             .map_err(|e| error::other(&location, e))?;
-        let store = PostgresStore {
+        Ok(PostgresStore {
             pool,
             replica: None,
             location,
-        };
-        let mut client = store.client().await?;
-        schema::migrate(&mut client, &store.location).await?;
-        Ok(store)
+            migrated: Arc::default(),
+        })
+    }
+
+    /// Brings the schema up to date (once per store: later calls return
+    /// at once).
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStore::connect`].
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        if self.is_migrated() {
+            return Ok(());
+        }
+        let mut client = self.client().await?;
+        schema::migrate(&mut client, &self.location).await?;
+        self.migrated.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether [`PostgresStore::migrate`] succeeded.
+    pub fn is_migrated(&self) -> bool {
+        self.migrated.load(Ordering::Acquire)
+    }
+
+    /// Migrates, trying again with backoff while the server is out of
+    /// reach, until it succeeds, fails otherwise (logged), or `shutdown`.
+    pub async fn migrate_when_up(self, shutdown: tokio_util::sync::CancellationToken) {
+        let mut wait = Duration::from_millis(500);
+        loop {
+            match self.migrate().await {
+                Ok(()) => {
+                    tracing::info!(store = %self.location, "the PostgreSQL store answers: schema up to date, supervision of shared backends resumes");
+                    return;
+                }
+                Err(e) if e.kind() == super::StoreErrorKind::Unavailable => {
+                    tracing::debug!(store = %self.location, error = %e, "the PostgreSQL store is still out of reach");
+                }
+                Err(e) => {
+                    tracing::error!(store = %self.location, error = %e, "the PostgreSQL store answers but cannot be used; fix it and restart Vigil");
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            wait = (wait * 2).min(Duration::from_secs(10));
+        }
     }
 
     /// This store, announcing its health writes as `replica`'s to the

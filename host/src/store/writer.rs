@@ -247,14 +247,69 @@ async fn run<S: Sink>(
     );
 }
 
+// === an unreachable store ===
+
+/// How long [`while_unavailable`] waits between attempts: from the first
+/// to the last, doubling.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_LAST: Duration = Duration::from_secs(5);
+
+/// Runs `attempt` until it succeeds or fails for another reason than the
+/// store being out of reach ([`StoreErrorKind::Unavailable`]: a
+/// PostgreSQL server down or restarting), waiting with backoff between
+/// attempts, or until `shutdown` fires (then the last error). Says once
+/// that it waits and once that the store is back, naming `what`.
+///
+/// The writer's task waits here with its batch: what is handed over
+/// meanwhile queues behind it (within the queue's bound), so nothing is
+/// lost to an outage shorter than the queue takes to fill.
+///
+/// [`StoreErrorKind::Unavailable`]: super::StoreErrorKind::Unavailable
+pub(crate) async fn while_unavailable<F, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    mut attempt: F,
+) -> Result<(), super::StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), super::StoreError>>,
+{
+    let mut wait = RETRY_FIRST;
+    let mut waited = false;
+    loop {
+        match attempt().await {
+            Err(e)
+                if e.kind() == super::StoreErrorKind::Unavailable && !shutdown.is_cancelled() =>
+            {
+                if !waited {
+                    tracing::warn!(error = %e, "{what}: the store is out of reach; holding the writes and trying again");
+                    waited = true;
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(RETRY_LAST);
+            }
+            done => {
+                if waited && done.is_ok() {
+                    tracing::info!("{what}: the store is back; the held writes are written");
+                }
+                return done;
+            }
+        }
+    }
+}
+
 // === health writes ===
 
 /// The supervisors' writer of health state: transitions and instance
 /// records, in order, on a [`HealthStore`] (policy [`HEALTH`]).
 pub type HealthWriter = Writer<HealthSink>;
 
-/// The [`Sink`] of a [`HealthWriter`].
-pub struct HealthSink(Arc<dyn HealthStore>);
+/// The [`Sink`] of a [`HealthWriter`]: writes each batch, waiting out
+/// an unreachable store ([`while_unavailable`]) until shutdown.
+pub struct HealthSink(Arc<dyn HealthStore>, CancellationToken);
 
 impl Writer<HealthSink> {
     /// Starts the health writer over `store` on `tracker`; it drains and
@@ -264,7 +319,12 @@ impl Writer<HealthSink> {
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
     ) -> HealthWriter {
-        Writer::spawn(HealthSink(store), HEALTH, tracker, shutdown)
+        Writer::spawn(
+            HealthSink(store, shutdown.clone()),
+            HEALTH,
+            tracker,
+            shutdown,
+        )
     }
 
     /// Queues `t`; `false` when the writer has closed for shutdown (the
@@ -287,7 +347,9 @@ impl Sink for HealthSink {
 
     async fn write(&self, batch: Vec<HealthWrite>) {
         let n = batch.len();
-        if let Err(e) = self.0.write(batch).await {
+        let written =
+            while_unavailable("health state", &self.1, || self.0.write(batch.clone())).await;
+        if let Err(e) = written {
             tracing::error!(writes = n, kind = %e.kind(), error = %e, "could not write health state to the store");
         }
     }

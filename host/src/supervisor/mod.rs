@@ -87,6 +87,8 @@ pub struct Outlets {
 pub struct ClusterOutlets {
     pub store: Arc<dyn crate::store::HealthStore>,
     pub replica: crate::cluster::replica::ReplicaId,
+    /// Where a follower sends the operator commands it is given.
+    pub commands: Arc<crate::cluster::postgres::command::Commands>,
 }
 
 /// The name `backend`'s records and transitions have in the store: its
@@ -104,7 +106,7 @@ pub fn record_name(
 }
 
 /// The answer to an operator command while another replica holds the
-/// backend's lease (a cluster layer will forward the command instead).
+/// backend's lease and the command cannot be routed to it.
 const NOT_HOLDER: &str = "this gateway does not supervise the backend now (another replica holds its lease): ask again shortly";
 
 pub struct Supervisor {
@@ -218,6 +220,7 @@ impl Supervisor {
                 let record = self.record_name.clone();
                 let mut acquiring = leases.acquire(&record);
                 let mut heard = self.outlets.feed.heard(&self.record_name);
+                let router = self.router();
                 let follow = self.follow(&mut heard);
                 tokio::pin!(follow);
                 loop {
@@ -225,9 +228,7 @@ impl Supervisor {
                         biased;
                         _ = shutdown.cancelled() => break 'leased false,
                         lease = &mut acquiring => break lease,
-                        Some((_, reply)) = commands.recv() => {
-                            let _ = reply.send(Err(NOT_HOLDER.into()));
-                        }
+                        Some((cmd, reply)) = commands.recv() => route(router.clone(), record.clone(), cmd, reply),
                         () = &mut follow => {}
                     }
                 }
@@ -255,6 +256,16 @@ impl Supervisor {
         if held && let Err(e) = self.runtime.stop().await {
             tracing::warn!(backend = %self.backend.name, error = %e, "could not stop the backend at shutdown");
         }
+    }
+
+    /// Where operator commands go while another replica holds the lease:
+    /// the lease holder, when the backend is followed.
+    fn router(&self) -> Option<Arc<crate::cluster::postgres::command::Commands>> {
+        self.outlets
+            .cluster
+            .as_ref()
+            .filter(|_| self.follows)
+            .map(|c| c.commands.clone())
     }
 
     /// Acts for the backend until `shutdown` (the caller stops it sooner
@@ -744,6 +755,28 @@ impl Supervisor {
     fn with_stderr(&self, reason: String, quoted: bool) -> String {
         start::with_stderr(self.stderr.as_ref(), reason, quoted)
     }
+}
+
+/// Answers an operator command while another replica holds the lease:
+/// routed to that replica by `router` (`cluster::postgres::command`), or
+/// refused without one.
+fn route(
+    router: Option<Arc<crate::cluster::postgres::command::Commands>>,
+    backend: Arc<str>,
+    cmd: Command,
+    reply: CommandReply,
+) {
+    let Some(commands) = router else {
+        let _ = reply.send(Err(NOT_HOLDER.into()));
+        return;
+    };
+    crate::background::spawn(async move {
+        let answer = commands.forward(&backend, &cmd).await.map_err(|e| match e {
+            crate::backend::CommandError::Refused(why)
+            | crate::backend::CommandError::NoSupervisor(why) => why,
+        });
+        let _ = reply.send(answer);
+    });
 }
 
 /// A re-listing running beside the supervisor's loop. Dropping it aborts

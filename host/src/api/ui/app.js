@@ -63,6 +63,7 @@
     template: $("#backend-template"),
     plugins: $("#plugins"),
     pluginsStatus: $("#plugins-status"),
+    warnings: $("#warnings"),
   };
 
   function emptyCounts() {
@@ -281,6 +282,7 @@
     ["transition", onTransition],
     ["instances", onInstances],
     ["plugins", renderPlugins],
+    ["warnings", ({ warnings }) => renderWarnings(warnings)],
   ]);
 
   function dispatch(type, data) {
@@ -323,6 +325,7 @@
     el.backends.append(fragment);
     el.backendsEmpty.hidden = reports.length > 0;
     renderPlugins(hello.plugins || { dir: null, plugins: [] });
+    renderWarnings(hello.warnings || []);
     setConn("live", "live");
   }
 
@@ -330,6 +333,19 @@
     if (instance) upsertReport(instance);
     const card = state.cards.get(transition.backend);
     if (card) appendTransition(card, transition);
+  }
+
+  // What an operator should know (replicas serving another configuration,
+  // clients sharing a backend session): the whole list, as text.
+  function renderWarnings(warnings) {
+    el.warnings.replaceChildren(
+      ...warnings.map((text) => {
+        const li = document.createElement("li");
+        li.textContent = text;
+        return li;
+      }),
+    );
+    el.warnings.hidden = warnings.length === 0;
   }
 
   function onInstances({ instances }) {

@@ -96,6 +96,7 @@ impl Drop for Release {
         {
             held.lost.cancel();
             state.released.push((self.backend.clone(), self.epoch));
+            crate::metrics::get().lease_held(&self.backend, false);
         }
         drop(state);
         shared.wake.notify_one();
@@ -236,6 +237,7 @@ impl PgLeases {
             if !keep {
                 tracing::warn!(backend = %backend, "supervision lease ran out without a renewal; no longer acting for the backend");
                 h.lost.cancel();
+                crate::metrics::get().lease_held(backend, false);
             }
             keep
         });
@@ -299,6 +301,7 @@ impl PgLeases {
                 } else if backends.iter().any(|b| **b == **backend) {
                     tracing::warn!(backend = %backend, "supervision lease taken over by another replica (or expired); no longer acting for the backend");
                     h.lost.cancel();
+                    crate::metrics::get().lease_held(backend, false);
                     round.lost.push(backend.clone());
                     false
                 } else {
@@ -423,6 +426,7 @@ impl PgLeases {
             match waiter.send(lease) {
                 Ok(()) => {
                     tracing::info!(backend = %backend, epoch, "supervision lease taken");
+                    crate::metrics::get().lease_held(backend, true);
                     return true;
                 }
                 Err(refused) => {

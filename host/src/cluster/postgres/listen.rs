@@ -36,6 +36,8 @@ pub struct Listener {
     pub feed: Arc<LocalFeed>,
     /// The shared session book, told of sessions other replicas closed.
     pub book: Option<Arc<super::book::PgBook>>,
+    /// Operator commands routed between replicas.
+    pub commands: Option<Arc<super::command::Commands>>,
 }
 
 /// Why a listening connection ended.
@@ -152,6 +154,18 @@ impl Listener {
             Note::Closed { s, e, .. } => {
                 if let Some(book) = &self.book {
                     book.heard_closed(&s, e);
+                }
+            }
+            Note::Command { b, id, .. } => {
+                if let Some(commands) = self.commands.clone() {
+                    // Carried out beside the listener: a command may take
+                    // as long as a backend's stop.
+                    crate::background::spawn(async move { commands.heard(&b, id).await });
+                }
+            }
+            Note::Answered { id, .. } => {
+                if let Some(commands) = &self.commands {
+                    commands.answered(id);
                 }
             }
         }

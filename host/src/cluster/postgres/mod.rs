@@ -2,12 +2,16 @@
 //! store (`[store] url_env`) use to act as one gateway.
 //!
 //! - [`book`]: the session book (closed sessions, what sessions kept);
+//! - [`command`]: operator commands routed to the lease holder;
 //! - [`lease`]: supervision leases, one supervisor per shared backend;
-//! - [`listen`]: what the replicas tell each other (health, listings).
+//! - [`listen`]: what the replicas tell each other (health, listings);
+//! - [`replicas`]: who is alive, and what each serves.
 //!
 //! Their tables are the store's (`store::postgres`'s migrations), and they
 //! use its pool of connections.
 
 pub mod book;
+pub mod command;
 pub mod lease;
 pub mod listen;
+pub mod replicas;

@@ -33,13 +33,22 @@ pub enum Note {
     Listing { r: String, b: String },
     /// `replica` closed session `s` (rmcp's id), valid until `e`.
     Closed { r: String, s: String, e: u64 },
+    /// `replica` asks the supervisor of backend `b` to carry out command
+    /// `id` (a row of `commands`).
+    Command { r: String, b: String, id: i64 },
+    /// `replica` answered command `id`.
+    Answered { r: String, id: i64 },
 }
 
 impl Note {
     /// The replica that sent it.
     pub fn replica(&self) -> &str {
         match self {
-            Note::Health { r, .. } | Note::Listing { r, .. } | Note::Closed { r, .. } => r,
+            Note::Health { r, .. }
+            | Note::Listing { r, .. }
+            | Note::Closed { r, .. }
+            | Note::Command { r, .. }
+            | Note::Answered { r, .. } => r,
         }
     }
 

@@ -99,6 +99,19 @@ pub const MIGRATIONS: &[&str] = &[
          log_level     text,
          subscriptions text[] NOT NULL DEFAULT '{}'
      );",
+    // 4: operator commands routed to the replica that supervises the
+    // backend (`cluster::postgres::command`): asked by one replica,
+    // claimed and carried out by the lease holder, answered in the row.
+    "CREATE TABLE commands (
+         id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         backend    text        NOT NULL,
+         command    text        NOT NULL,
+         asked_by   text        NOT NULL,
+         asked_at   timestamptz NOT NULL DEFAULT now(),
+         claimed_by text,
+         done_at    timestamptz,
+         answer     text
+     );",
 ];
 
 /// Brings the schema up to date in one transaction, holding [`LOCK`]:

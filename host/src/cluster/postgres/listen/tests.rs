@@ -50,6 +50,7 @@ async fn two() -> Option<(
             replica: "vigil-b".into(),
             feed: feed.clone(),
             book: None,
+            commands: None,
         }
         .run(stop.clone()),
     );
