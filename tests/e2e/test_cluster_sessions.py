@@ -6,6 +6,8 @@ Debian's nginx, round-robin, no affinity (`cluster.py`).
   part-way: every call after the kill succeeds on the same session id (at
   most the one in flight fails), and its `list_changed` stream survives
   (its SDK reconnects it, with `Last-Event-ID`, to another replica);
+- the same with a 2026-07-28 client (no session) and its
+  `subscriptions/listen` stream, opened again on a living replica;
 - a session closed (DELETE) through one replica is closed on every one;
 - ids that are tampered with, or sealed under another key, are unknown
   sessions; after a key rotation (new key, the old one as previous) the
@@ -21,8 +23,11 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ToolsListChanged
 
 from cluster import Replicas, new_key, pg_url, postgres, replicas, start_nginx  # noqa: F401 - fixtures
 from harness import Procs, http_backend
@@ -33,6 +38,7 @@ from support import (
     call_text,
     http_session,
     is_tools_list_changed,
+    text_of,
     tool_names,
     wait_for_tools,
     write_tools_file,
@@ -207,3 +213,72 @@ async def test_tampered_and_foreign_ids_are_unknown_and_a_rotation_keeps_session
         assert (await ping(http, b.url, fresh)).status_code == 200
         # The old key alone does not open ids sealed under the new one.
         assert (await ping(http, a.url, fresh)).status_code == 404
+
+
+async def test_a_2026_client_and_its_listen_stream_survive_the_replica_holding_the_stream(
+    replicas: Replicas,  # noqa: F811
+    demo_http: Any,
+    procs: Procs,
+    tmp_path: Path,
+) -> None:
+    """A 2026-07-28 client (no session) makes 300 calls through nginx; the
+    replica holding its `subscriptions/listen` stream is killed at the
+    100th: the calls after it succeed, and the stream, opened again on a
+    living replica, still hears `tools/list_changed`."""
+    tools_file = tmp_path / "alpha-tools.json"
+    write_tools_file(tools_file, [], notify=True)
+    backend = demo_http("alpha", tools_file=tools_file)
+    gws = await three(replicas, backend.url)
+    lb = start_nginx(procs, tmp_path / "nginx", [gw.port for gw in gws.values()])
+
+    heard: list[Any] = []
+    listens = {"opened": 0, "lost": 0}
+    stop = anyio.Event()
+    failures: list[tuple[int, str]] = []
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0))
+    async with Client(streamable_http_client(lb.url, http_client=http), mode="2026-07-28") as client:
+
+        async def listen_forever() -> None:
+            while not stop.is_set():
+                try:
+                    async with client.listen(tools_list_changed=True) as sub:
+                        listens["opened"] += 1
+                        async for event in sub:
+                            heard.append(event)
+                except (SubscriptionLost, MCPError):
+                    listens["lost"] += 1
+                    await anyio.sleep(0.1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listen_forever)
+            with anyio.fail_after(DEADLINE):
+                while listens["opened"] < 1:
+                    await anyio.sleep(0.05)
+            holding = await stream_holder(gws)
+            for i in range(300):
+                if i == 100:
+                    assert await stream_holder(gws) == holding
+                    replicas.kill(holding)
+                try:
+                    with anyio.fail_after(DEADLINE):
+                        result = await client.call_tool("alpha__echo", {"text": f"call {i}"})
+                    assert text_of(result) == f"call {i}"
+                except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+                    failures.append((i, repr(exc)))
+            assert len(failures) <= 1 and all(i == 100 for i, _ in failures), failures
+            # The stream was lost with its replica and opened again.
+            with anyio.fail_after(DEADLINE):
+                while listens["opened"] < 2:
+                    await anyio.sleep(0.05)
+            assert listens["lost"] >= 1
+            before = len([e for e in heard if isinstance(e, ToolsListChanged)])
+            write_tools_file(tools_file, [{"name": "added"}], notify=True)
+            with anyio.fail_after(DEADLINE):
+                while len([e for e in heard if isinstance(e, ToolsListChanged)]) <= before:
+                    await anyio.sleep(0.05)
+            with anyio.fail_after(DEADLINE):
+                while "alpha__added" not in {t.name for t in (await client.list_tools()).tools}:
+                    await anyio.sleep(0.1)
+            stop.set()
+            tg.cancel_scope.cancel()
+    await http.aclose()
