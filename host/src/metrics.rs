@@ -125,6 +125,9 @@ pub struct Metrics {
     pub notifications_heard: Counter,
     /// Replicas alive as this one last read them (0 without a cluster).
     pub replicas_seen: Gauge,
+    /// Call-audit records handed to the writer and not yet written (or
+    /// given up on): what a store outage holds.
+    pub audit_queued: Gauge,
     /// 1 for each shared backend whose supervision lease this replica
     /// holds, 0 once it no longer does.
     pub leases_held: Family<BackendLabel, Gauge>,
@@ -163,6 +166,7 @@ pub fn get() -> &'static Metrics {
         adoptions: Counter::default(),
         notifications_heard: Counter::default(),
         replicas_seen: Gauge::default(),
+        audit_queued: Gauge::default(),
         leases_held: Family::default(),
     })
 }
@@ -471,6 +475,11 @@ impl Metrics {
             "cluster_notifications",
             "Notifications from other replicas heard through the store (LISTEN/NOTIFY)",
             self.notifications_heard.clone(),
+        );
+        r.register(
+            "audit_queued",
+            "Call-audit records waiting to be written (held while the store is out of reach)",
+            self.audit_queued.clone(),
         );
         r.register(
             "cluster_replicas",

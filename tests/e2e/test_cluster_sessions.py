@@ -9,6 +9,9 @@ Debian's nginx, round-robin, no affinity (`cluster.py`).
 - the same with a 2026-07-28 client (no session) and its
   `subscriptions/listen` stream, opened again on a living replica;
 - a session closed (DELETE) through one replica is closed on every one;
+- an MRTR retry reaching another replica completes for a 2026-07-28
+  backend (its own `requestState`), and is refused with a clear error for
+  a call parked on a handshake-era backend's replica;
 - ids that are tampered with, or sealed under another key, are unknown
   sessions; after a key rotation (new key, the old one as previous) the
   sessions opened before it go on.
@@ -23,7 +26,7 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import Client, ClientSession
+from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
@@ -34,6 +37,7 @@ from harness import Procs, http_backend
 from support import (
     DEADLINE,
     SDK_READ_TIMEOUT,
+    ControlApi,
     Inbox,
     call_text,
     http_session,
@@ -44,37 +48,9 @@ from support import (
     write_tools_file,
 )
 
+from test_session_ids import altered, open_session, ping
+
 pytestmark = pytest.mark.anyio
-
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "ids", "version": "1"}},
-}
-PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-
-
-async def open_session(http: httpx.AsyncClient, url: str) -> str:
-    opened = await http.post(url, json=INIT, headers=HEADERS)
-    assert opened.status_code == 200, opened.text
-    session = opened.headers["mcp-session-id"]
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    on = {**HEADERS, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
-    assert (await http.post(url, json=note, headers=on)).status_code == 202
-    return session
-
-
-async def ping(http: httpx.AsyncClient, url: str, session: str) -> httpx.Response:
-    on = {**HEADERS, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
-    return await http.post(url, json=PING, headers=on)
-
-
-def altered(session: str) -> str:
-    at = len(session) - 6
-    return session[:at] + ("A" if session[at] != "A" else "B") + session[at + 1 :]
-
 
 async def three(replicas: Replicas, backend_url: str) -> dict[str, Any]:
     """Three replicas serving one HTTP backend, each with its tools listed."""
@@ -282,3 +258,61 @@ async def test_a_2026_client_and_its_listen_stream_survive_the_replica_holding_t
             stop.set()
             tg.cancel_scope.cancel()
     await http.aclose()
+
+
+async def round_on(url: str, tool: str, **retry: Any) -> Any:
+    """One round of the demo's `tool` by a 2026-07-28 client at `url`: the
+    first (input required) or, with `input_responses` and `request_state`,
+    a retry; a JSON-RPC error is returned."""
+    async def never(_ctx: Any, _params: types.ElicitRequestParams) -> types.ElicitResult:
+        raise AssertionError("the rounds are driven by hand")
+
+    # The callback makes the client declare elicitation: one that does not
+    # is never asked.
+    async with streamable_http_client(url) as (read, write):
+        async with ClientSession(
+            read, write, read_timeout_seconds=SDK_READ_TIMEOUT, elicitation_callback=never
+        ) as s:
+            with anyio.fail_after(DEADLINE):
+                await s.discover()
+                try:
+                    return await s.call_tool(tool, {"message": "name?"}, allow_input_required=not retry, **retry)
+                except MCPError as refused:
+                    # Returned, not raised: out of the session it would
+                    # come wrapped in its task group's exception group.
+                    return refused
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2025-11-25"])
+async def test_an_mrtr_retry_reaching_another_replica(
+    replicas: Replicas,  # noqa: F811
+    demo_http: Any,
+    era: str,
+) -> None:
+    """A 2026-07-28 backend's own `requestState` passes through: the retry
+    completes on another replica. A call Vigil parked for a handshake-era
+    backend waits on the replica that parked it: the retry reaching another
+    one is refused, saying which replica holds it and to call again."""
+    backend = demo_http("alpha")
+    backends = [{**http_backend("alpha", backend.url), "protocol": era}]
+    a = replicas.start("vigil-a", backends)
+    b = replicas.start("vigil-b", backends)
+    for gw in (a, b):
+        await ControlApi(gw.api_base).wait_state("alpha", "running")
+    first = await round_on(a.url, "alpha__ask_user")
+    assert isinstance(first, types.InputRequiredResult), first
+    key = next(iter(first.input_requests or {}))
+    answer = {key: {"action": "accept", "content": {"name": "Ada"}}}
+    if era == "2026-07-28":
+        assert key != "vigil" and not (first.request_state or "").startswith("vigil1."), first
+        done = await round_on(b.url, "alpha__ask_user", input_responses=answer, request_state=first.request_state)
+        assert text_of(done) == 'user accept: {"name":"Ada"}', done
+    else:
+        assert key == "vigil", first
+        refused = await round_on(b.url, "alpha__ask_user", input_responses=answer, request_state=first.request_state)
+        assert isinstance(refused, MCPError), refused
+        message = refused.error.message
+        assert "replica `vigil-a`" in message and "call again without it" in message, message
+        # On its own replica the retry completes the call.
+        done = await round_on(a.url, "alpha__ask_user", input_responses=answer, request_state=first.request_state)
+        assert text_of(done) == 'user accept: {"name":"Ada"}', done

@@ -87,6 +87,10 @@ async def test_a_store_outage_under_load_loses_no_audit_row_and_supervision_resu
             break
         await anyio.sleep(0.2)
     assert stored == total, f"{total} calls made, {stored} in the audit"
+    for name, gw in gws.items():
+        metrics = (await ControlApi(gw.api_base).request("GET", "/metrics")).text
+        assert "vigil_audit_queued 0" in metrics, f"{name} holds no record any more"
+        assert 'vigil_audit_dropped_total{reason="' not in metrics, f"{name} dropped records"
 
     # A replica holds the lease again, and supervises: its probes go on.
     with anyio.fail_after(DEADLINE):

@@ -12,7 +12,9 @@ its tools over connections of their own.
 - a follower shows the holder's state and serves the backend's tools,
   and hears when the holder sees the backend go down;
 - operator actions through any replica (its API or `vigil status`) take
-  effect on the holder, and the audit has each with its principal.
+  effect on the holder, and the audit has each with its principal;
+- another replica's instance of a stdio backend (`NAME.REPLICA`) is read
+  and acted on through any replica.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import pytest
 
 from cluster import Postgres, Replicas, pg_url, postgres, replicas  # noqa: F401 - fixtures
 from containers import Box, Engine
-from harness import http_backend, run_vigil
-from support import ControlApi, call_text, http_session, short, wait_for_tools
+from harness import demo_stdio_args, http_backend, run_vigil, stdio_backend
+from support import ControlApi, call_text, http_session, poll, short, wait_for_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -213,3 +215,33 @@ async def test_operator_actions_through_any_replica_act_on_the_holder(
     assert [x for x in acted if x in expected] == expected, acted
     refusals = [(p, act, t) for p, act, t, out in acted if out.startswith("error")]
     assert ("bob", "restart", "alpha") in refusals, acted
+
+
+async def test_another_replicas_stdio_instance_is_acted_on_through_any_replica(
+    replicas: Replicas,  # noqa: F811
+    demo_bin: Path,
+) -> None:
+    """Each replica runs its own process of a stdio backend, recorded as
+    `NAME.REPLICA`; `local.vigil-b` restarted through A is b's process."""
+    backends = [stdio_backend("local", demo_bin, demo_stdio_args("local"))]
+    gws = {n: replicas.start(n, backends, api={"tokens": TOKENS}) for n in ("vigil-a", "vigil-b")}
+    a, b = gws["vigil-a"], gws["vigil-b"]
+    await as_(a, "alice").wait_state("local", "running")
+    await as_(b, "bob").wait_state("local", "running")
+    # a knows b once b's heartbeat is read.
+    detail = await poll(
+        lambda: as_(a, "alice").request("GET", "/api/v1/health/instances/local.vigil-b"),
+        lambda r: r.status_code == 200,
+        "b's instance readable through a",
+    )
+    assert detail.json()["state"] == "running", detail.text
+    restarted = await as_(a, "alice").act_ok("local.vigil-b", "restart")
+    assert restarted["name"] == "local.vigil-b", short(restarted)
+    after = await as_(b, "bob").wait_for("local", lambda d: d["restart_count"] == 1 and d["state"] == "running", "b's own instance restarted")
+    assert after["restart_count"] == 1
+    mine = await as_(a, "alice").instance("local")
+    assert mine["restart_count"] == 0, "a's own instance is untouched"
+    history = (await as_(a, "alice").instance("local.vigil-b"))["transitions"]
+    assert any("restart requested by alice" in t["reason"] for t in history), history
+    unknown = await as_(a, "alice").act("local.vigil-z", "restart")
+    assert unknown.status_code == 404, unknown.text

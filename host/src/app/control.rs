@@ -53,8 +53,119 @@ impl App {
             .ok_or_else(|| ControlError::NotFound(id.to_owned()))
     }
 
-    async fn act(&self, name: &str, cmd: Command) -> Result<InstanceReport, ControlError> {
+    /// The name `b`'s records have in the store (`NAME.REPLICA` for a
+    /// replica-local backend among several replicas).
+    fn record_name(&self, b: &Backend) -> std::sync::Arc<str> {
+        crate::supervisor::record_name(
+            &b.name,
+            matches!(b.config.runtime, crate::config::RuntimeKind::Process),
+            self.spawner.outlets.cluster.as_ref(),
+        )
+    }
+
+    /// The newest transitions recorded under `record`, oldest first.
+    async fn history(&self, record: &str) -> Result<Vec<crate::health::Transition>, ControlError> {
+        Ok(match &self.store {
+            Some(store) => store
+                .health
+                .transitions(record, HISTORY)
+                .await
+                .map_err(|e| ControlError::Internal(e.to_string()))?
+                .logged("transition history"),
+            None => Vec::new(),
+        })
+    }
+
+    /// Another replica's instance of a replica-local backend, as that
+    /// replica recorded it in the shared store.
+    async fn instance_elsewhere(&self, id: &str) -> Result<InstanceDetail, ControlError> {
+        let (Some((name, _)), Some(store)) = (self.elsewhere(id), &self.store) else {
+            return Err(ControlError::NotFound(id.to_owned()));
+        };
+        let record = store
+            .health
+            .instance(id)
+            .await
+            .map_err(|e| ControlError::Internal(e.to_string()))?
+            .ok_or_else(|| ControlError::NotFound(id.to_owned()))?;
+        let transitions = self.history(id).await?;
+        let status = Status {
+            state: record.state,
+            since: record.updated_at,
+            reason: transitions
+                .last()
+                .map(|t| t.reason.clone())
+                .unwrap_or_default(),
+            restart_count: record.restart_count,
+            consecutive_failures: record.consecutive_failures,
+            quarantine_reason: record.quarantine_reason.clone(),
+            next_retry_at: None,
+            latency: None,
+            last_exit: None,
+        };
+        Ok(InstanceDetail {
+            report: self.report_elsewhere(id, name, &status)?,
+            transitions,
+            last_exit: None,
+        })
+    }
+
+    /// The replica-local backend of another replica that `id` names
+    /// (`NAME.REPLICA`, the name its records have in the shared store):
+    /// its name here and that replica's, when `id` is one.
+    fn elsewhere<'a>(&self, id: &'a str) -> Option<(&'a str, &'a str)> {
+        let replicas = self.replicas.as_ref()?;
+        let (name, replica) = id.rsplit_once('.')?;
+        let local = self
+            .front
+            .backend(name)
+            .is_some_and(|b| matches!(b.config.runtime, crate::config::RuntimeKind::Process));
+        let known = replicas.live().iter().any(|r| r.replica == replica);
+        (local && known && replica != self.config().cluster.replica.as_str())
+            .then_some((name, replica))
+    }
+
+    /// An operator command for another replica's instance of a
+    /// replica-local backend (`NAME.REPLICA`): carried out there.
+    async fn act_elsewhere(&self, id: &str, cmd: Command) -> Result<InstanceReport, ControlError> {
+        let (Some((name, _)), Some(commands)) = (self.elsewhere(id), &self.commands) else {
+            return Err(ControlError::NotFound(id.to_owned()));
+        };
+        let status = commands.forward(id, &cmd).await.map_err(|e| match e {
+            crate::backend::CommandError::Refused(why) => ControlError::Conflict(why),
+            crate::backend::CommandError::NoSupervisor(why) => ControlError::Internal(why),
+        })?;
+        self.report_elsewhere(id, name, &status)
+    }
+
+    /// The report of another replica's instance `id` of backend `name`
+    /// with `status`; its figures (latency, errors, calls) are that
+    /// replica's, not read here.
+    fn report_elsewhere(
+        &self,
+        id: &str,
+        name: &str,
+        status: &Status,
+    ) -> Result<InstanceReport, ControlError> {
         let b = self.find(name)?;
+        Ok(InstanceReport {
+            name: id.to_owned(),
+            instance: id.to_owned(),
+            latency_ms: None,
+            error_rate: None,
+            calls_in_window: 0,
+            ..Self::report(&b, status)
+        })
+    }
+
+    async fn act(&self, name: &str, cmd: Command) -> Result<InstanceReport, ControlError> {
+        let b = match self.find(name) {
+            Ok(b) => b,
+            Err(ControlError::NotFound(_)) if self.elsewhere(name).is_some() => {
+                return self.act_elsewhere(name, cmd).await;
+            }
+            Err(e) => return Err(e),
+        };
         let status = b.command(cmd).await.map_err(|e| match e {
             crate::backend::CommandError::Refused(why) => ControlError::Conflict(why),
             crate::backend::CommandError::NoSupervisor(why) => ControlError::Internal(why),
@@ -104,17 +215,15 @@ impl Control for App {
     fn instance(&self, name: &str) -> BoxFuture<'_, Result<InstanceDetail, ControlError>> {
         let name = name.to_owned();
         Box::pin(async move {
-            let b = self.find(&name)?;
-            let status = b.status();
-            let transitions = match &self.store {
-                Some(store) => store
-                    .health
-                    .transitions(&b.name, HISTORY)
-                    .await
-                    .map_err(|e| ControlError::Internal(e.to_string()))?
-                    .logged("transition history"),
-                None => Vec::new(),
+            let b = match self.find(&name) {
+                Ok(b) => b,
+                Err(ControlError::NotFound(_)) if self.elsewhere(&name).is_some() => {
+                    return self.instance_elsewhere(&name).await;
+                }
+                Err(e) => return Err(e),
             };
+            let status = b.status();
+            let transitions = self.history(&self.record_name(&b)).await?;
             Ok(InstanceDetail {
                 report: Self::report(&b, &status),
                 transitions,

@@ -82,6 +82,8 @@ pub struct App {
     store: Option<Stores>,
     /// The replicas sharing the store, with several.
     replicas: Option<Arc<crate::cluster::postgres::replicas::ReplicaSet>>,
+    /// Operator commands routed between replicas, with several.
+    commands: Option<Arc<crate::cluster::postgres::command::Commands>>,
     /// The control API's tokens in force: `config.api.tokens` at start,
     /// replaced by each config reload that changes them.
     api_tokens: Arc<crate::api::Tokens>,
@@ -183,6 +185,7 @@ impl App {
             plugins,
             store,
             replicas: cluster.as_ref().map(|c| c.replicas.clone()),
+            commands: cluster.as_ref().map(|c| c.commands().clone()),
             api_tokens,
         });
         app.refresh_secrets(&[]);

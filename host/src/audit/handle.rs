@@ -203,7 +203,9 @@ impl CallAudit {
             record.arguments = None;
         }
         // A refusal (full, or closed for shutdown) is counted by the sink.
-        s.writer.send(record);
+        if s.writer.send(record) {
+            crate::metrics::get().audit_queued.inc();
+        }
     }
 
     /// Puts a reloaded `[audit]` in force: `arguments` from the next call

@@ -65,6 +65,7 @@ impl Sink for Records {
             self.store.append(batch.clone())
         })
         .await;
+        crate::metrics::get().audit_queued.dec_by(n as i64);
         if let Err(e) = written {
             tracing::error!(records = n, kind = %e.kind(), error = %e, "call audit: could not store a batch of call records");
             self.counters.lost(n, Lost::WriteFailed);

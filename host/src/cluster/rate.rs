@@ -187,6 +187,18 @@ mod tests {
     use super::*;
     use crate::auth::Principal;
 
+    /// An entry letting everyone use everything (its rates are the test's).
+    fn everyone() -> PolicyConfig {
+        PolicyConfig {
+            principals: vec!["*".into()],
+            allow: vec!["*".into()],
+            deny: vec![],
+            rate: None,
+            rate_per_tool: None,
+            issuer: None,
+        }
+    }
+
     const PER_MINUTE: Rate = Rate {
         count: 60,
         per: Duration::from_secs(60),
@@ -208,14 +220,7 @@ mod tests {
 
     #[test]
     fn local_buckets_through_the_seam_are_per_caller_and_issuer() {
-        let config = PolicyConfig {
-            principals: vec!["*".into()],
-            allow: vec!["*".into()],
-            deny: vec![],
-            rate: None,
-            rate_per_tool: None,
-            issuer: None,
-        };
+        let config = everyone();
         let entry = Entry {
             index: 0,
             config: &config,
@@ -256,14 +261,7 @@ mod tests {
             Arc::new(move || live.load(Ordering::Relaxed) as usize)
         };
         let rates = SharedRates::new(count);
-        let config = PolicyConfig {
-            principals: vec!["*".into()],
-            allow: vec!["*".into()],
-            deny: vec![],
-            rate: None,
-            rate_per_tool: None,
-            issuer: None,
-        };
+        let config = everyone();
         let entry = Entry {
             index: 0,
             config: &config,

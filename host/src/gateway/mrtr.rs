@@ -27,10 +27,11 @@
 //! Parked calls are kept in a [`ParkedCalls`] table (`cluster::parked`),
 //! this process's own: they hold live channels to the backend call. The
 //! table's replica id is sealed in each state as a hint; a genuine state
-//! whose hint names another replica (one sharing the key) is refused like
-//! one whose call ended ([`Refused::Elsewhere`]), where a cluster layer
-//! will forward the retry to that replica. A state that names no parked
-//! call (a `-32042`'s) is the call made again, on any replica.
+//! whose hint names another replica (one sharing the key) is refused with
+//! a message naming that replica and saying to call again
+//! ([`Refused::Elsewhere`]); forwarding the retry there is not built. A
+//! state that names no parked call (a `-32042`'s) is the call made again,
+//! on any replica.
 //!
 //! A state reads `vigil1.` + hex call number + hex expiry (ms) + `.` +
 //! replica id + `.` + hex MAC.
@@ -123,9 +124,13 @@ pub enum Refused {
     Expired,
     #[error("{NO_CALL}")]
     Replayed,
-    /// Genuine, but its call is parked on another replica: this one has
-    /// nothing to resume (a cluster layer will forward it instead).
-    #[error("{NO_CALL}")]
+    /// Genuine, but its call is parked on another replica (one that
+    /// died, or another behind the same balancer): this one has nothing
+    /// to resume. Forwarding the retry to that replica is not built; the
+    /// client is told what to do.
+    #[error(
+        "requestState names a call waiting on replica `{replica}`, not this one (the balancer sent the retry elsewhere, or that replica is gone): call again without it"
+    )]
     Elsewhere { replica: ReplicaId },
     #[error("inputResponses has no usable answer under \"{INPUT_KEY}\": {0}")]
     BadAnswer(String),

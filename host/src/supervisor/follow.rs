@@ -10,7 +10,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::{Relisting, Supervisor, start, when_connected};
-use crate::backend::{BackendUpdate, Connection};
+use crate::backend::Connection;
 use crate::cluster::feed::Heard;
 use crate::health::{HealthState, advertisable};
 use crate::runtime::Started;
@@ -68,13 +68,7 @@ impl Supervisor {
                         self.backend
                             .instance_up(Some("followed".into()), f.conn.clone());
                         self.listed = Some(catalog.clone());
-                        let _ = self.outlets.feed.update(BackendUpdate {
-                            backend: self.backend.name.clone(),
-                            uid: self.backend.uid,
-                            removed: false,
-                            state: self.machine.state,
-                            catalog: Some(catalog),
-                        });
+                        let _ = self.report(self.machine.state, Some(catalog));
                         reported = Some(self.machine.state);
                         followed = Some(f);
                         retry_at = None;
@@ -93,13 +87,7 @@ impl Supervisor {
                 self.machine.state
             };
             if reported != Some(state) {
-                let _ = self.outlets.feed.update(BackendUpdate {
-                    backend: self.backend.name.clone(),
-                    uid: self.backend.uid,
-                    removed: false,
-                    state,
-                    catalog: None,
-                });
+                let _ = self.report(state, None);
                 reported = Some(state);
             }
             let conn = followed.as_ref().and_then(|f| f.conn.clone());
@@ -137,13 +125,7 @@ impl Supervisor {
                         Ok(Ok(catalog)) if self.listed.as_ref() != Some(&catalog) => {
                             tracing::info!(backend = %self.backend.name, "capabilities changed on re-listing (followed)");
                             self.listed = Some(catalog.clone());
-                            let sent = self.outlets.feed.update(BackendUpdate {
-                                backend: self.backend.name.clone(),
-                                uid: self.backend.uid,
-                                removed: false,
-                                state: self.machine.state,
-                                catalog: Some(catalog),
-                            });
+                            let sent = self.report(self.machine.state, Some(catalog));
                             if let (Ok(()), Some(done)) = (sent, done.as_mut()) {
                                 done.handed_on = true;
                             }

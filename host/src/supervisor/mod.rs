@@ -381,13 +381,7 @@ impl Supervisor {
                 // The catalog first (known, not yet shown), then the state
                 // change that shows it: the gateway never sees a serving
                 // backend without its catalog.
-                let _ = self.outlets.feed.update(BackendUpdate {
-                    backend: self.backend.name.clone(),
-                    uid: self.backend.uid,
-                    removed: false,
-                    state: self.machine.state,
-                    catalog: Some(catalog),
-                });
+                let _ = self.report(self.machine.state, Some(catalog));
                 if adopt {
                     tracing::info!(backend = %self.backend.name, instance = %instance.id, "continuing with the running instance");
                 } else {
@@ -524,7 +518,7 @@ impl Supervisor {
                                 self.listed = Some(catalog.clone());
                                 // The other replicas list it again too.
                                 self.outlets.feed.relisted(&self.record_name);
-                                let sent = self.outlets.feed.update(BackendUpdate { backend: self.backend.name.clone(), uid: self.backend.uid, removed: false, state: self.machine.state, catalog: Some(catalog) });
+                                let sent = self.report(self.machine.state, Some(catalog));
                                 if let (Ok(()), Some(done)) = (sent, done.as_mut()) {
                                     done.handed_on = true;
                                 }
@@ -706,14 +700,25 @@ impl Supervisor {
             self.persisted = Some(key);
         }
         if !step.transitions.is_empty() {
-            let _ = self.outlets.feed.update(BackendUpdate {
-                backend: self.backend.name.clone(),
-                uid: self.backend.uid,
-                removed: false,
-                state: self.machine.state,
-                catalog: None,
-            });
+            let _ = self.report(self.machine.state, None);
         }
+    }
+
+    /// Tells this replica that the backend is in `state`, with `catalog`
+    /// when it listed one (the gateway never shows a serving backend
+    /// without its catalog).
+    fn report(
+        &self,
+        state: HealthState,
+        catalog: Option<BackendCatalog>,
+    ) -> Result<(), crate::cluster::feed::Closed> {
+        self.outlets.feed.update(BackendUpdate {
+            backend: self.backend.name.clone(),
+            uid: self.backend.uid,
+            removed: false,
+            state,
+            catalog,
+        })
     }
 
     fn status(&self) -> Status {

@@ -1,6 +1,8 @@
 //! Operator commands (restart, quarantine, release) routed to the replica
 //! that supervises the backend: an operator may ask any replica, and the
-//! lease holder carries the command out.
+//! lease holder of a shared backend — or, for another replica's instance
+//! of a replica-local backend (`NAME.REPLICA`), that replica — carries the
+//! command out.
 //!
 //! The asking replica's supervisor of the backend (a follower) writes the
 //! command into `commands` and announces it ([`Note::Command`]). Every
@@ -150,10 +152,20 @@ impl Commands {
     /// Another replica announced command `id` for `backend`: carried out
     /// here if this replica holds the backend's lease and claims it first.
     pub async fn heard(&self, backend: &str, id: i64) {
-        if self.leases.holder(backend).as_deref() != Some(self.replica.as_str()) {
+        let Some(find) = self.backends.get() else {
             return;
-        }
-        let Some(b) = self.backends.get().and_then(|find| find(backend)) else {
+        };
+        // A shared backend whose lease this replica holds, or this
+        // replica's own instance of a replica-local one (`NAME.REPLICA`).
+        let own = backend
+            .strip_suffix(self.replica.as_str())
+            .and_then(|b| b.strip_suffix('.'))
+            .and_then(find)
+            .filter(|b| matches!(b.config.runtime, crate::config::RuntimeKind::Process));
+        let held = (self.leases.holder(backend).as_deref() == Some(self.replica.as_str()))
+            .then(|| find(backend))
+            .flatten();
+        let Some(b) = held.or(own) else {
             return;
         };
         let Ok(client) = self.store.pool().get().await else {
