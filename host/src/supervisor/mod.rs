@@ -215,7 +215,8 @@ impl Supervisor {
         let mut first = true;
         let held = 'leased: loop {
             // A standby until the lease is granted: nothing is started,
-            // probed or reported; commands are refused.
+            // probed or recorded; a shared backend is followed, and
+            // commands are routed to the holder (or refused).
             let lease = {
                 let record = self.record_name.clone();
                 let mut acquiring = leases.acquire(&record);
