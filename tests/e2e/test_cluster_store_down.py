@@ -1,7 +1,7 @@
 """PostgreSQL stopped and started under load, with two replicas serving.
 
 Clients keep calling through both replicas while the server is stopped
-(longer than the supervision lease) and started again: no replica
+(until the lease holder has stopped supervising) and started again: no replica
 crashes, every call made is in the call audit afterwards (counted), and
 a replica holds the shared backend's lease again. A replica started while
 the server is down serves its stdio backend meanwhile and supervises the
@@ -58,18 +58,47 @@ async def test_a_store_outage_under_load_loses_no_audit_row_and_supervision_resu
                 n += 1
                 await anyio.sleep(0.01)
 
+    async def calls_pass(n: int, what: str) -> None:
+        """Until `n` more calls went through."""
+        target = made["calls"] + n
+        try:
+            with anyio.fail_after(DEADLINE):
+                while made["calls"] < target:
+                    await anyio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError(f"calls stopped going through {what}: {made['calls']} made") from None
+
+    async def no_replica_supervises() -> None:
+        """Until no replica says it holds alpha's lease (its metric)."""
+        with anyio.fail_after(DEADLINE):
+            while True:
+                held = [
+                    name
+                    for name, gw in gws.items()
+                    if 'vigil_lease_held{backend="alpha"} 1'
+                    in (await ControlApi(gw.api_base).request("GET", "/metrics")).text
+                ]
+                if not held:
+                    return
+                await anyio.sleep(0.1)
+
     try:
         async with anyio.create_task_group() as tg:
             for name, gw in gws.items():
                 tg.start_soon(caller, gw.url, name)
-            await anyio.sleep(1.0)
+            await calls_pass(50, "before the outage")
             before_outage = made["calls"]
             await anyio.to_thread.run_sync(postgres.stop)
-            # Longer than the lease (3 s): holders stop supervising.
-            await anyio.sleep(4.5)
+            # The holder's lease runs out without renewals: it stops
+            # supervising; calls go on meanwhile.
+            await no_replica_supervises()
+            await calls_pass(50, "during the outage")
             during = made["calls"] - before_outage
             await anyio.to_thread.run_sync(postgres.start)
-            await anyio.sleep(1.0)
+            with anyio.fail_after(DEADLINE):
+                while live_holder(postgres, pg_url, "alpha") not in gws:
+                    await anyio.sleep(0.1)
+            await calls_pass(50, "after the outage")
             stop_calling.set()
     finally:
         if postgres.proc.poll() is not None:

@@ -70,22 +70,22 @@ impl Adoptions {
 /// revision, and the capabilities and client info it declared (empty when
 /// they did not fit in the id, or do not read as such).
 pub fn initialize_params(facts: &SessionFacts) -> InitializeRequestParams {
-    let declared = serde_json::json!({
-        "protocolVersion": facts.revision,
-        "capabilities": facts.capabilities.as_ref().map(|c| c.value()).unwrap_or_else(|| serde_json::json!({})),
-        "clientInfo": facts.client.as_ref().map(|c| c.value()).unwrap_or_else(|| serde_json::json!({"name": "", "version": ""})),
-    });
-    serde_json::from_value(declared.clone()).unwrap_or_else(|e| {
-        tracing::debug!(error = %e, "a sealed session's declared capabilities or client info do not read as such; adopting it without them");
-        serde_json::from_value(serde_json::json!({
+    let declared = |d: &Option<crate::cluster::session_id::Declared>| d.as_ref().map(|d| d.value());
+    let params = |capabilities: Option<serde_json::Value>, client: Option<serde_json::Value>| {
+        serde_json::from_value::<InitializeRequestParams>(serde_json::json!({
             "protocolVersion": facts.revision,
-            "capabilities": {},
-            "clientInfo": {"name": "", "version": ""},
+            "capabilities": capabilities.unwrap_or_else(|| serde_json::json!({})),
+            "clientInfo": client.unwrap_or_else(|| serde_json::json!({"name": "", "version": ""})),
         }))
+    };
+    params(declared(&facts.capabilities), declared(&facts.client))
+        .or_else(|e| {
+            tracing::debug!(error = %e, "a sealed session's declared capabilities or client info do not read as such; adopting it without them");
+            params(None, None)
+        })
         .unwrap_or_else(|_| {
             InitializeRequestParams::new(Default::default(), rmcp::model::Implementation::default())
         })
-    })
 }
 
 #[async_trait::async_trait]

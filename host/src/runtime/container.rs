@@ -91,6 +91,14 @@ pub struct ContainerRuntime {
 }
 
 impl ContainerRuntime {
+    /// Where the backend is reached: its configured URL and headers.
+    fn http(&self) -> Endpoint {
+        Endpoint::Http {
+            url: self.url.clone(),
+            headers: self.headers.clone(),
+        }
+    }
+
     /// A runtime for `backend`'s container; MCP is spoken to it at `url`
     /// (with `headers`). Does no I/O: the engine is reached on first use.
     pub fn new(
@@ -318,10 +326,7 @@ impl ContainerRuntime {
         };
         crate::background::spawn(watcher.run(tx));
         Ok(Started {
-            endpoint: Endpoint::Http {
-                url: self.url.clone(),
-                headers: self.headers.clone(),
-            },
+            endpoint: self.http(),
             exited: rx,
             id,
         })
@@ -369,10 +374,7 @@ impl ContainerRuntime {
         );
         tracing::info!(backend = %self.backend, container = %self.container, id = %short(&id), "adopted the running container");
         Ok(Some(Started {
-            endpoint: Endpoint::Http {
-                url: self.url.clone(),
-                headers: self.headers.clone(),
-            },
+            endpoint: self.http(),
             exited: rx,
             id,
         }))
@@ -475,10 +477,7 @@ impl Runtime for ContainerRuntime {
     }
 
     fn endpoint(&self) -> Option<Endpoint> {
-        Some(Endpoint::Http {
-            url: self.url.clone(),
-            headers: self.headers.clone(),
-        })
+        Some(self.http())
     }
 
     fn adopt(&self) -> BoxFuture<'_, Result<Option<Started>, RuntimeError>> {

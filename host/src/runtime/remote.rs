@@ -17,6 +17,14 @@ pub struct RemoteRuntime {
 }
 
 impl RemoteRuntime {
+    /// Where the backend is reached: its configured URL and headers.
+    fn http(&self) -> Endpoint {
+        Endpoint::Http {
+            url: self.url.clone(),
+            headers: self.headers.clone(),
+        }
+    }
+
     pub fn new(url: String, headers: BTreeMap<String, String>) -> Self {
         Self {
             url,
@@ -40,10 +48,7 @@ impl Runtime for RemoteRuntime {
     }
 
     fn endpoint(&self) -> Option<Endpoint> {
-        Some(Endpoint::Http {
-            url: self.url.clone(),
-            headers: self.headers.clone(),
-        })
+        Some(self.http())
     }
 
     /// A remote backend is always "running": adopting it is starting it.
@@ -58,10 +63,7 @@ impl Runtime for RemoteRuntime {
             h.push(tx);
         }
         let started = Started {
-            endpoint: Endpoint::Http {
-                url: self.url.clone(),
-                headers: self.headers.clone(),
-            },
+            endpoint: self.http(),
             exited: rx,
             id: self.url.clone(),
         };

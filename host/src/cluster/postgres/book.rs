@@ -23,7 +23,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::cluster::book::{Change, Kept, OpenError, Refused, SessionBook};
+use crate::cluster::book::{Change, Kept, OpenError, Refused, SessionBook, unix_now};
 use crate::cluster::session_id::{Sealer, SessionFacts};
 use crate::store::postgres::PostgresStore;
 use crate::store::postgres::note::Note;
@@ -36,12 +36,6 @@ pub struct PgBook {
     /// Sessions closed (heard of or closed here), by rmcp's id, with when
     /// each expires (then forgotten).
     closed: Mutex<HashMap<String, u64>>,
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn secs(t: u64) -> i64 {

@@ -90,7 +90,8 @@ impl Commands {
             ))
         };
         let mut client = self.store.pool().get().await.map_err(|e| unreachable(&e))?;
-        let text = serde_json::to_string(command).expect("a command serializes");
+        let text = serde_json::to_string(command)
+            .map_err(|e| refused(format!("the command could not be written: {e}")))?;
         let woken = Arc::new(Notify::new());
         let id: i64 = {
             let tx = client.transaction().await.map_err(|e| unreachable(&e))?;
@@ -199,7 +200,14 @@ impl Commands {
             }
             Err(e) => Answer::Refused(format!("a command this replica does not read: {e}")),
         };
-        let answer = serde_json::to_string(&answer).expect("an answer serializes");
+        // A status with a time before 1970 (a clock set wrong) does not
+        // serialize: the asker is told so rather than left waiting.
+        let answer = serde_json::to_string(&answer).unwrap_or_else(|e| {
+            serde_json::to_string(&Answer::Refused(format!(
+                "the supervising replica could not write its answer: {e}"
+            )))
+            .unwrap_or_default()
+        });
         let note = Note::Answered {
             r: self.replica.clone(),
             id,
