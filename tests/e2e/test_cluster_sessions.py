@@ -9,9 +9,11 @@ Debian's nginx, round-robin, no affinity (`cluster.py`).
 - the same with a 2026-07-28 client (no session) and its
   `subscriptions/listen` stream, opened again on a living replica;
 - a session closed (DELETE) through one replica is closed on every one;
-- an MRTR retry reaching another replica completes for a 2026-07-28
-  backend (its own `requestState`), and is refused with a clear error for
-  a call parked on a handshake-era backend's replica;
+- an MRTR retry reaching another replica completes: a 2026-07-28
+  backend's own `requestState` passes through, and a call Vigil parked
+  for a handshake-era backend is resumed by the replica holding it, the
+  retry routed there; once that replica is dead, the retry gets a clear
+  error naming it;
 - ids that are tampered with, or sealed under another key, are unknown
   sessions; after a key rotation (new key, the old one as previous) the
   sessions opened before it go on.
@@ -292,7 +294,8 @@ async def test_an_mrtr_retry_reaching_another_replica(
     """A 2026-07-28 backend's own `requestState` passes through: the retry
     completes on another replica. A call Vigil parked for a handshake-era
     backend waits on the replica that parked it: the retry reaching another
-    one is refused, saying which replica holds it and to call again."""
+    one is routed there and completes, once; with that replica dead, it is
+    refused, saying which replica held it and to call again."""
     backend = demo_http("alpha")
     backends = [{**http_backend("alpha", backend.url), "protocol": era}]
     a = replicas.start("vigil-a", backends)
@@ -309,10 +312,17 @@ async def test_an_mrtr_retry_reaching_another_replica(
         assert text_of(done) == 'user accept: {"name":"Ada"}', done
     else:
         assert key == "vigil", first
-        refused = await round_on(b.url, "alpha__ask_user", input_responses=answer, request_state=first.request_state)
+        done = await round_on(b.url, "alpha__ask_user", input_responses=answer, request_state=first.request_state)
+        assert text_of(done) == 'user accept: {"name":"Ada"}', done
+        # Answered once: the same state again is refused, wherever it goes.
+        for gw in (a, b):
+            again = await round_on(gw.url, "alpha__ask_user", input_responses=answer, request_state=first.request_state)
+            assert isinstance(again, MCPError) and "already used" in again.error.message, again
+        # A call parked on a replica that then dies.
+        second = await round_on(a.url, "alpha__ask_user")
+        assert isinstance(second, types.InputRequiredResult), second
+        replicas.kill("vigil-a")
+        refused = await round_on(b.url, "alpha__ask_user", input_responses=answer, request_state=second.request_state)
         assert isinstance(refused, MCPError), refused
         message = refused.error.message
         assert "replica `vigil-a`" in message and "call again without it" in message, message
-        # On its own replica the retry completes the call.
-        done = await round_on(a.url, "alpha__ask_user", input_responses=answer, request_state=first.request_state)
-        assert text_of(done) == 'user accept: {"name":"Ada"}', done

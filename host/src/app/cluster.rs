@@ -16,6 +16,8 @@ use crate::cluster::postgres::command::Commands;
 use crate::cluster::postgres::lease::PgLeases;
 use crate::cluster::postgres::listen::{Listener, announce};
 use crate::cluster::postgres::replicas::ReplicaSet;
+use crate::cluster::postgres::retry::Retries;
+use crate::cluster::postgres::route::Route;
 use crate::cluster::rate::{LocalRates, Rates, SharedRates};
 use crate::cluster::session_id::Sealer;
 use crate::config::Config;
@@ -28,12 +30,18 @@ pub(super) struct Cluster {
     pub(super) outlets: ClusterOutlets,
     /// Who else is alive, and what each serves.
     pub(super) replicas: Arc<ReplicaSet>,
+    retries: Arc<Retries>,
 }
 
 impl Cluster {
     /// Where routed commands find this replica's backends.
     pub(super) fn commands(&self) -> &Arc<Commands> {
         &self.outlets.commands
+    }
+
+    /// Where MRTR retries are routed to and from.
+    pub(super) fn retries(&self) -> &Arc<Retries> {
+        &self.retries
     }
 }
 
@@ -96,7 +104,9 @@ pub(super) fn start(
         config.cluster.lease,
     );
     tracker.spawn(leases.clone().run(shutdown.clone()));
-    let commands = Commands::new(shared.clone(), replica.as_str(), leases.clone());
+    let route = Route::new(shared.clone(), replica.as_str());
+    let commands = Commands::new(route.clone(), leases.clone());
+    let retries = Retries::new(route.clone());
     let replicas = ReplicaSet::new(
         shared.clone(),
         replica.as_str(),
@@ -135,7 +145,9 @@ pub(super) fn start(
             replica: replica.to_string(),
             feed: feed.clone(),
             book: book.clone(),
+            route: Some(route),
             commands: Some(commands.clone()),
+            retries: Some(retries.clone()),
         }
         .run(shutdown.clone()),
     );
@@ -153,6 +165,7 @@ pub(super) fn start(
         cluster: Some(Cluster {
             leases,
             replicas,
+            retries,
             outlets: ClusterOutlets {
                 store: stores.health.clone(),
                 replica,

@@ -194,6 +194,19 @@ impl App {
             let front = Arc::downgrade(&app.front);
             c.commands()
                 .set_backends(Box::new(move |name| front.upgrade()?.backend(name)));
+            let front = Arc::downgrade(&app.front);
+            c.retries().set_here(Box::new(move |retry| {
+                let front = front.clone();
+                Box::pin(async move {
+                    match front.upgrade() {
+                        Some(gw) => gw.carry_out(retry).await,
+                        None => crate::gateway::mrtr::routed::Forwarded::Failed(
+                            rmcp::ErrorData::internal_error("vigil: shutting down", None),
+                        ),
+                    }
+                })
+            }));
+            app.front.set_retry_route(c.retries().clone());
         }
         let weak = Arc::downgrade(&app);
         app.front

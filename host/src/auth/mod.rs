@@ -47,12 +47,43 @@ impl std::fmt::Debug for InboundToken {
 /// buckets, MRTR state, lane logs, the audit): its id *and* the issuer
 /// that vouched for it. Two authorization servers may well each have an
 /// `alice`; they are two callers. Cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// It serializes for a request one replica routes to another (an MRTR
+/// retry, `gateway::mrtr::routed`): the replicas of a cluster share the
+/// store and the keys, and take each other's word for who called.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(from = "CallerParts", into = "CallerParts")]
 pub struct CallerKey {
     /// `local` (no `[auth]`, or stdio), `key:NAME`, `sub:SUBJECT`.
     id: Arc<str>,
     /// The authorization server that vouched for `sub:` principals.
     issuer: Option<Arc<str>>,
+}
+
+/// A [`CallerKey`] as it is written.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CallerParts {
+    id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    issuer: Option<String>,
+}
+
+impl From<CallerParts> for CallerKey {
+    fn from(p: CallerParts) -> CallerKey {
+        CallerKey {
+            id: p.id.into(),
+            issuer: p.issuer.map(Into::into),
+        }
+    }
+}
+
+impl From<CallerKey> for CallerParts {
+    fn from(k: CallerKey) -> CallerParts {
+        CallerParts {
+            id: k.id.to_string(),
+            issuer: k.issuer.map(|i| i.to_string()),
+        }
+    }
 }
 
 impl CallerKey {

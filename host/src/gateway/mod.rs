@@ -26,7 +26,7 @@ pub mod http;
 mod http_errors;
 pub mod isolation;
 mod links;
-mod mrtr;
+pub mod mrtr;
 mod raw;
 mod relayed;
 mod resource_watch;
@@ -101,6 +101,9 @@ pub struct Gateway {
     /// Backend calls waiting for a 2026-07-28 client's answer (MRTR);
     /// `None` if the OS gave no random key.
     mrtr: Option<mrtr::Mrtr>,
+    /// Where an MRTR retry for a call parked on another replica is sent
+    /// (a cluster's; set once at assembly).
+    retry_route: std::sync::OnceLock<Arc<dyn mrtr::routed::RetryRoute>>,
     /// Client sessions by their sealed ids (`session_ids.rs`).
     session_book: Arc<dyn crate::cluster::book::SessionBook>,
 }
@@ -186,6 +189,7 @@ impl Gateway {
             background,
             answers: relayed::Answers::default(),
             mrtr,
+            retry_route: std::sync::OnceLock::new(),
             session_book,
         });
         (gw, refresh_rx)
@@ -321,6 +325,21 @@ impl Gateway {
                 None,
             )
         })
+    }
+
+    /// Routes MRTR retries for calls parked on other replicas through
+    /// `route` (set once, by the composition root of a cluster).
+    pub fn set_retry_route(&self, route: Arc<dyn mrtr::routed::RetryRoute>) {
+        let _ = self.retry_route.set(route);
+    }
+
+    /// Carries out `retry`, which another replica routed here; see
+    /// `mrtr::routed`.
+    pub async fn carry_out(&self, retry: mrtr::routed::Retry) -> mrtr::routed::Forwarded {
+        match self.mrtr() {
+            Ok(m) => m.carry_out(retry).await,
+            Err(e) => mrtr::routed::Forwarded::Failed(e),
+        }
     }
 
     /// The audit of MCP calls, which the call paths record through.

@@ -26,12 +26,12 @@
 //!
 //! Parked calls are kept in a [`ParkedCalls`] table (`cluster::parked`),
 //! this process's own: they hold live channels to the backend call. The
-//! table's replica id is sealed in each state as a hint; a genuine state
-//! whose hint names another replica (one sharing the key) is refused with
-//! a message naming that replica and saying to call again
-//! ([`Refused::Elsewhere`]); forwarding the retry there is not built. A
-//! state that names no parked call (a `-32042`'s) is the call made again,
-//! on any replica.
+//! table's replica id is sealed in each state; a genuine state that names
+//! another replica (one sharing the key) is routed there when the replicas
+//! form a cluster ([`routed`]), and refused with a message naming that
+//! replica and saying to call again otherwise, or when that replica does
+//! not answer ([`Refused::Elsewhere`]). A state that names no parked call
+//! (a `-32042`'s) is the call made again, on any replica.
 //!
 //! A state reads `vigil1.` + hex call number + hex expiry (ms) + `.` +
 //! replica id + `.` + hex MAC.
@@ -124,10 +124,9 @@ pub enum Refused {
     Expired,
     #[error("{NO_CALL}")]
     Replayed,
-    /// Genuine, but its call is parked on another replica (one that
-    /// died, or another behind the same balancer): this one has nothing
-    /// to resume. Forwarding the retry to that replica is not built; the
-    /// client is told what to do.
+    /// Genuine, but its call is parked on another replica that could not
+    /// be asked to resume it (it died, or no cluster routes retries):
+    /// this one has nothing to resume; the client is told what to do.
     #[error(
         "requestState names a call waiting on replica `{replica}`, not this one (the balancer sent the retry elsewhere, or that replica is gone): call again without it"
     )]
@@ -511,15 +510,18 @@ pub fn retry_with(
 }
 
 /// A round's outcome for the request path: the backend's answer (and
-/// whether the call recovered a forgotten session), or a question.
-pub type Round =
-    Result<Result<(Result<ServerResult, crate::backend::BackendError>, bool), Question>, McpError>;
+/// whether the call recovered a forgotten session), or a question (the
+/// input-required result, as the client gets it).
+pub type Round = Result<
+    Result<(Result<ServerResult, crate::backend::BackendError>, bool), serde_json::Value>,
+    McpError,
+>;
 
 impl Next {
     pub fn into_round(self) -> Round {
         match self {
             Next::Done { result, recovered } => Ok(Ok((result, recovered))),
-            Next::InputRequired(r) => Ok(Err(r)),
+            Next::InputRequired(q) => Ok(Err(q.into_json())),
             Next::Failed(e) => Err(e),
         }
     }
@@ -535,6 +537,8 @@ fn read_answer(kind: Asked, v: serde_json::Value) -> Result<ClientResult, String
         Asked::Roots => ClientResult::ListRootsResult(serde_json::from_value(v).map_err(e)?),
     })
 }
+
+pub mod routed;
 
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,8 @@ use serde_json::{Map, Value};
 
 use super::Gateway;
 use super::admission::{self, Admitted};
-use super::mrtr::{Binding, MrtrTarget, Resumed, mrtr_target, retry_with};
+use super::mrtr::routed::Retry;
+use super::mrtr::{Binding, MrtrTarget, Refused, Resumed, mrtr_target, retry_with};
 use super::relayed::{for_client, input_required};
 use super::resource_watch::Hold;
 use super::route::{
@@ -112,8 +113,8 @@ impl FrontSession {
     /// A session this replica adopted (`super::adopt`) was just
     /// registered: it takes back what it kept (its log level, its
     /// subscriptions, from the session book), and hears that every list
-    /// may have changed, since a change it was due may have been lost
-    /// with the replica that served it.
+    /// and every subscribed resource may have changed, since a change it
+    /// was due may have been lost with the replica that served it.
     async fn adopted(&self, ctx: &NotificationContext<RoleServer>) {
         crate::metrics::get().adoptions.inc();
         let sealed = ctx
@@ -138,15 +139,23 @@ impl FrontSession {
         {
             tracing::debug!(session = self.id, error = %e.message, "could not restore an adopted session's log level");
         }
+        let peer = &ctx.peer;
         for uri in kept.subscriptions {
-            if let Err(e) = self
+            match self
                 .subscribe(SubscribeRequestParams::new(uri.clone()), request.clone())
                 .await
             {
-                tracing::info!(session = self.id, %uri, error = %e.message, "could not restore an adopted session's subscription");
+                // An update it was due may have been lost the same way.
+                Ok(_) => {
+                    let _ = peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                        .await;
+                }
+                Err(e) => {
+                    tracing::info!(session = self.id, %uri, error = %e.message, "could not restore an adopted session's subscription");
+                }
             }
         }
-        let peer = &ctx.peer;
         let _ = peer.notify_tool_list_changed().await;
         let _ = peer.notify_resource_list_changed().await;
         let _ = peer.notify_prompt_list_changed().await;
@@ -497,7 +506,7 @@ impl FrontSession {
             Some(target) if modern_client && conn.era() == Era::Handshake => {
                 match self.relay_mrtr(&b, conn, request, target, ctx).await? {
                     Ok((result, recovered)) => (result.map(into_json), recovered),
-                    Err(question) => return Ok(question.into_json()),
+                    Err(question) => return Ok(question),
                 }
             }
             Some(_) if !modern_client && conn.era() == Era::Modern => {
@@ -654,8 +663,23 @@ impl FrontSession {
             method: target.method,
             name: target.name,
         };
+        let ttl = self.gw.config.request_timeout_for(&b.config);
         let resumed = match &target.state {
-            Some(state) => Some(mrtr.resume(state, target.responses.as_ref(), &binding)?),
+            Some(state) => match mrtr.resume(state, target.responses.as_ref(), &binding) {
+                // Parked on another replica: that one carries out the
+                // retry, if the replicas route retries (`mrtr::routed`).
+                Err(Refused::Elsewhere { replica }) => {
+                    let Some(route) = self.gw.retry_route.get() else {
+                        return Err(Refused::Elsewhere { replica }.into());
+                    };
+                    let retry = Retry::new(state, target.responses.as_ref(), &binding, ttl);
+                    return tokio::select! {
+                        routed = route.retry(&replica, &retry) => routed?.into_round(),
+                        _ = ctx.ct.cancelled() => Err(McpError::internal_error("cancelled by the client", None)),
+                    };
+                }
+                resumed => Some(resumed?),
+            },
             None => None,
         };
         let events = match resumed {
@@ -678,7 +702,6 @@ impl FrontSession {
                     let recovered = conn.reinitializations() != reinits;
                     asker.done(result, recovered).await;
                 });
-                let ttl = self.gw.config.request_timeout_for(&b.config);
                 return tokio::select! {
                     next = mrtr.next(events, &binding, ttl) => next.into_round(),
                     _ = ctx.ct.cancelled() => {
@@ -688,7 +711,6 @@ impl FrontSession {
                 };
             }
         };
-        let ttl = self.gw.config.request_timeout_for(&b.config);
         tokio::select! {
             next = mrtr.next(events, &binding, ttl) => next.into_round(),
             _ = ctx.ct.cancelled() => Err(McpError::internal_error("cancelled by the client", None)),

@@ -36,8 +36,11 @@ pub struct Listener {
     pub feed: Arc<LocalFeed>,
     /// The shared session book, told of sessions other replicas closed.
     pub book: Option<Arc<super::book::PgBook>>,
-    /// Operator commands routed between replicas.
+    /// Requests routed between replicas: their answers, operator
+    /// commands, MRTR retries.
+    pub route: Option<Arc<super::route::Route>>,
     pub commands: Option<Arc<super::command::Commands>>,
+    pub retries: Option<Arc<super::retry::Retries>>,
 }
 
 /// Why a listening connection ended.
@@ -163,9 +166,16 @@ impl Listener {
                     crate::background::spawn(async move { commands.heard(&b, id).await });
                 }
             }
+            Note::Retry { to, id, .. } => {
+                if let Some(retries) = self.retries.clone() {
+                    // Carried out beside the listener: the backend's round
+                    // may take up to its request timeout.
+                    crate::background::spawn(async move { retries.heard(&to, id).await });
+                }
+            }
             Note::Answered { id, .. } => {
-                if let Some(commands) = &self.commands {
-                    commands.answered(id);
+                if let Some(route) = &self.route {
+                    route.answered(id);
                 }
             }
         }

@@ -319,3 +319,60 @@ fn a_state_that_names_no_call_is_made_again_on_any_replica() {
     let state = there.seal(AGAIN, now_ms() + 60_000, &b);
     assert!(matches!(here.resume(&state, None, &b), Ok(Resumed::Again)));
 }
+
+/// A retry routed from another replica, as it crosses the store (JSON
+/// both ways): the answer reaches the parked call, the backend's result
+/// comes back as the round; the same retry again, or one by another
+/// caller, is refused there as it would be here.
+#[tokio::test]
+async fn a_routed_retry_resumes_the_parked_call_and_brings_back_its_result() {
+    use routed::{Forwarded, Retry};
+    let (m, b) = (Mrtr::with_key([7; 32]), binding("alice"));
+    let (state, answer, tx) = parked(&m, &b, Duration::from_secs(60)).await;
+    let through = |r: &Retry| -> Retry {
+        serde_json::from_str(&serde_json::to_string(r).unwrap()).expect("a retry reads back")
+    };
+    let retry = Retry::new(&state, Some(&accept()), &b, Duration::from_secs(60));
+    let backend = tokio::spawn(async move {
+        let got = answer.await.expect("answered").expect("an answer");
+        assert!(matches!(got, ClientResult::ElicitResult(_)), "{got:?}");
+        let result = ServerResult::CustomResult(CustomResult(serde_json::json!({
+            "content": [{"type": "text", "text": "hi Ada"}], "z": 1, "a": 2
+        })));
+        tx.send(Event::Done {
+            result: Ok(result),
+            recovered: false,
+        })
+        .await
+        .unwrap_or_else(|_| panic!("sent"));
+    });
+    let forwarded = m.carry_out(through(&retry)).await;
+    backend.await.expect("the backend side");
+    let back: Forwarded =
+        serde_json::from_str(&serde_json::to_string(&forwarded).unwrap()).expect("reads back");
+    let Ok(Ok((Ok(ServerResult::CustomResult(CustomResult(v))), false))) = back.into_round() else {
+        panic!("the backend's result");
+    };
+    assert_eq!(
+        serde_json::to_string(&v).unwrap(),
+        r#"{"content":[{"type":"text","text":"hi Ada"}],"z":1,"a":2}"#,
+        "as the backend wrote it"
+    );
+
+    let again = m.carry_out(through(&retry)).await;
+    assert!(
+        matches!(&again, Forwarded::Failed(e) if e.message.contains("already used")),
+        "{again:?}"
+    );
+    let mallory = Retry::new(
+        &state,
+        Some(&accept()),
+        &binding("mallory"),
+        Duration::from_secs(60),
+    );
+    let forged = m.carry_out(mallory).await;
+    assert!(
+        matches!(&forged, Forwarded::Failed(e) if e.message.contains("not issued by this gateway")),
+        "{forged:?}"
+    );
+}

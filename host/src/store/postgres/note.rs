@@ -36,7 +36,10 @@ pub enum Note {
     /// `replica` asks the supervisor of backend `b` to carry out command
     /// `id` (a row of `commands`).
     Command { r: String, b: String, id: i64 },
-    /// `replica` answered command `id`.
+    /// `replica` asks replica `to` to carry out the MRTR retry `id` (a
+    /// row of `commands`) for a call parked there.
+    Retry { r: String, to: String, id: i64 },
+    /// `replica` answered routed request `id` (a command or a retry).
     Answered { r: String, id: i64 },
 }
 
@@ -48,6 +51,7 @@ impl Note {
             | Note::Listing { r, .. }
             | Note::Closed { r, .. }
             | Note::Command { r, .. }
+            | Note::Retry { r, .. }
             | Note::Answered { r, .. } => r,
         }
     }

@@ -112,6 +112,13 @@ pub const MIGRATIONS: &[&str] = &[
          done_at    timestamptz,
          answer     text
      );",
+    // 5: the `commands` rows carry any request one replica routes to
+    // another (`cluster::postgres::route`): an operator command for a
+    // backend's supervisor, or an MRTR retry for the replica holding its
+    // parked call. `target` names the backend or the replica, `kind` which.
+    "ALTER TABLE commands RENAME COLUMN backend TO target;
+     ALTER TABLE commands RENAME COLUMN command TO body;
+     ALTER TABLE commands ADD COLUMN kind text NOT NULL DEFAULT 'command';",
 ];
 
 /// Brings the schema up to date in one transaction, holding [`LOCK`]:

@@ -50,7 +50,9 @@ async fn two() -> Option<(
             replica: "vigil-b".into(),
             feed: feed.clone(),
             book: None,
+            route: None,
             commands: None,
+            retries: None,
         }
         .run(stop.clone()),
     );
