@@ -200,7 +200,7 @@ impl App {
                 Box::pin(async move {
                     match front.upgrade() {
                         Some(gw) => gw.carry_out(retry).await,
-                        None => crate::gateway::mrtr::routed::Forwarded::Failed(
+                        None => crate::cluster::retry::Forwarded::Failed(
                             rmcp::ErrorData::internal_error("vigil: shutting down", None),
                         ),
                     }

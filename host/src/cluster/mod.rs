@@ -7,8 +7,8 @@
 //! - rate limiting: where `[[policy]]` rate buckets live ([`rate`]);
 //! - supervision leases: one supervisor per backend ([`lease`]);
 //! - the feed of backend updates and health transitions ([`feed`]);
-//! - MRTR parked calls, and the replica that holds each ([`parked`],
-//!   [`replica`]).
+//! - MRTR parked calls, the replica that holds each, and retries routed
+//!   to it ([`parked`], [`replica`], [`retry`]).
 //!
 //! Nothing here names the front: the front asks these seams, and the
 //! composition root picks their implementations.
@@ -21,4 +21,5 @@ pub mod parked;
 pub mod postgres;
 pub mod rate;
 pub mod replica;
+pub mod retry;
 pub mod session_id;

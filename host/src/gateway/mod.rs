@@ -26,7 +26,7 @@ pub mod http;
 mod http_errors;
 pub mod isolation;
 mod links;
-pub mod mrtr;
+mod mrtr;
 mod raw;
 mod relayed;
 mod resource_watch;
@@ -103,7 +103,7 @@ pub struct Gateway {
     mrtr: Option<mrtr::Mrtr>,
     /// Where an MRTR retry for a call parked on another replica is sent
     /// (a cluster's; set once at assembly).
-    retry_route: std::sync::OnceLock<Arc<dyn mrtr::routed::RetryRoute>>,
+    retry_route: std::sync::OnceLock<Arc<dyn crate::cluster::retry::RetryRoute>>,
     /// Client sessions by their sealed ids (`session_ids.rs`).
     session_book: Arc<dyn crate::cluster::book::SessionBook>,
 }
@@ -329,16 +329,19 @@ impl Gateway {
 
     /// Routes MRTR retries for calls parked on other replicas through
     /// `route` (set once, by the composition root of a cluster).
-    pub fn set_retry_route(&self, route: Arc<dyn mrtr::routed::RetryRoute>) {
+    pub fn set_retry_route(&self, route: Arc<dyn crate::cluster::retry::RetryRoute>) {
         let _ = self.retry_route.set(route);
     }
 
     /// Carries out `retry`, which another replica routed here; see
     /// `mrtr::routed`.
-    pub async fn carry_out(&self, retry: mrtr::routed::Retry) -> mrtr::routed::Forwarded {
+    pub async fn carry_out(
+        &self,
+        retry: crate::cluster::retry::Retry,
+    ) -> crate::cluster::retry::Forwarded {
         match self.mrtr() {
             Ok(m) => m.carry_out(retry).await,
-            Err(e) => mrtr::routed::Forwarded::Failed(e),
+            Err(e) => crate::cluster::retry::Forwarded::Failed(e),
         }
     }
 

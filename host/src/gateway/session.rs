@@ -14,8 +14,7 @@ use serde_json::{Map, Value};
 
 use super::Gateway;
 use super::admission::{self, Admitted};
-use super::mrtr::routed::Retry;
-use super::mrtr::{Binding, MrtrTarget, Refused, Resumed, mrtr_target, retry_with};
+use super::mrtr::{Binding, MrtrTarget, Refused, Resumed, mrtr_target, retry_with, routed};
 use super::relayed::{for_client, input_required};
 use super::resource_watch::Hold;
 use super::route::{
@@ -672,9 +671,12 @@ impl FrontSession {
                     let Some(route) = self.gw.retry_route.get() else {
                         return Err(Refused::Elsewhere { replica }.into());
                     };
-                    let retry = Retry::new(state, target.responses.as_ref(), &binding, ttl);
+                    let retry = routed::retry(state, target.responses.as_ref(), &binding, ttl);
                     return tokio::select! {
-                        routed = route.retry(&replica, &retry) => routed?.into_round(),
+                        routed = route.retry(&replica, &retry) => match routed {
+                            Ok(forwarded) => routed::round(forwarded),
+                            Err(_) => Err(Refused::Elsewhere { replica }.into()),
+                        },
                         _ = ctx.ct.cancelled() => Err(McpError::internal_error("cancelled by the client", None)),
                     };
                 }

@@ -1,13 +1,13 @@
 //! MRTR retries routed to the replica holding their parked call
-//! (`gateway::mrtr::routed`): the replica a retry reached asks the one
+//! ([`crate::cluster::retry`]): the replica a retry reached asks the one
 //! its `requestState` names through the store ([`super::route`],
 //! announced as [`Note::Retry`]); that one gives the answer to the parked
 //! call and writes back what the backend did next.
 //!
 //! A replica that does not take the retry within [`CLAIM`] (it died, or
 //! cannot reach the store) leaves the client with the error saying to
-//! call again ([`Refused::Elsewhere`]); so does one that takes it but has
-//! not answered within the round's own timeout and [`MARGIN`].
+//! call again ([`NotTaken`]); so does one that takes it but has not
+//! answered within the round's own timeout and [`MARGIN`].
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -16,8 +16,7 @@ use futures::future::BoxFuture;
 
 use super::route::{Kind, Route, Waits};
 use crate::cluster::replica::ReplicaId;
-use crate::gateway::mrtr::Refused;
-use crate::gateway::mrtr::routed::{Forwarded, Retry, RetryRoute};
+use crate::cluster::retry::{Forwarded, NotTaken, Retry, RetryRoute};
 use crate::store::postgres::note::Note;
 
 /// How long the holder has to take a retry: a live one does as soon as it
@@ -82,10 +81,8 @@ impl Retries {
 
 #[async_trait::async_trait]
 impl RetryRoute for Retries {
-    async fn retry(&self, replica: &ReplicaId, retry: &Retry) -> Result<Forwarded, Refused> {
-        let elsewhere = || Refused::Elsewhere {
-            replica: replica.clone(),
-        };
+    async fn retry(&self, replica: &ReplicaId, retry: &Retry) -> Result<Forwarded, NotTaken> {
+        let elsewhere = || NotTaken(replica.clone());
         let body = serde_json::to_string(retry).map_err(|_| elsewhere())?;
         let note = |id| Note::Retry {
             r: self.route.replica().to_owned(),

@@ -326,13 +326,13 @@ fn a_state_that_names_no_call_is_made_again_on_any_replica() {
 /// caller, is refused there as it would be here.
 #[tokio::test]
 async fn a_routed_retry_resumes_the_parked_call_and_brings_back_its_result() {
-    use routed::{Forwarded, Retry};
+    use crate::cluster::retry::{Forwarded, Retry};
     let (m, b) = (Mrtr::with_key([7; 32]), binding("alice"));
     let (state, answer, tx) = parked(&m, &b, Duration::from_secs(60)).await;
     let through = |r: &Retry| -> Retry {
         serde_json::from_str(&serde_json::to_string(r).unwrap()).expect("a retry reads back")
     };
-    let retry = Retry::new(&state, Some(&accept()), &b, Duration::from_secs(60));
+    let retry = routed::retry(&state, Some(&accept()), &b, Duration::from_secs(60));
     let backend = tokio::spawn(async move {
         let got = answer.await.expect("answered").expect("an answer");
         assert!(matches!(got, ClientResult::ElicitResult(_)), "{got:?}");
@@ -350,7 +350,8 @@ async fn a_routed_retry_resumes_the_parked_call_and_brings_back_its_result() {
     backend.await.expect("the backend side");
     let back: Forwarded =
         serde_json::from_str(&serde_json::to_string(&forwarded).unwrap()).expect("reads back");
-    let Ok(Ok((Ok(ServerResult::CustomResult(CustomResult(v))), false))) = back.into_round() else {
+    let Ok(Ok((Ok(ServerResult::CustomResult(CustomResult(v))), false))) = routed::round(back)
+    else {
         panic!("the backend's result");
     };
     assert_eq!(
@@ -364,7 +365,7 @@ async fn a_routed_retry_resumes_the_parked_call_and_brings_back_its_result() {
         matches!(&again, Forwarded::Failed(e) if e.message.contains("already used")),
         "{again:?}"
     );
-    let mallory = Retry::new(
+    let mallory = routed::retry(
         &state,
         Some(&accept()),
         &binding("mallory"),
