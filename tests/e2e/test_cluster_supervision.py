@@ -234,9 +234,11 @@ async def test_operator_actions_through_any_replica_act_on_the_holder(
 async def test_another_replicas_stdio_instance_is_acted_on_through_any_replica(
     replicas: Replicas,  # noqa: F811
     demo_bin: Path,
+    vigil_bin: Path,
 ) -> None:
     """Each replica runs its own process of a stdio backend, recorded as
-    `NAME.REPLICA`; `local.vigil-b` restarted through A is b's process."""
+    `NAME.REPLICA`; `local.vigil-b` restarted through A is b's process, and
+    A's list of instances and `vigil status` show it as b recorded it."""
     backends = [stdio_backend("local", demo_bin, demo_stdio_args("local"))]
     gws = {n: replicas.start(n, backends, api={"tokens": TOKENS}) for n in ("vigil-a", "vigil-b")}
     a, b = gws["vigil-a"], gws["vigil-b"]
@@ -257,5 +259,22 @@ async def test_another_replicas_stdio_instance_is_acted_on_through_any_replica(
     assert mine["restart_count"] == 0, "a's own instance is untouched"
     history = (await as_(a, "alice").instance("local.vigil-b"))["transitions"]
     assert any("restart requested by alice" in t["reason"] for t in history), history
+    # The whole cluster's instances, listed through a.
+    def listed(reports: Any) -> dict[str, Any]:
+        return {r["name"]: r for r in reports.get("instances", [])}
+
+    reports = await poll(
+        lambda: as_(a, "alice").get_json("/api/v1/health/instances"),
+        lambda r: listed(r).get("local.vigil-b", {}).get("restart_count") == 1,
+        "b's restarted instance in a's list",
+    )
+    assert listed(reports)["local"]["restart_count"] == 0, short(reports)
+    assert listed(reports)["local.vigil-b"]["runtime"] == "process", short(reports)
+    assert "local.vigil-a" not in listed(reports), "a's own instance is listed under its name here"
+    done = await anyio.to_thread.run_sync(
+        lambda: run_vigil(vigil_bin, ["status", "--api", a.api_base, "--token", TOKENS[0]["token"]], a.config_path.parent)
+    )
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.split()}
+    assert rows.get("local.vigil-b", [None, None])[1] == "running", done.stdout
     unknown = await as_(a, "alice").act("local.vigil-z", "restart")
     assert unknown.status_code == 404, unknown.text

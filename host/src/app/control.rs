@@ -11,6 +11,22 @@ use crate::health::Status;
 /// Transitions shown in an instance's detail.
 const HISTORY: usize = 100;
 
+/// The status another replica recorded for its instance; `reason`: that
+/// of its newest transition, when read.
+fn recorded_status(record: &crate::store::InstanceRecord, reason: String) -> Status {
+    Status {
+        state: record.state,
+        since: record.updated_at,
+        reason,
+        restart_count: record.restart_count,
+        consecutive_failures: record.consecutive_failures,
+        quarantine_reason: record.quarantine_reason.clone(),
+        next_retry_at: None,
+        latency: None,
+        last_exit: None,
+    }
+}
+
 impl App {
     fn report(b: &Backend, s: &Status) -> InstanceReport {
         let window = b.stats.summary();
@@ -89,20 +105,8 @@ impl App {
             .map_err(|e| ControlError::Internal(e.to_string()))?
             .ok_or_else(|| ControlError::NotFound(id.to_owned()))?;
         let transitions = self.history(id).await?;
-        let status = Status {
-            state: record.state,
-            since: record.updated_at,
-            reason: transitions
-                .last()
-                .map(|t| t.reason.clone())
-                .unwrap_or_default(),
-            restart_count: record.restart_count,
-            consecutive_failures: record.consecutive_failures,
-            quarantine_reason: record.quarantine_reason.clone(),
-            next_retry_at: None,
-            latency: None,
-            last_exit: None,
-        };
+        let reason = transitions.last().map(|t| t.reason.clone());
+        let status = recorded_status(&record, reason.unwrap_or_default());
         Ok(InstanceDetail {
             report: self.report_elsewhere(id, name, &status)?,
             transitions,
@@ -196,12 +200,23 @@ impl Control for App {
 
     fn instances(&self) -> Vec<InstanceReport> {
         let own = self.front.instances().all();
-        self.front
+        let mut reports: Vec<InstanceReport> = self
+            .front
             .backends()
             .iter()
             .chain(own.iter())
             .map(|b| Self::report(b, &b.status()))
-            .collect()
+            .collect();
+        // The other replicas' instances of replica-local backends, as
+        // they recorded them (read at each heartbeat).
+        if let Some(replicas) = &self.replicas {
+            reports.extend(replicas.instances_elsewhere().iter().filter_map(|r| {
+                let (name, _) = self.elsewhere(&r.backend)?;
+                let status = recorded_status(r, String::new());
+                self.report_elsewhere(&r.backend, name, &status).ok()
+            }));
+        }
+        reports
     }
 
     fn warnings(&self) -> Vec<String> {

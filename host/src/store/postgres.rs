@@ -338,6 +338,34 @@ impl HealthStore for PostgresStore {
 }
 
 impl PostgresStore {
+    /// The instance records other live replicas keep of their own
+    /// replica-local backends (named `NAME.REPLICA`), for the cluster-wide
+    /// list of instances; `me`'s are left out.
+    pub async fn instances_of_other_replicas(
+        &self,
+        me: &str,
+    ) -> Result<Vec<InstanceRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {} FROM instances i WHERE EXISTS (
+                     SELECT 1 FROM replicas r
+                     WHERE r.expires_at > now() AND r.replica <> $1
+                       AND right(i.backend, length(r.replica) + 1) = '.' || r.replica)
+                 ORDER BY backend",
+                InstanceRecord::COLUMNS
+            ))
+            .await
+            .map_err(|e| self.failed(e))?;
+        let found = client
+            .query(&stmt, &[&me])
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(rows::<InstanceRecord>(found)
+            .map_err(|e| self.failed(e))?
+            .logged("other replicas' instances"))
+    }
+
     /// Sends `note` to every replica listening.
     pub async fn notify(&self, note: &note::Note) -> Result<(), StoreError> {
         let client = self.client().await?;

@@ -45,6 +45,9 @@ struct Read {
     twin: bool,
     /// The last read failed (the store is out of reach).
     stale: bool,
+    /// Other live replicas' instances of their replica-local backends
+    /// (`NAME.REPLICA`), as they recorded them.
+    elsewhere: Vec<crate::store::InstanceRecord>,
 }
 
 impl ReplicaSet {
@@ -80,6 +83,12 @@ impl ReplicaSet {
     /// The replicas alive as last read (this one always among them).
     pub fn live(&self) -> Vec<Replica> {
         self.read().live.clone()
+    }
+
+    /// Other live replicas' instances of their replica-local backends, as
+    /// last read (at each heartbeat).
+    pub fn instances_elsewhere(&self) -> Vec<crate::store::InstanceRecord> {
+        self.read().elsewhere.clone()
     }
 
     /// How many replicas are alive (at least this one).
@@ -119,8 +128,9 @@ impl ReplicaSet {
         out
     }
 
-    /// Writes this replica's row and reads the others' every third of
-    /// the lease, until `shutdown`; then removes its row.
+    /// Writes this replica's row and reads the others' (and the instances
+    /// they record) every third of the lease, until `shutdown`; then
+    /// removes its row.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut failing = false;
         loop {
@@ -204,14 +214,23 @@ impl ReplicaSet {
             .replicas_seen
             .set(i64::try_from(live.len()).unwrap_or(i64::MAX));
         let twin = previous.is_some_and(|run| run != self.run);
+        // A failed read keeps the last list: the beat itself went in.
+        let elsewhere = self
+            .store
+            .instances_of_other_replicas(&self.me.replica)
+            .await
+            .inspect_err(|e| tracing::debug!(error = %e, "could not read the other replicas' instances"))
+            .ok();
         let mut read = self.read();
         if twin && !read.twin {
             tracing::error!(replica = %self.me.replica, "another process runs under this replica's name: leases and records of the two mix; give each replica its own [cluster] replica");
         }
+        let elsewhere = elsewhere.unwrap_or_else(|| std::mem::take(&mut read.elsewhere));
         *read = Read {
             live,
             twin: twin || read.twin,
             stale: false,
+            elsewhere,
         };
         Ok(())
     }
