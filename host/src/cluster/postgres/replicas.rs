@@ -219,7 +219,9 @@ impl ReplicaSet {
             .store
             .instances_of_other_replicas(&self.me.replica)
             .await
-            .inspect_err(|e| tracing::debug!(error = %e, "could not read the other replicas' instances"))
+            .inspect_err(
+                |e| tracing::debug!(error = %e, "could not read the other replicas' instances"),
+            )
             .ok();
         let mut read = self.read();
         if twin && !read.twin {
