@@ -21,6 +21,7 @@ Debian's nginx, round-robin, no affinity (`cluster.py`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ from support import (
     write_tools_file,
 )
 
-from test_session_ids import altered, open_session, ping
+from test_bad_input import messages
+from test_session_ids import HEADERS, altered, open_session, ping
 
 pytestmark = pytest.mark.anyio
 
@@ -326,3 +328,90 @@ async def test_an_mrtr_retry_reaching_another_replica(
         assert isinstance(refused, MCPError), refused
         message = refused.error.message
         assert "replica `vigil-a`" in message and "call again without it" in message, message
+
+
+async def sse_events(response: httpx.Response, want: int, seen: list[dict[str, str]]) -> None:
+    """Reads SSE events of `response` into `seen` until `want` events with
+    data have been read."""
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line == "":
+            if fields.get("data"):
+                seen.append(fields)
+                if len([e for e in seen if e.get("data")]) >= want:
+                    return
+            fields = {}
+        elif ":" in line and not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.lstrip(" ")
+
+
+def list_changed(event: dict[str, str]) -> bool:
+    return '"notifications/tools/list_changed"' in event.get("data", "")
+
+
+async def test_a_get_stream_resumed_with_last_event_id_gets_what_it_missed(
+    replicas: Replicas,  # noqa: F811
+    demo_http: Any,
+    tmp_path: Path,
+) -> None:
+    """A session's GET stream breaks, the catalog changes meanwhile, and the
+    client reconnects with `Last-Event-ID`: on the same replica the missed
+    `list_changed` is replayed after that event (never the one it named);
+    on another replica, which has none of the first one's events, the
+    adopting replica sends `list_changed` for every list."""
+    tools_file = tmp_path / "alpha-tools.json"
+    write_tools_file(tools_file, [], notify=True)
+    backend = demo_http("alpha", tools_file=tools_file)
+    backends = [http_backend("alpha", backend.url)]
+    a, b = (replicas.start(n, backends) for n in ("vigil-a", "vigil-b"))
+    for gw in (a, b):
+        async with http_session(gw.url) as s:
+            await wait_for_tools(s, {"alpha__echo"})
+    async with httpx.AsyncClient(timeout=httpx.Timeout(DEADLINE, read=DEADLINE)) as http:
+        session = await open_session(http, a.url)
+        on = {**HEADERS, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+        stream = {**on, "Accept": "text/event-stream"}
+
+        async def tools_on(gw: Any) -> set[str]:
+            listed = await http.post(gw.url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers=on)
+            answer = next(m for m in messages(listed) if m.get("id") == 9)
+            return {t["name"] for t in answer["result"]["tools"]}
+
+        # The stream hears one change; its event id is where to resume.
+        first: list[dict[str, str]] = []
+        with anyio.fail_after(DEADLINE):
+            async with http.stream("GET", a.url, headers=stream) as live:
+                assert live.status_code == 200, await live.aread()
+                write_tools_file(tools_file, [{"name": "one"}], notify=True)
+                await sse_events(live, 1, first)
+        assert list_changed(first[-1]) and first[-1].get("id"), first
+        last = first[-1]["id"]
+        # A change while no stream is open: a's session is told of it.
+        write_tools_file(tools_file, [{"name": "one"}, {"name": "two"}], notify=True)
+        with anyio.fail_after(DEADLINE):
+            while "alpha__two" not in await tools_on(a):
+                await anyio.sleep(0.1)
+        replayed: list[dict[str, str]] = []
+        with anyio.fail_after(DEADLINE):
+            async with http.stream("GET", a.url, headers={**stream, "Last-Event-ID": last}) as resumed:
+                assert resumed.status_code == 200, await resumed.aread()
+                await sse_events(resumed, 1, replayed)
+        assert list_changed(replayed[0]), replayed
+        assert replayed[0].get("id") != last, f"the event it named is not sent again: {replayed}"
+        assert int(replayed[0]["id"]) == int(last) + 1, replayed
+
+        # Another replica: the id names nothing there; it adopts the
+        # session and says every list may have changed.
+        adopted: list[dict[str, str]] = []
+        with anyio.fail_after(DEADLINE):
+            async with http.stream("GET", b.url, headers={**stream, "Last-Event-ID": last}) as elsewhere:
+                assert elsewhere.status_code == 200, await elsewhere.aread()
+                await sse_events(elsewhere, 3, adopted)
+        kinds = {json.loads(e["data"])["method"] for e in adopted}
+        assert kinds == {
+            "notifications/tools/list_changed",
+            "notifications/resources/list_changed",
+            "notifications/prompts/list_changed",
+        }, adopted
+        assert "alpha__two" in await tools_on(b)

@@ -319,7 +319,8 @@ impl SessionManager for StreamSessions {
         Ok(self.inner.create_standalone_stream(id).await?)
     }
 
-    /// As rmcp's, then wakes an answer waiting for this session to resume.
+    /// As rmcp's, from the event after the one `Last-Event-ID` names,
+    /// then wakes an answer waiting for this session to resume.
     ///
     /// The first GET stream of a session adopted here names an event of
     /// the replica that served it before, which means nothing here: it
@@ -336,12 +337,54 @@ impl SessionManager for StreamSessions {
         let last_event_id = if common && lock(&self.adopted).remove(id) {
             "0".to_owned()
         } else {
-            last_event_id
+            event_after(&last_event_id)
         };
         let stream = self.inner.resume(id, last_event_id).await?;
         if let Some(r) = lock(&self.resumes).get(id) {
             r.send_modify(|n| *n += 1);
         }
         Ok(stream)
+    }
+}
+
+/// The id of the event after `last` on the same stream, which is where
+/// rmcp's replay must begin: rmcp replays from the event an id names,
+/// that one included, and the specification says to replay the messages
+/// *after* it (a client would otherwise get its last event twice). rmcp's
+/// ids are `INDEX` (the session's GET stream) and `INDEX/REQUEST` (a
+/// request's stream); anything else goes to rmcp as it came, to refuse.
+fn event_after(last: &str) -> String {
+    let (index, request) = match last.split_once('/') {
+        Some((index, request)) => (index, Some(request)),
+        None => (last, None),
+    };
+    let Some(next) = index.parse::<usize>().ok().and_then(|i| i.checked_add(1)) else {
+        return last.to_owned();
+    };
+    if request.is_some_and(|r| r.parse::<u64>().is_err()) {
+        return last.to_owned();
+    }
+    match request {
+        Some(request) => format!("{next}/{request}"),
+        None => next.to_string(),
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::event_after;
+
+    #[test]
+    fn a_resumed_stream_begins_after_the_event_its_client_named() {
+        assert_eq!(event_after("0"), "1");
+        assert_eq!(event_after("41"), "42");
+        assert_eq!(event_after("0/7"), "1/7");
+        assert_eq!(event_after("3/18446744073709551615"), "4/18446744073709551615");
+        // Not rmcp's: rmcp refuses it as it came.
+        for odd in ["", "x", "1/x/2", "-1", &usize::MAX.to_string()] {
+            let after = event_after(odd);
+            assert_eq!(after, odd, "{odd:?} passes through");
+        }
     }
 }
