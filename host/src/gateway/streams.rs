@@ -370,7 +370,6 @@ fn event_after(last: &str) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::event_after;
@@ -380,7 +379,10 @@ mod tests {
         assert_eq!(event_after("0"), "1");
         assert_eq!(event_after("41"), "42");
         assert_eq!(event_after("0/7"), "1/7");
-        assert_eq!(event_after("3/18446744073709551615"), "4/18446744073709551615");
+        assert_eq!(
+            event_after("3/18446744073709551615"),
+            "4/18446744073709551615"
+        );
         // Not rmcp's: rmcp refuses it as it came.
         for odd in ["", "x", "1/x/2", "-1", &usize::MAX.to_string()] {
             let after = event_after(odd);
