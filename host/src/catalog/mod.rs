@@ -10,6 +10,7 @@
 //! which backends are shown, and turns batches of backend updates into
 //! snapshots. This module does no I/O.
 
+pub mod digest;
 mod entry;
 mod naming;
 pub mod registry;
