@@ -131,6 +131,8 @@ pub struct Metrics {
     /// 1 for each shared backend whose supervision lease this replica
     /// holds, 0 once it no longer does.
     pub leases_held: Family<BackendLabel, Gauge>,
+    /// Definitions the pin guard withholds, by backend.
+    pins_withheld: Family<BackendLabel, Gauge>,
 }
 
 /// The process's metrics.
@@ -168,6 +170,7 @@ pub fn get() -> &'static Metrics {
         replicas_seen: Gauge::default(),
         audit_queued: Gauge::default(),
         leases_held: Family::default(),
+        pins_withheld: Family::default(),
     })
 }
 
@@ -311,6 +314,13 @@ impl Metrics {
         self.instances
             .get_or_create(&backend_label(backend))
             .inc_by(delta);
+    }
+
+    /// How many of `backend`'s definitions the pin guard withholds now.
+    pub fn pins_withheld(&self, backend: &str, n: usize) {
+        self.pins_withheld
+            .get_or_create(&backend_label(backend))
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Whether this replica holds the supervision lease of `backend`.
@@ -485,6 +495,11 @@ impl Metrics {
             "cluster_replicas",
             "Replicas sharing the store that are alive, as this replica last read them",
             self.replicas_seen.clone(),
+        );
+        r.register(
+            "pins_withheld",
+            "Definitions (tools, prompts, resource templates) of a backend the pin guard withholds until an operator approves them",
+            self.pins_withheld.clone(),
         );
         r.register(
             "lease_held",

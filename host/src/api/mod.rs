@@ -80,6 +80,23 @@ pub struct InstanceDetail {
     pub last_exit: Option<String>,
 }
 
+/// The pin guard of one backend (`[backends.pin]`): its settings, what
+/// it holds back now, and, after an approval, what was approved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PinsReport {
+    pub backend: String,
+    /// `"allow"` or `"hold"`.
+    pub on_change: &'static str,
+    /// `"trust"` or `"hold"`.
+    pub first_seen: &'static str,
+    /// Each withheld definition with its digest (what an approval names),
+    /// the approved digest it differs from (`null`: new), and the
+    /// definition as the backend lists it now.
+    pub held: Vec<crate::catalog::pin::Held>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approved: Vec<crate::catalog::pin::Approved>,
+}
+
 /// Why a control action was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlError {
@@ -138,6 +155,23 @@ pub trait Control: Send + Sync + 'static {
         name: &str,
         principal: &str,
     ) -> BoxFuture<'_, Result<InstanceReport, ControlError>>;
+    /// What the pin guard holds back of backend `name`.
+    fn pins(&self, name: &str) -> Result<PinsReport, ControlError> {
+        Err(ControlError::NotFound(name.to_owned()))
+    }
+    /// Approves the held definitions of `name` whose digests are
+    /// `digests` (all, or none if one is not held now); answers once the
+    /// catalog serves them.
+    fn approve(
+        &self,
+        name: &str,
+        principal: &str,
+        digests: Vec<crate::catalog::digest::Digest>,
+    ) -> BoxFuture<'_, Result<PinsReport, ControlError>> {
+        let _ = (principal, digests);
+        let name = name.to_owned();
+        Box::pin(async move { Err(ControlError::NotFound(name)) })
+    }
 }
 
 /// `Option<SystemTime>` as Unix milliseconds or null.

@@ -46,8 +46,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{self, Auth, Principal, Tokens};
 use super::guard::Guard;
-use super::{ApiError, Control, ControlError, InstanceDetail, InstanceReport};
+use super::{ApiError, Control, ControlError, InstanceDetail, InstanceReport, PinsReport};
 use crate::auth::throttle::Throttle;
+use crate::catalog::digest::Digest;
 use crate::config::{ApiConfig, FailedTokens};
 use crate::store::{ActionLog, AuditEntry, Stores};
 
@@ -174,6 +175,8 @@ fn build(state: ApiState, closing: CancellationToken) -> Router {
         .route("/api/v1/health/instances/{id}/restart", post(restart))
         .route("/api/v1/health/instances/{id}/quarantine", post(quarantine))
         .route("/api/v1/health/instances/{id}/release", post(release))
+        .route("/api/v1/health/instances/{id}/pins", get(pins))
+        .route("/api/v1/health/instances/{id}/approve", post(approve))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/audit/calls", get(calls))
         .route("/api/v1/plugins", get(plugins))
@@ -357,8 +360,44 @@ async fn restart(
     State(s): St,
     Extension(who): Extension<Principal>,
     BackendId(id): BackendId,
-) -> Result<Json<InstanceReport>, ApiError> {
+) -> Result<Json<Acted>, ApiError> {
     act(s, who, Action::Restart, id).await
+}
+
+/// `GET /api/v1/health/instances/{id}/pins`: what the pin guard holds
+/// back of a backend.
+async fn pins(State(s): St, BackendId(id): BackendId) -> Result<Json<PinsReport>, ApiError> {
+    Ok(Json(s.control.pins(&id)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApproveBody {
+    digests: Vec<Digest>,
+}
+
+/// `POST /api/v1/health/instances/{id}/approve` with `{"digests": [...]}`:
+/// the digests of the held definitions the operator reviewed.
+async fn approve(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    BackendId(id): BackendId,
+    body: Bytes,
+) -> Result<Json<Acted>, ApiError> {
+    let body: ApproveBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "bad body: {e}; send {{\"digests\": [\"...\"]}} with the digests GET .../pins shows"
+        ))
+    })?;
+    act(
+        s,
+        who,
+        Action::Approve {
+            digests: body.digests,
+        },
+        id,
+    )
+    .await
 }
 
 #[derive(Deserialize, Default)]
@@ -374,7 +413,7 @@ async fn quarantine(
     Extension(who): Extension<Principal>,
     BackendId(id): BackendId,
     body: Bytes,
-) -> Result<Json<InstanceReport>, ApiError> {
+) -> Result<Json<Acted>, ApiError> {
     let body: QuarantineBody = if body.iter().all(u8::is_ascii_whitespace) {
         QuarantineBody::default()
     } else {
@@ -408,7 +447,7 @@ async fn release(
     State(s): St,
     Extension(who): Extension<Principal>,
     BackendId(id): BackendId,
-) -> Result<Json<InstanceReport>, ApiError> {
+) -> Result<Json<Acted>, ApiError> {
     act(s, who, Action::Release, id).await
 }
 
@@ -417,6 +456,33 @@ enum Action {
     Restart,
     Quarantine { reason: Option<String> },
     Release,
+    Approve { digests: Vec<Digest> },
+}
+
+/// What an action answers: the backend's report, or (an approval) its
+/// pin guard.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Acted {
+    Report(InstanceReport),
+    Pins(PinsReport),
+}
+
+impl Acted {
+    /// What the audit says of it beyond "ok": the definitions approved.
+    fn outcome(&self) -> String {
+        match self {
+            Acted::Report(_) => "ok".to_owned(),
+            Acted::Pins(p) => {
+                let items: Vec<String> = p
+                    .approved
+                    .iter()
+                    .map(|a| format!("{} {} {}", a.key.kind.as_str(), a.key.name, a.digest))
+                    .collect();
+                format!("ok: approved {}", items.join(", "))
+            }
+        }
+    }
 }
 
 impl Action {
@@ -425,6 +491,7 @@ impl Action {
             Action::Restart => "restart",
             Action::Quarantine { .. } => "quarantine",
             Action::Release => "release",
+            Action::Approve { .. } => "approve",
         }
     }
 
@@ -433,12 +500,17 @@ impl Action {
         control: &dyn Control,
         target: &str,
         principal: &str,
-    ) -> Result<InstanceReport, ControlError> {
-        match self {
-            Action::Restart => control.restart(target, principal).await,
-            Action::Quarantine { reason } => control.quarantine(target, principal, reason).await,
-            Action::Release => control.release(target, principal).await,
-        }
+    ) -> Result<Acted, ControlError> {
+        Ok(match self {
+            Action::Restart => Acted::Report(control.restart(target, principal).await?),
+            Action::Quarantine { reason } => {
+                Acted::Report(control.quarantine(target, principal, reason).await?)
+            }
+            Action::Release => Acted::Report(control.release(target, principal).await?),
+            Action::Approve { digests } => {
+                Acted::Pins(control.approve(target, principal, digests).await?)
+            }
+        })
     }
 }
 
@@ -449,7 +521,7 @@ async fn act(
     who: Principal,
     action: Action,
     target: String,
-) -> Result<Json<InstanceReport>, ApiError> {
+) -> Result<Json<Acted>, ApiError> {
     let task = crate::background::spawn(async move {
         let name = action.name();
         let result = match who.require_operator() {
@@ -463,7 +535,7 @@ async fn act(
                 }),
         };
         let outcome = match &result {
-            Ok(_) => "ok".to_owned(),
+            Ok(acted) => acted.outcome(),
             Err((_, outcome)) => outcome.clone(),
         };
         tracing::info!(principal = %who.name, action = name, %target, %outcome, "control action");

@@ -500,6 +500,22 @@ impl HealthStore for BrokenStore {
 }
 
 #[async_trait::async_trait]
+impl crate::store::PinStore for BrokenStore {
+    async fn approvals(&self) -> Result<(Vec<String>, Rows<crate::store::PinRecord>), StoreError> {
+        Err(broken())
+    }
+    async fn approve(
+        &self,
+        _: &str,
+        _: Vec<(crate::catalog::pin::PinKey, crate::catalog::digest::Digest)>,
+        _: &str,
+        _: std::time::SystemTime,
+    ) -> Result<(), StoreError> {
+        Err(broken())
+    }
+}
+
+#[async_trait::async_trait]
 impl ActionLog for BrokenStore {
     async fn record(&self, _: AuditEntry) -> Result<(), StoreError> {
         Err(broken())

@@ -4,8 +4,12 @@
 use futures::future::BoxFuture;
 
 use super::App;
-use crate::api::{Control, ControlError, InstanceDetail, InstanceReport};
+use super::pins::Refused;
+use crate::api::{Control, ControlError, InstanceDetail, InstanceReport, PinsReport};
 use crate::backend::{Backend, Command};
+use crate::catalog::digest::Digest;
+use crate::catalog::pin::Approved;
+use crate::config::{FirstSeen, OnChange};
 use crate::health::Status;
 
 /// Transitions shown in an instance's detail.
@@ -276,5 +280,64 @@ impl Control for App {
     ) -> BoxFuture<'_, Result<InstanceReport, ControlError>> {
         let (name, principal) = (name.to_owned(), principal.to_owned());
         Box::pin(async move { self.act(&name, Command::Release { principal }).await })
+    }
+
+    fn pins(&self, name: &str) -> Result<PinsReport, ControlError> {
+        let b = self
+            .front
+            .backend(name)
+            .ok_or_else(|| ControlError::NotFound(name.to_owned()))?;
+        Ok(self.pins_report(&b, Vec::new()))
+    }
+
+    fn approve(
+        &self,
+        name: &str,
+        principal: &str,
+        digests: Vec<Digest>,
+    ) -> BoxFuture<'_, Result<PinsReport, ControlError>> {
+        let (name, principal) = (name.to_owned(), principal.to_owned());
+        Box::pin(async move {
+            let b = self
+                .front
+                .backend(&name)
+                .ok_or_else(|| ControlError::NotFound(name.clone()))?;
+            if !b.config.pin.holds() {
+                return Err(ControlError::Conflict(format!(
+                    "`{name}` serves every listing as it comes: nothing is held to approve (set [backends.pin] on_change = \"hold\" to guard it)"
+                )));
+            }
+            let approved = self
+                .pins
+                .approve(&b.name, &digests, &principal)
+                .await
+                .map_err(|e| match e {
+                    Refused::Nothing | Refused::NotHeld(_) => ControlError::Conflict(e.to_string()),
+                    Refused::Store(_) | Refused::NotApplied => {
+                        ControlError::Internal(e.to_string())
+                    }
+                })?;
+            Ok(self.pins_report(&b, approved))
+        })
+    }
+}
+
+impl App {
+    /// The pin guard of `b`, with `approved` (just now).
+    fn pins_report(&self, b: &Backend, approved: Vec<Approved>) -> PinsReport {
+        let pin = b.config.pin;
+        PinsReport {
+            backend: b.name.to_string(),
+            on_change: match pin.on_change {
+                OnChange::Allow => "allow",
+                OnChange::Hold => "hold",
+            },
+            first_seen: match pin.first_seen {
+                FirstSeen::Trust => "trust",
+                FirstSeen::Hold => "hold",
+            },
+            held: self.pins.held(&b.name),
+            approved,
+        }
     }
 }

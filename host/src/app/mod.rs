@@ -12,6 +12,7 @@
 
 mod cluster;
 mod control;
+pub mod pins;
 mod reload;
 pub mod reload_trigger;
 mod secrets;
@@ -87,6 +88,8 @@ pub struct App {
     /// The control API's tokens in force: `config.api.tokens` at start,
     /// replaced by each config reload that changes them.
     api_tokens: Arc<crate::api::Tokens>,
+    /// The pin guard's desk: what is held back, and approvals.
+    pins: Arc<pins::Pins>,
 }
 
 /// An app whose backends are starting; see [`App::launch`].
@@ -94,6 +97,7 @@ pub struct Startup {
     pub app: Arc<App>,
     debouncer: Debouncer,
     updates: mpsc::UnboundedReceiver<BackendUpdate>,
+    approvals: mpsc::UnboundedReceiver<pins::Approval>,
     refresh: Refreshes,
     shutdown: CancellationToken,
     reported: HashSet<Arc<str>>,
@@ -177,6 +181,7 @@ impl App {
             },
             cluster: cluster.as_ref().map(|c| c.outlets.clone()),
         };
+        let (pins, approvals) = pins::Pins::new(store.as_ref().map(|s| s.pins.clone()));
         let app = Arc::new(App {
             spawner: Spawner::new(outlets, tracker.clone(), shutdown.clone()),
             front,
@@ -187,6 +192,7 @@ impl App {
             replicas: cluster.as_ref().map(|c| c.replicas.clone()),
             commands: cluster.as_ref().map(|c| c.commands().clone()),
             api_tokens,
+            pins,
         });
         app.refresh_secrets(&[]);
         secrets::log_policies(&app.front.config, &app.front.config.policies);
@@ -250,6 +256,7 @@ impl App {
             debouncer,
             app,
             updates: updates_rx,
+            approvals,
             refresh,
             shutdown,
             reported,
@@ -352,13 +359,33 @@ impl Startup {
             debouncer,
             app,
             updates: mut updates_rx,
+            approvals,
             refresh,
             shutdown,
             mut reported,
         } = self;
         let front = app.front.clone();
-        // Apply first updates until every backend has reported once.
         let mut registry = Registry::new(front.config.naming.clone());
+        // What operators approved of held backends, before their first
+        // listing is guarded by it.
+        let pinned: Vec<Arc<str>> = front
+            .backends()
+            .iter()
+            .filter(|b| b.config.pin.holds())
+            .map(|b| b.name.clone())
+            .collect();
+        if !pinned.is_empty() {
+            for (backend, approved) in app.pins.load(&pinned).await {
+                registry.set_approvals(backend, approved);
+            }
+        }
+        let mut updater = updates::Updater {
+            front: front.clone(),
+            registry,
+            debouncer,
+            pins: app.pins.clone(),
+        };
+        // Apply first updates until every backend has reported once.
         let deadline = tokio::time::sleep(front.config.startup_timeout);
         tokio::pin!(deadline);
         let expected = front.backends().len();
@@ -372,7 +399,7 @@ impl Startup {
                                 reported.insert(u.backend.clone());
                             }
                         }
-                        updates::apply(&front, &mut registry, batch, &debouncer);
+                        updater.apply(batch);
                     }
                     None => break,
                 },
@@ -386,7 +413,7 @@ impl Startup {
             let conflicts = front.catalog().conflicts.clone();
             if !conflicts.is_empty() {
                 shutdown.cancel();
-                debouncer.stop().await;
+                updater.debouncer.stop().await;
                 return Err(StartError::Conflicts {
                     file: front.config.file.display().to_string(),
                     conflicts,
@@ -412,7 +439,7 @@ impl Startup {
             shutdown.clone(),
         ));
         tracker.spawn(updates::run(
-            front, registry, updates_rx, refresh, debouncer, shutdown,
+            updater, updates_rx, approvals, refresh, shutdown,
         ));
         Ok(app)
     }

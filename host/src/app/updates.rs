@@ -15,31 +15,43 @@ use crate::freshness::poller::Listing;
 use crate::gateway::{Gateway, Refreshes};
 use crate::health::advertisable;
 
-/// Applies backend updates and refresh requests until shutdown.
+use super::pins::{Approval, Pins};
+
+/// What the update task works with: the front it publishes to, the
+/// registry it owns, where changes go, and the pin guard's desk.
+pub(super) struct Updater {
+    pub front: Arc<Gateway>,
+    pub registry: Registry,
+    pub debouncer: Debouncer,
+    pub pins: Arc<Pins>,
+}
+
+/// Applies backend updates, approvals and refresh requests until
+/// shutdown.
 pub(super) async fn run(
-    front: Arc<Gateway>,
-    mut registry: Registry,
+    mut u: Updater,
     mut updates: mpsc::UnboundedReceiver<BackendUpdate>,
+    mut approvals: mpsc::UnboundedReceiver<Approval>,
     mut refresh: Refreshes,
-    debouncer: Debouncer,
     shutdown: CancellationToken,
 ) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            Some(u) = updates.recv() => {
-                let batch = drain(u, &mut updates);
-                apply(&front, &mut registry, batch, &debouncer);
+            Some(first) = updates.recv() => {
+                let batch = drain(first, &mut updates);
+                u.apply(batch);
             }
+            Some(a) = approvals.recv() => u.approve(a),
             Some(name) = refresh.recv() => {
-                if let Some(b) = front.backend(&name) {
+                if let Some(b) = u.front.backend(&name) {
                     b.request_refresh();
                 }
             }
             else => break,
         }
     }
-    debouncer.stop().await;
+    u.debouncer.stop().await;
 }
 
 /// A supervisor's update as the catalog registry takes it. The one place
@@ -52,6 +64,7 @@ fn registry_update(u: BackendUpdate) -> registry::Update {
         uid: u.uid,
         removed: u.removed,
         catalog: u.catalog,
+        approvals: None,
     }
 }
 
@@ -81,46 +94,73 @@ fn describe_batch(batch: &[BackendUpdate]) -> String {
     text.join(", ")
 }
 
-/// Hands a batch of backend updates to the catalog `registry` (one
-/// rebuild per batch, see [`Registry::apply`]), publishes the catalog it
-/// returns as the next generation, and acts on what changed: a new
-/// naming conflict is logged, a change that sessions must hear of goes to
-/// the debouncer.
-pub(super) fn apply(
-    front: &Gateway,
-    registry: &mut Registry,
-    batch: Vec<BackendUpdate>,
-    debouncer: &Debouncer,
-) {
-    if batch.is_empty() {
-        return;
-    }
-    let cause = describe_batch(&batch);
-    let set = front.backends();
-    let listed: Vec<(Arc<str>, u64)> = batch
-        .iter()
-        .filter(|u| u.catalog.is_some())
-        .map(|u| (u.backend.clone(), u.uid))
-        .collect();
-    let applied = registry.apply(set.roster(), batch.into_iter().map(registry_update));
-    front.generations().publish_catalog(applied.catalog.clone());
-    // Who waits for a listing wants to see it in the catalog.
-    for (name, uid) in listed {
-        if let Some(b) = set.get(&name).filter(|b| b.uid == uid) {
-            b.listing_applied();
+impl Updater {
+    /// Hands a batch of backend updates to the catalog registry (one
+    /// rebuild per batch, see [`Registry::apply`]) and publishes what it
+    /// returns ([`Updater::publish`]).
+    pub(super) fn apply(&mut self, batch: Vec<BackendUpdate>) {
+        if batch.is_empty() {
+            return;
+        }
+        let cause = describe_batch(&batch);
+        let set = self.front.backends();
+        let listed: Vec<(Arc<str>, u64)> = batch
+            .iter()
+            .filter(|u| u.catalog.is_some())
+            .map(|u| (u.backend.clone(), u.uid))
+            .collect();
+        let applied = self
+            .registry
+            .apply(set.roster(), batch.into_iter().map(registry_update));
+        self.publish(applied, &cause);
+        // Who waits for a listing wants to see it in the catalog.
+        for (name, uid) in listed {
+            if let Some(b) = set.get(&name).filter(|b| b.uid == uid) {
+                b.listing_applied();
+            }
         }
     }
-    for c in &applied.new_conflicts {
-        tracing::error!(kind = c.kind, name = %c.name, kept = %c.kept, hidden = %c.hidden, "duplicate name under naming = \"none\"; serving the first backend's");
+
+    /// An operator approved some of a backend's held definitions: the
+    /// registry serves them from now on, and the approver hears once the
+    /// catalog does.
+    fn approve(&mut self, a: Approval) {
+        let approvals = self
+            .registry
+            .approvals(&a.backend)
+            .cloned()
+            .unwrap_or_default()
+            .with(a.items);
+        self.registry.set_approvals(a.backend.clone(), approvals);
+        let applied = self.registry.apply(self.front.backends().roster(), []);
+        self.publish(applied, &format!("{}: approved", a.backend));
+        let _ = a.applied.send(());
     }
-    if applied.must_tell() {
-        let changes = applied.changes;
-        tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, forwarded_moved = applied.per_session_moved, "catalog changed");
-        crate::metrics::get().catalog_changes.inc();
-        if applied.shown_moved {
-            debouncer.changed();
-        } else {
-            debouncer.content_changed();
+
+    /// Publishes the catalog an apply returned as the next generation and
+    /// acts on what changed: what the pin guard holds back (and first
+    /// listings it trusted) goes to the desk, a new naming conflict is
+    /// logged, a change that sessions must hear of goes to the debouncer.
+    fn publish(&self, mut applied: registry::Applied, cause: &str) {
+        self.front
+            .generations()
+            .publish_catalog(applied.catalog.clone());
+        for (backend, approvals) in std::mem::take(&mut applied.first_use) {
+            self.pins.record_first_use(backend, approvals);
+        }
+        self.pins.set_held(std::mem::take(&mut applied.held));
+        for c in &applied.new_conflicts {
+            tracing::error!(kind = c.kind, name = %c.name, kept = %c.kept, hidden = %c.hidden, "duplicate name under naming = \"none\"; serving the first backend's");
+        }
+        if applied.must_tell() {
+            let changes = applied.changes;
+            tracing::info!(updates = %cause, tools = changes.tools, resources = changes.resources, prompts = changes.prompts, forwarded_moved = applied.per_session_moved, "catalog changed");
+            crate::metrics::get().catalog_changes.inc();
+            if applied.shown_moved {
+                self.debouncer.changed();
+            } else {
+                self.debouncer.content_changed();
+            }
         }
     }
 }

@@ -36,6 +36,7 @@ impl BackendSet {
             name: b.name.clone(),
             uid: b.uid,
             per_session: b.forwards_auth(),
+            pin: b.config.pin,
         }));
         Self {
             list,

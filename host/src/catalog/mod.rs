@@ -13,6 +13,7 @@
 pub mod digest;
 mod entry;
 mod naming;
+pub mod pin;
 pub mod registry;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -14,8 +14,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use super::pin::{self, Approvals, Held};
 use super::{BackendCatalog, Catalog, Changes, Conflict};
-use crate::config::Naming;
+use crate::config::{FirstSeen, Naming, PinConfig};
 
 /// One backend's news, as the registry needs it.
 #[derive(Debug, Clone)]
@@ -31,6 +32,10 @@ pub struct Update {
     pub advertisable: bool,
     /// What it listed, when it (re)listed; `None` keeps the last listing.
     pub catalog: Option<BackendCatalog>,
+    /// What an operator approved of it, when that changed (loaded from
+    /// the store, or an approval); `None` keeps the last approvals. Read
+    /// only for a backend its [`Member::pin`] holds.
+    pub approvals: Option<Approvals>,
 }
 
 /// One configured backend, as a [`Roster`] lists it.
@@ -43,6 +48,8 @@ pub struct Member {
     /// shared entry is empty, so its showing or hiding changes no shared
     /// list, yet every session's own view.
     pub per_session: bool,
+    /// The pin guard for its definitions (`catalog::pin`).
+    pub pin: PinConfig,
 }
 
 /// The configured backends an apply runs against, in file order: the order
@@ -53,7 +60,12 @@ pub struct Roster {
     order: Vec<Arc<str>>,
     uids: HashMap<Arc<str>, u64>,
     per_session: Vec<Arc<str>>,
+    /// The backends the pin guard holds, with their settings.
+    pinned: HashMap<Arc<str>, PinConfig>,
 }
+
+/// What the pin guard holds back, by backend.
+pub type HeldBack = Vec<(Arc<str>, Vec<Held>)>;
 
 /// What one [`Registry::apply`] produced.
 #[derive(Debug)]
@@ -70,6 +82,13 @@ pub struct Applied {
     /// Naming conflicts the previous snapshot did not have: each is
     /// reported once, when it appears.
     pub new_conflicts: Vec<Conflict>,
+    /// What the pin guard holds back now, by backend (every held backend
+    /// with something held; the whole state, not a change).
+    pub held: HeldBack,
+    /// Held backends listed for the first time with `first_seen =
+    /// "trust"`: their first listing, approved as it came; the caller
+    /// records it.
+    pub first_use: Vec<(Arc<str>, Approvals)>,
 }
 
 /// What the update task knows of each backend's catalog; see the module doc.
@@ -82,6 +101,8 @@ pub struct Registry {
     known: HashMap<Arc<str>, Arc<BackendCatalog>>,
     /// Backends whose capabilities are shown.
     advertised: HashSet<Arc<str>>,
+    /// What operators approved of each backend (see [`Update::approvals`]).
+    approvals: HashMap<Arc<str>, Approvals>,
     /// The snapshot of the last apply (empty before the first).
     current: Arc<Catalog>,
 }
@@ -94,6 +115,9 @@ impl Roster {
         for m in members {
             if m.per_session {
                 r.per_session.push(m.name.clone());
+            }
+            if m.pin.holds() {
+                r.pinned.insert(m.name.clone(), m.pin);
             }
             r.uids.insert(m.name.clone(), m.uid);
             r.order.push(m.name);
@@ -126,6 +150,7 @@ impl Registry {
             naming,
             known: HashMap::new(),
             advertised: HashSet::new(),
+            approvals: HashMap::new(),
             current: Arc::default(),
         }
     }
@@ -133,6 +158,17 @@ impl Registry {
     /// The snapshot of the last apply.
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.current
+    }
+
+    /// What operators approved of `backend`, if anything ever was.
+    pub fn approvals(&self, backend: &str) -> Option<&Approvals> {
+        self.approvals.get(backend)
+    }
+
+    /// Replaces what operators approved of `backend` (loaded at start, or
+    /// an approval); the next apply serves by it.
+    pub fn set_approvals(&mut self, backend: Arc<str>, approvals: Approvals) {
+        self.approvals.insert(backend, approvals);
     }
 
     /// Applies `updates` in order against `roster`, then rebuilds the
@@ -164,13 +200,18 @@ impl Registry {
             if let Some(c) = u.catalog {
                 self.known.insert(u.backend.clone(), Arc::new(c));
             }
+            if let Some(a) = u.approvals {
+                self.approvals.insert(u.backend.clone(), a);
+            }
             if u.advertisable {
                 self.advertised.insert(u.backend);
             } else {
                 self.advertised.remove(&u.backend);
             }
         }
-        let next = Arc::new(self.build(roster));
+        let first_use = self.trust_first_listings(roster);
+        let (next, held) = self.build(roster);
+        let next = Arc::new(next);
         let previous = std::mem::replace(&mut self.current, next.clone());
         let new_conflicts = next
             .conflicts
@@ -192,18 +233,69 @@ impl Registry {
             per_session_moved,
             shown_moved,
             new_conflicts,
+            held,
+            first_use,
         }
     }
 
-    /// The snapshot of what is known now.
-    fn build(&self, roster: &Roster) -> Catalog {
+    /// Approves, as it came, the listing of each held backend with
+    /// `first_seen = "trust"` that has none approved yet (trust on first
+    /// use); returns those approvals for the caller to record.
+    fn trust_first_listings(&mut self, roster: &Roster) -> Vec<(Arc<str>, Approvals)> {
+        let mut first = Vec::new();
+        for name in &roster.order {
+            let Some(pin) = roster.pinned.get(name) else {
+                continue;
+            };
+            if pin.first_seen != FirstSeen::Trust || self.approvals.contains_key(name) {
+                continue;
+            }
+            if let Some(listing) = self.known.get(name) {
+                let approvals = pin::fingerprints(listing);
+                self.approvals.insert(name.clone(), approvals.clone());
+                first.push((name.clone(), approvals));
+            }
+        }
+        first
+    }
+
+    /// What `name` serves of what it listed: all of it, or what the pin
+    /// guard lets through (with what it holds back).
+    fn served(
+        &self,
+        roster: &Roster,
+        name: &Arc<str>,
+        listing: &Arc<BackendCatalog>,
+    ) -> (Arc<BackendCatalog>, Vec<Held>) {
+        if !roster.pinned.contains_key(name) {
+            return (listing.clone(), Vec::new());
+        }
+        let none = Approvals::default();
+        let approvals = self.approvals.get(name).unwrap_or(&none);
+        let guarded = pin::guard(listing, approvals);
+        (Arc::new(guarded.served), guarded.held)
+    }
+
+    /// The snapshot of what is known now, as the pin guard lets it be
+    /// served, and what the guard holds back. A withheld definition is not
+    /// even kept as a hidden name: a call to it is unknown.
+    fn build(&self, roster: &Roster) -> (Catalog, HeldBack) {
+        let mut held = Vec::new();
         let (shown, hidden): (Vec<_>, Vec<_>) = roster
             .order
             .iter()
-            .filter_map(|name| self.known.get(name).map(|c| (name.clone(), c.clone())))
+            .filter_map(|name| {
+                let listing = self.known.get(name)?;
+                let (served, withheld) = self.served(roster, name, listing);
+                if !withheld.is_empty() {
+                    held.push((name.clone(), withheld));
+                }
+                Some((name.clone(), served))
+            })
             .partition(|(name, _)| self.advertised.contains(name));
-        Catalog::from_sources(&self.naming, shown)
-            .with_hidden(&self.naming, hidden.iter().map(|(n, c)| (n, &**c)))
+        let catalog = Catalog::from_sources(&self.naming, shown)
+            .with_hidden(&self.naming, hidden.iter().map(|(n, c)| (n, &**c)));
+        (catalog, held)
     }
 }
 

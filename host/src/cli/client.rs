@@ -159,6 +159,16 @@ impl ApiClient {
             .await
     }
 
+    /// `GET /api/v1/health/instances/{name}/pins`: the raw answer.
+    pub async fn pins(&self, name: &str) -> Result<Value, ClientError> {
+        self.send(
+            Method::GET,
+            self.url(&["health", "instances", name, "pins"]),
+            None,
+        )
+        .await
+    }
+
     /// `GET /api/v1/plugins`: the raw answer.
     pub async fn plugins(&self) -> Result<Value, ClientError> {
         self.send(Method::GET, self.url(&["plugins"]), None).await

@@ -184,6 +184,20 @@ pub struct QuarantineArgs {
     pub api: ApiArgs,
 }
 
+/// `vigil pins NAME` and `vigil approve NAME [--digest D]...`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PinsArgs {
+    /// The backend's configured name.
+    pub name: String,
+    /// (approve) Approve only the held definitions of these digests (from
+    /// `vigil pins`), all or none; without it, what is held when this
+    /// command reads it.
+    #[arg(long = "digest", value_name = "DIGEST")]
+    pub digests: Vec<String>,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
 /// The control-API commands.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
@@ -203,6 +217,17 @@ pub enum Command {
     /// failure count. Needs an operator token.
     #[command(after_help = ACTION_EXIT_CODES)]
     Release(ActionArgs),
+    /// Show what the pin guard withholds of a backend ([backends.pin]
+    /// on_change = "hold"): each new or changed definition, its digest and
+    /// what it says now.
+    #[command(after_help = ACTION_EXIT_CODES)]
+    Pins(PinsArgs),
+    /// Approve a backend's withheld definitions, so clients get them:
+    /// those `vigil pins` shows now, or only the --digest ones. A
+    /// definition that changed after it was read is not approved. Needs an
+    /// operator token.
+    #[command(after_help = ACTION_EXIT_CODES)]
+    Approve(PinsArgs),
     /// Show the gateway's WebAssembly plugins: kind, version, state, calls,
     /// failures, and why one is disabled or rejected.
     #[command(after_help = PLUGINS_EXIT_CODES)]
@@ -381,6 +406,8 @@ pub async fn execute(cmd: &Command, now: SystemTime) -> Output {
             .await
         }
         Command::Release(a) => act(&a.api, "release", &a.name, None, now).await,
+        Command::Pins(a) => pins(a).await,
+        Command::Approve(a) => approve(a).await,
     }
 }
 
@@ -496,6 +523,107 @@ async fn act(
         table::render(std::slice::from_ref(&row), now)
     };
     Output::ok(Exit::Ok, stdout)
+}
+
+/// The held definitions of a pins answer, as lines.
+fn held_lines(value: &Value) -> Result<Vec<String>, String> {
+    let held = value
+        .get("held")
+        .and_then(Value::as_array)
+        .ok_or("no `held` list")?;
+    Ok(held
+        .iter()
+        .map(|h| {
+            let text = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("?");
+            let change = if h.get("approved").is_some_and(|a| !a.is_null()) {
+                "changed"
+            } else {
+                "new"
+            };
+            let says = h
+                .pointer("/definition/description")
+                .and_then(Value::as_str)
+                .map(|d| format!("\n    description: {d}"))
+                .unwrap_or_default();
+            format!(
+                "{} {} ({change}) {}{says}",
+                text("kind"),
+                text("name"),
+                text("digest")
+            )
+        })
+        .collect())
+}
+
+async fn pins(a: &PinsArgs) -> Output {
+    let value = match with_client(&a.api, async |c| c.pins(&a.name).await).await {
+        Ok(v) => v,
+        Err(e) => return Output::failed(&e, true),
+    };
+    if a.api.json {
+        return Output::ok(Exit::Ok, pretty(&value));
+    }
+    match held_lines(&value) {
+        Ok(lines) if lines.is_empty() => {
+            Output::ok(Exit::Ok, format!("{}: nothing withheld\n", a.name))
+        }
+        Ok(lines) => Output::ok(
+            Exit::Ok,
+            format!(
+                "{}: withheld until approved:\n{}\n",
+                a.name,
+                lines.join("\n")
+            ),
+        ),
+        Err(why) => Output::failed(&bad_answer(&a.api.api, why.as_str()), true),
+    }
+}
+
+async fn approve(a: &PinsArgs) -> Output {
+    let digests: Vec<String> = if a.digests.is_empty() {
+        let value = match with_client(&a.api, async |c| c.pins(&a.name).await).await {
+            Ok(v) => v,
+            Err(e) => return Output::failed(&e, true),
+        };
+        let held = value.get("held").and_then(Value::as_array);
+        let digests: Vec<String> = held
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h.get("digest").and_then(Value::as_str).map(str::to_owned))
+            .collect();
+        if digests.is_empty() {
+            return Output::ok(Exit::Ok, format!("{}: nothing withheld\n", a.name));
+        }
+        digests
+    } else {
+        a.digests.clone()
+    };
+    let body = json!({ "digests": digests });
+    let value = match with_client(&a.api, async |c| {
+        c.act("approve", &a.name, Some(body)).await
+    })
+    .await
+    {
+        Ok(v) => v,
+        Err(e) => return Output::failed(&e, true),
+    };
+    if a.api.json {
+        return Output::ok(Exit::Ok, pretty(&value));
+    }
+    let approved: Vec<String> = value
+        .get("approved")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            let text = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("?");
+            format!("{} {} {}", text("kind"), text("name"), text("digest"))
+        })
+        .collect();
+    Output::ok(
+        Exit::Ok,
+        format!("{}: approved\n{}\n", a.name, approved.join("\n")),
+    )
 }
 
 fn bad_answer(api: &str, reason: &str) -> ClientError {

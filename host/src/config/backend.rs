@@ -172,6 +172,8 @@ pub struct BackendConfig {
     pub health: HealthConfig,
     /// `[backends.restart]` over `[restart]`.
     pub restart: RestartPolicy,
+    /// `[backends.pin]` over `[pin]`.
+    pub pin: super::pin::PinConfig,
     /// `forward_auth` (http): each client session gets its own backend
     /// connection carrying that client's `Authorization` header, and its
     /// own catalog of this backend; Vigil never talks MCP to it with
@@ -204,13 +206,20 @@ pub struct BackendConfig {
     pub substituted: Vec<String>,
 }
 
+/// What a backend's own tables override: the gateway-wide `[health]`,
+/// `[restart]` and `[pin]`.
+pub(super) struct Defaults {
+    pub health: HealthConfig,
+    pub restart: RestartPolicy,
+    pub pin: super::pin::PinConfig,
+}
+
 impl Problems {
     pub(super) fn backend(
         &mut self,
         at: &str,
         b: RawBackend,
-        health: &HealthConfig,
-        restart: &RestartPolicy,
+        defaults: &Defaults,
         env: &dyn Fn(&str) -> Option<String>,
         base: &std::path::Path,
     ) -> Option<BackendConfig> {
@@ -242,8 +251,13 @@ impl Problems {
                 Protocol::Auto
             }
         };
-        let health = self.health(&format!("{at}.health"), health, b.health.clone());
-        let restart = self.restart(&format!("{at}.restart"), restart, b.restart.clone());
+        let health = self.health(&format!("{at}.health"), &defaults.health, b.health.clone());
+        let restart = self.restart(
+            &format!("{at}.restart"),
+            &defaults.restart,
+            b.restart.clone(),
+        );
+        let pin = self.pin(&format!("{at}.pin"), &defaults.pin, b.pin.clone());
         let session_idle =
             self.duration(&format!("{at}.session_idle"), b.session_idle.clone(), "10m");
         if session_idle.is_zero() {
@@ -457,6 +471,7 @@ impl Problems {
             protocol,
             health,
             restart,
+            pin,
             forward_auth,
             passthrough,
             token_exchange,

@@ -19,6 +19,7 @@ mod freshness;
 mod health;
 mod limits;
 mod oauth;
+mod pin;
 mod plugins;
 mod policy;
 pub mod raw;
@@ -42,6 +43,7 @@ pub use freshness::{FreshnessConfig, POLL_INTERVAL_ENV, PollerConfig};
 pub use health::{HealthConfig, Readiness, RestartPolicy, ToolProbe};
 pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
 pub use oauth::{Introspection, OAuthConfig, TokenExchange};
+pub use pin::{FirstSeen, OnChange, PinConfig};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
 
 /// The file in `data_dir` holding the key that seals MCP session ids
@@ -321,6 +323,7 @@ impl Config {
         };
         let health = p.health("health", &HealthConfig::default(), raw.health);
         let restart = p.restart("restart", &RestartPolicy::default(), raw.restart);
+        let pin = p.pin("pin", &PinConfig::default(), raw.pin);
         let api = p.api(raw.api, env);
         let auth = p.auth(
             raw.auth,
@@ -345,13 +348,18 @@ impl Config {
         let cluster = p.cluster(raw.cluster, listen, env);
         let audit = p.audit(raw.audit);
 
+        let defaults = backend::Defaults {
+            health,
+            restart,
+            pin,
+        };
         let mut backends = Vec::new();
         let mut seen = HashSet::new();
         for (i, b) in raw.backends.into_iter().enumerate() {
             let at = format!("backends[{i}]");
             let enabled = b.enabled.unwrap_or(true);
             let base = path.parent().unwrap_or(Path::new("."));
-            if let Some(backend) = p.backend(&at, b, &health, &restart, env, base) {
+            if let Some(backend) = p.backend(&at, b, &defaults, env, base) {
                 if !seen.insert(backend.name.clone()) {
                     p.add(
                         format!("{at}.name"),
@@ -391,8 +399,8 @@ impl Config {
             data_dir,
             store,
             cluster,
-            health,
-            restart,
+            health: defaults.health,
+            restart: defaults.restart,
             api,
             auth,
             policies,

@@ -38,6 +38,7 @@ pub struct RawConfig {
     pub store: Option<super::store::RawStore>,
     pub cluster: Option<super::cluster::RawCluster>,
     pub audit: Option<super::audit::RawAudit>,
+    pub pin: Option<super::pin::RawPin>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
 }
@@ -153,6 +154,7 @@ pub struct RawBackend {
     pub network: Option<String>,
     pub health: Option<RawHealth>,
     pub restart: Option<RawRestart>,
+    pub pin: Option<super::pin::RawPin>,
     #[serde(default)]
     pub probes: Vec<toml::Table>,
     #[serde(default)]

@@ -232,6 +232,36 @@ pub trait ActionLog: Send + Sync + 'static {
     async fn list(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError>;
 }
 
+/// One approved definition of a backend the pin guard holds
+/// (`catalog::pin`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinRecord {
+    pub backend: String,
+    pub key: crate::catalog::pin::PinKey,
+    pub digest: crate::catalog::digest::Digest,
+}
+
+/// What operators approved of held backends: the definitions each may
+/// serve (`catalog::pin`). Read at start; written at each approval, and
+/// at a backend's first use (`first_seen = "trust"`).
+#[async_trait]
+pub trait PinStore: Send + Sync + 'static {
+    /// The backends that ever had an approval (an empty one included:
+    /// a first listing with nothing to guard), and every approved
+    /// definition. A row that cannot be read is skipped: its definition
+    /// stays held.
+    async fn approvals(&self) -> Result<(Vec<String>, Rows<PinRecord>), StoreError>;
+    /// Records that `by` approved `items` of `backend` at `at`, in one
+    /// transaction; a newer digest of a definition replaces the older.
+    async fn approve(
+        &self,
+        backend: &str,
+        items: Vec<(crate::catalog::pin::PinKey, crate::catalog::digest::Digest)>,
+        by: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError>;
+}
+
 /// The state store, one handle per concern: what [`open`] returns and what
 /// the gateway and the control API are given. Cheap to clone.
 ///
@@ -243,18 +273,20 @@ pub struct Stores {
     pub health: Arc<dyn HealthStore>,
     pub calls: Arc<dyn CallStore>,
     pub actions: Arc<dyn ActionLog>,
-    /// The PostgreSQL store behind all three, when it is one several
+    pub pins: Arc<dyn PinStore>,
+    /// The PostgreSQL store behind all of them, when it is one several
     /// replicas share (`cluster::postgres` builds on it).
     pub shared: Option<postgres::PostgresStore>,
 }
 
 impl Stores {
     /// One implementation of every concern, serving all three.
-    pub fn of<S: HealthStore + CallStore + ActionLog>(store: Arc<S>) -> Stores {
+    pub fn of<S: HealthStore + CallStore + ActionLog + PinStore>(store: Arc<S>) -> Stores {
         Stores {
             health: store.clone(),
             calls: store.clone(),
-            actions: store,
+            actions: store.clone(),
+            pins: store,
             shared: None,
         }
     }

@@ -93,9 +93,12 @@ use tokio_postgres::{NoTls, Row};
 use super::StoreErrorKind;
 use super::read::{self, Stored, sql_int};
 use super::{
-    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, StoreError,
+    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, PinRecord,
+    PinStore, Rows, StoreError,
 };
 use crate::audit::{CallQuery, CallRecord, StoredCall};
+use crate::catalog::digest::Digest;
+use crate::catalog::pin::PinKey;
 use crate::health::{Transition, unix_ms};
 
 pub use schema::MIGRATIONS;
@@ -444,6 +447,77 @@ impl ActionLog for PostgresStore {
     async fn list(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
         let client = self.client().await?;
         actions(&client, limit).await.map_err(|e| self.failed(e))
+    }
+}
+
+#[async_trait]
+impl PinStore for PostgresStore {
+    async fn approvals(&self) -> Result<(Vec<String>, Rows<PinRecord>), StoreError> {
+        let client = self.client().await?;
+        let read = async {
+            let backends = client
+                .query("SELECT backend FROM pinned ORDER BY backend", &[])
+                .await?
+                .iter()
+                .map(|r| r.try_get::<_, String>(0))
+                .collect::<PgResult<Vec<_>>>()?;
+            let pins = client
+                .query(
+                    &format!(
+                        "SELECT {} FROM pins ORDER BY backend, kind, name",
+                        PinRecord::COLUMNS
+                    ),
+                    &[],
+                )
+                .await?;
+            Ok((backends, rows::<PinRecord>(pins)?))
+        };
+        read.await.map_err(|e| self.failed(e))
+    }
+
+    async fn approve(
+        &self,
+        backend: &str,
+        items: Vec<(PinKey, Digest)>,
+        by: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let at = unix_ms::to_ms(at);
+        let write = async {
+            let tx = client.transaction().await?;
+            tx.execute(
+                "INSERT INTO pinned (backend, since) VALUES ($1, $2) ON CONFLICT (backend) DO NOTHING",
+                &[&backend, &at],
+            )
+            .await?;
+            let stmt = tx
+                .prepare_cached(
+                    "INSERT INTO pins (backend, kind, name, digest, approved_by, approved_at)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (backend, kind, name) DO UPDATE SET
+                         digest = EXCLUDED.digest,
+                         approved_by = EXCLUDED.approved_by,
+                         approved_at = EXCLUDED.approved_at",
+                )
+                .await?;
+            for (key, digest) in &items {
+                tx.execute(
+                    &stmt,
+                    &[
+                        &backend,
+                        &key.kind.as_str(),
+                        &&*key.name,
+                        &digest.to_string(),
+                        &by,
+                        &at,
+                    ],
+                )
+                .await?;
+            }
+            tx.commit().await
+        };
+        write.await.map_err(|e| self.failed(e))
     }
 }
 

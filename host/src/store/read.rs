@@ -73,6 +73,39 @@ impl<T: Stored> Rows<T> {
 
 // === the tables ===
 
+impl Stored for super::PinRecord {
+    const COLUMNS: &'static str = "backend, kind, name, digest";
+
+    fn read<R: StoredRow>(row: &R) -> Result<Self, Unread<R::Error>> {
+        let kind = row.text(1)?;
+        let digest = row.text(3)?;
+        Ok(super::PinRecord {
+            backend: row.text(0)?,
+            key: crate::catalog::pin::PinKey {
+                kind: crate::catalog::pin::PinKind::parse(&kind).ok_or(Unread::Value {
+                    column: "kind",
+                    value: kind.clone(),
+                    why: "not a kind of definition",
+                })?,
+                name: row.text(2)?.into(),
+            },
+            digest: digest.parse().map_err(|_| Unread::Value {
+                column: "digest",
+                value: digest.clone(),
+                why: "not 64 hex digits",
+            })?,
+        })
+    }
+
+    fn which<R: StoredRow>(row: &R) -> SkippedRow {
+        SkippedRow {
+            table: "pins",
+            backend: row.text(0).ok(),
+            ..SkippedRow::default()
+        }
+    }
+}
+
 impl Stored for Transition {
     const COLUMNS: &'static str = "backend, from_state, to_state, reason, at, id";
 

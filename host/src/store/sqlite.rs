@@ -61,10 +61,12 @@ use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
 
 use super::read::{self, Stored, sql_int};
 use super::{
-    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, Rows, StoreError,
-    StoreErrorKind,
+    ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, PinRecord,
+    PinStore, Rows, StoreError, StoreErrorKind,
 };
 use crate::audit::{CallQuery, CallRecord, StoredCall};
+use crate::catalog::digest::Digest;
+use crate::catalog::pin::PinKey;
 use crate::health::{Transition, unix_ms};
 use crate::private_fs::{self, Kind, Loose, Outcome};
 
@@ -123,6 +125,21 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX calls_principal_id ON calls (principal, id);",
     // 3: the issuer of an OAuth subject (two issuers may name the same one).
     "ALTER TABLE calls ADD COLUMN issuer TEXT;",
+    // 4: the pin guard (`catalog::pin`): the backends that ever had an
+    // approval, and each approved definition's digest.
+    "CREATE TABLE pinned (
+         backend TEXT    NOT NULL PRIMARY KEY,
+         since   INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE pins (
+         backend     TEXT    NOT NULL,
+         kind        TEXT    NOT NULL,
+         name        TEXT    NOT NULL,
+         digest      TEXT    NOT NULL,
+         approved_by TEXT    NOT NULL,
+         approved_at INTEGER NOT NULL,
+         PRIMARY KEY (backend, kind, name)
+     ) STRICT;",
 ];
 
 /// The embedded store, serving [`HealthStore`], [`CallStore`] and
@@ -311,6 +328,59 @@ impl ActionLog for SqliteStore {
 
     async fn list(&self, limit: usize) -> Result<Rows<AuditEntry>, StoreError> {
         self.blocking(move |db| actions(&db.conn(), limit)).await
+    }
+}
+
+#[async_trait]
+impl PinStore for SqliteStore {
+    async fn approvals(&self) -> Result<(Vec<String>, Rows<PinRecord>), StoreError> {
+        self.blocking(|db| {
+            let conn = db.conn();
+            let backends = conn
+                .prepare_cached("SELECT backend FROM pinned ORDER BY backend")?
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {} FROM pins ORDER BY backend, kind, name",
+                PinRecord::COLUMNS
+            ))?;
+            let mut rows = stmt.query([])?;
+            let mut out = Rows::default();
+            while let Some(row) = rows.next()? {
+                out.push(row)?;
+            }
+            Ok((backends, out))
+        })
+        .await
+    }
+
+    async fn approve(
+        &self,
+        backend: &str,
+        items: Vec<(PinKey, Digest)>,
+        by: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let (backend, by, at) = (backend.to_owned(), by.to_owned(), unix_ms::to_ms(at));
+        self.blocking(move |db| {
+            let mut conn = db.conn();
+            let tx = conn.transaction()?;
+            tx.prepare_cached("INSERT INTO pinned (backend, since) VALUES (?1, ?2) ON CONFLICT (backend) DO NOTHING")?
+                .execute(params![backend, at])?;
+            for (key, digest) in &items {
+                tx.prepare_cached(
+                    "INSERT INTO pins (backend, kind, name, digest, approved_by, approved_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (backend, kind, name) DO UPDATE SET
+                         digest = excluded.digest,
+                         approved_by = excluded.approved_by,
+                         approved_at = excluded.approved_at",
+                )?
+                .execute(params![backend, key.kind.as_str(), &*key.name, digest.to_string(), by, at])?;
+            }
+            tx.commit()
+        })
+        .await
     }
 }
 

@@ -42,6 +42,7 @@ macro_rules! store_suite {
             call_filters_limit_and_the_after_cursor,
             call_ids_keep_growing_across_batches,
             prune_deletes_only_calls_older_than_the_cutoff,
+            approvals_round_trip_replace_older_digests_and_survive_reopening,
         );
     };
     ($fixture:expr) => {
@@ -477,4 +478,69 @@ pub(crate) async fn prune_deletes_only_calls_older_than_the_cutoff(f: &impl Fixt
     assert_eq!(left.len(), 7);
     assert!(left.iter().all(|r| r.call.at >= cutoff));
     assert_eq!(s.calls.prune(cutoff).await.unwrap(), 0);
+}
+
+pub(crate) async fn approvals_round_trip_replace_older_digests_and_survive_reopening(
+    f: &impl Fixture,
+) {
+    use crate::catalog::digest::digest;
+    use crate::catalog::pin::{PinKey, PinKind};
+    let key = |kind, name: &str| PinKey {
+        kind,
+        name: name.into(),
+    };
+    let d = |v: u64| digest(&v).unwrap();
+    let s = f.open().await;
+    let (backends, pins) = s.pins.approvals().await.unwrap();
+    assert!(backends.is_empty() && pins.rows.is_empty());
+    // A first use with nothing to guard still marks the backend approved.
+    s.pins
+        .approve("empty", vec![], "system:first-use", at(1))
+        .await
+        .unwrap();
+    s.pins
+        .approve(
+            "files",
+            vec![
+                (key(PinKind::Tool, "read"), d(1)),
+                (key(PinKind::Prompt, "read"), d(2)),
+            ],
+            "system:first-use",
+            at(2),
+        )
+        .await
+        .unwrap();
+    s.pins
+        .approve(
+            "files",
+            vec![
+                (key(PinKind::Tool, "read"), d(3)),
+                (key(PinKind::ResourceTemplate, "file:///{p}"), d(4)),
+            ],
+            "alice",
+            at(3),
+        )
+        .await
+        .unwrap();
+    let reopened = f.open().await;
+    let (backends, pins) = reopened.pins.approvals().await.unwrap();
+    assert_eq!(backends, ["empty", "files"]);
+    assert!(pins.skipped.is_empty());
+    let got: Vec<(String, PinKind, String, _)> = pins
+        .rows
+        .into_iter()
+        .map(|r| (r.backend, r.key.kind, r.key.name.to_string(), r.digest))
+        .collect();
+    let mut want = vec![
+        ("files".to_owned(), PinKind::Prompt, "read".to_owned(), d(2)),
+        (
+            "files".to_owned(),
+            PinKind::ResourceTemplate,
+            "file:///{p}".to_owned(),
+            d(4),
+        ),
+        ("files".to_owned(), PinKind::Tool, "read".to_owned(), d(3)),
+    ];
+    want.sort_by(|a, b| (a.1.as_str(), &a.2).cmp(&(b.1.as_str(), &b.2)));
+    assert_eq!(got, want, "the newer digest of the tool replaced the older");
 }

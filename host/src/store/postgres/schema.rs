@@ -119,6 +119,21 @@ pub const MIGRATIONS: &[&str] = &[
     "ALTER TABLE commands RENAME COLUMN backend TO target;
      ALTER TABLE commands RENAME COLUMN command TO body;
      ALTER TABLE commands ADD COLUMN kind text NOT NULL DEFAULT 'command';",
+    // 6: the pin guard (`catalog::pin`): the backends that ever had an
+    // approval, and each approved definition's digest.
+    "CREATE TABLE pinned (
+         backend text   NOT NULL PRIMARY KEY,
+         since   bigint NOT NULL
+     );
+     CREATE TABLE pins (
+         backend     text   NOT NULL,
+         kind        text   NOT NULL,
+         name        text   NOT NULL,
+         digest      text   NOT NULL,
+         approved_by text   NOT NULL,
+         approved_at bigint NOT NULL,
+         PRIMARY KEY (backend, kind, name)
+     );",
 ];
 
 /// Brings the schema up to date in one transaction, holding [`LOCK`]:
