@@ -24,7 +24,8 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from harness import Gateways, demo_stdio_args, run_vigil, stdio_backend
+from cluster import Replicas, pg_url, postgres, replicas  # noqa: F401 - fixtures
+from harness import Gateways, demo_stdio_args, http_backend, run_vigil, stdio_backend
 from support import (
     DEADLINE,
     ControlApi,
@@ -169,3 +170,36 @@ async def test_a_backend_held_from_its_first_listing_serves_nothing_unapproved(
         await wait_for_tools(s, {"alpha__echo"})
         assert {t.name for t in await list_all(s, "tools")} == {"alpha__echo"}, "only what was approved"
         assert isinstance(await s.call_tool("alpha__echo", {"text": "hi"}), types.CallToolResult)
+
+
+async def test_an_approval_through_one_replica_is_served_by_every_replica(
+    replicas: Replicas, demo_http: Any, tmp_path: Path  # noqa: F811
+) -> None:
+    """Two replicas on PostgreSQL share a remote backend it holds: a changed
+    tool is withheld on both; approved through A, B serves it too (the
+    approvals are the shared store's, announced to every replica)."""
+    tools_file = tmp_path / "alpha-tools.json"
+    write_tools_file(tools_file, [{"name": "lookup", "description": "Looks a word up"}], notify=True)
+    backend = demo_http("alpha", tools_file=tools_file)
+    backends = [{**http_backend("alpha", backend.url), "pin": {"on_change": "hold"}}]
+    a = replicas.start("vigil-a", backends, api={"tokens": [OPERATOR]})
+    b = replicas.start("vigil-b", backends, api={"tokens": [OPERATOR]})
+    apis = [ControlApi(gw.api_base, OPERATOR["token"]) for gw in (a, b)]
+    for gw in (a, b):
+        async with http_session(gw.url) as s:
+            await wait_for_tools(s, {"alpha__lookup"})
+    write_tools_file(tools_file, [{"name": "lookup", "description": "Looks a word up, and more"}], notify=True)
+    for api in apis:
+        await poll(
+            lambda api=api: api.get_json("/api/v1/health/instances/alpha/pins"),
+            lambda p: len(p["held"]) == 1,
+            "the changed tool held on every replica",
+        )
+    async with http_session(b.url) as s:
+        await wait_for_tools(s, set(), absent={"alpha__lookup"})
+        held = (await apis[0].get_json("/api/v1/health/instances/alpha/pins"))["held"]
+        await apis[0].act_ok("alpha", "approve", {"digests": [held[0]["digest"]]})
+        await wait_for_tools(s, {"alpha__lookup"})
+        listed = descriptions(await list_all(s, "tools"))
+        assert listed["alpha__lookup"] == "Looks a word up, and more", listed
+    assert (await apis[1].get_json("/api/v1/health/instances/alpha/pins"))["held"] == []

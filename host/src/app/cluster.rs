@@ -31,6 +31,8 @@ pub(super) struct Cluster {
     /// Who else is alive, and what each serves.
     pub(super) replicas: Arc<ReplicaSet>,
     retries: Arc<Retries>,
+    /// Where approvals other replicas record are told.
+    pub(super) approvals: Arc<crate::cluster::postgres::listen::Approvals>,
 }
 
 impl Cluster {
@@ -107,6 +109,7 @@ pub(super) fn start(
     let route = Route::new(shared.clone(), replica.as_str());
     let commands = Commands::new(route.clone(), leases.clone());
     let retries = Retries::new(route.clone());
+    let approvals = Arc::new(crate::cluster::postgres::listen::Approvals::default());
     let replicas = ReplicaSet::new(
         shared.clone(),
         replica.as_str(),
@@ -148,6 +151,7 @@ pub(super) fn start(
             route: Some(route),
             commands: Some(commands.clone()),
             retries: Some(retries.clone()),
+            approvals: approvals.clone(),
         }
         .run(shutdown.clone()),
     );
@@ -166,6 +170,7 @@ pub(super) fn start(
             leases,
             replicas,
             retries,
+            approvals,
             outlets: ClusterOutlets {
                 store: stores.health.clone(),
                 replica,

@@ -213,6 +213,12 @@ impl App {
                 })
             }));
             app.front.set_retry_route(c.retries().clone());
+            let pins = Arc::downgrade(&app.pins);
+            c.approvals.set(Box::new(move |backend| {
+                if let Some(pins) = pins.upgrade() {
+                    pins.heard(backend);
+                }
+            }));
         }
         let weak = Arc::downgrade(&app);
         app.front

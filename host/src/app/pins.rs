@@ -17,12 +17,20 @@ use crate::store::PinStore;
 /// Who approved a backend's first listing (`first_seen = "trust"`).
 pub const FIRST_USE: &str = "system:first-use";
 
-/// An approval on its way to the update task: the definitions approved,
-/// and who waits for the catalog that serves them.
-pub(super) struct Approval {
-    pub backend: Arc<str>,
-    pub items: Vec<(PinKey, Digest)>,
-    pub applied: oneshot::Sender<()>,
+/// A change of approvals on its way to the update task.
+pub(super) enum Approval {
+    /// An operator here approved `items`; `applied` is told once the
+    /// catalog serves them.
+    Added {
+        backend: Arc<str>,
+        items: Vec<(PinKey, Digest)>,
+        applied: oneshot::Sender<()>,
+    },
+    /// Another replica recorded approvals: the store's, read again.
+    Read {
+        backend: Arc<str>,
+        approvals: Approvals,
+    },
 }
 
 /// Why an approval was refused.
@@ -116,6 +124,21 @@ impl Pins {
         });
     }
 
+    /// Another replica recorded approvals of `backend`: reads them from
+    /// the store and hands them to the update task.
+    pub(super) fn heard(self: &Arc<Self>, backend: &str) {
+        let (pins, backend) = (self.clone(), Arc::<str>::from(backend));
+        crate::background::spawn(async move {
+            let read = pins.load(std::slice::from_ref(&backend)).await;
+            let approvals = read
+                .into_iter()
+                .find(|(b, _)| *b == backend)
+                .map(|(_, a)| a)
+                .unwrap_or_default();
+            let _ = pins.approvals.send(Approval::Read { backend, approvals });
+        });
+    }
+
     /// What the registry holds back now (its last apply).
     pub(super) fn set_held(&self, held: Vec<(Arc<str>, Vec<Held>)>) {
         let metrics = crate::metrics::get();
@@ -165,7 +188,7 @@ impl Pins {
         }
         let (applied, done) = oneshot::channel();
         self.approvals
-            .send(Approval {
+            .send(Approval::Added {
                 backend: backend.clone(),
                 items: items.clone(),
                 applied,

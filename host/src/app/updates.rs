@@ -121,20 +121,32 @@ impl Updater {
         }
     }
 
-    /// An operator approved some of a backend's held definitions: the
-    /// registry serves them from now on, and the approver hears once the
-    /// catalog does.
+    /// An operator approved some of a backend's held definitions (here,
+    /// or on another replica): the registry serves them from now on, and
+    /// an approver here hears once the catalog does.
     fn approve(&mut self, a: Approval) {
-        let approvals = self
-            .registry
-            .approvals(&a.backend)
-            .cloned()
-            .unwrap_or_default()
-            .with(a.items);
-        self.registry.set_approvals(a.backend.clone(), approvals);
-        let applied = self.registry.apply(self.front.backends().roster(), []);
-        self.publish(applied, &format!("{}: approved", a.backend));
-        let _ = a.applied.send(());
+        let (backend, approvals, applied) = match a {
+            Approval::Added {
+                backend,
+                items,
+                applied,
+            } => {
+                let approvals = self
+                    .registry
+                    .approvals(&backend)
+                    .cloned()
+                    .unwrap_or_default()
+                    .with(items);
+                (backend, approvals, Some(applied))
+            }
+            Approval::Read { backend, approvals } => (backend, approvals, None),
+        };
+        self.registry.set_approvals(backend.clone(), approvals);
+        let result = self.registry.apply(self.front.backends().roster(), []);
+        self.publish(result, &format!("{backend}: approved"));
+        if let Some(applied) = applied {
+            let _ = applied.send(());
+        }
     }
 
     /// Publishes the catalog an apply returned as the next generation and

@@ -673,7 +673,7 @@ impl FrontSession {
                     };
                     let retry = routed::retry(state, target.responses.as_ref(), &binding, ttl);
                     return tokio::select! {
-                        routed = route.retry(&replica, &retry) => match routed {
+                        answer = route.retry(&replica, &retry) => match answer {
                             Ok(forwarded) => routed::round(forwarded),
                             Err(_) => Err(Refused::Elsewhere { replica }.into()),
                         },

@@ -515,6 +515,16 @@ impl PinStore for PostgresStore {
                 )
                 .await?;
             }
+            // The other replicas read the approvals again when this commits.
+            if let Some(replica) = &self.replica {
+                let note = note::Note::Approved {
+                    r: replica.clone(),
+                    b: backend.to_owned(),
+                }
+                .payload();
+                tx.execute("SELECT pg_notify($1, $2)", &[&note::CHANNEL, &note])
+                    .await?;
+            }
             tx.commit().await
         };
         write.await.map_err(|e| self.failed(e))

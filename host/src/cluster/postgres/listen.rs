@@ -41,6 +41,30 @@ pub struct Listener {
     pub route: Option<Arc<super::route::Route>>,
     pub commands: Option<Arc<super::command::Commands>>,
     pub retries: Option<Arc<super::retry::Retries>>,
+    /// Who hears of approvals another replica recorded.
+    pub approvals: Arc<Approvals>,
+}
+
+/// Where the notes of approvals another replica recorded go (the app's
+/// pin guard desk, set once it is assembled).
+#[derive(Default)]
+pub struct Approvals(std::sync::OnceLock<Heard>);
+
+/// What is called with the backend of an approval another replica made.
+pub type Heard = Box<dyn Fn(&str) + Send + Sync>;
+
+impl Approvals {
+    /// Calls `heard` with the backend of each approval another replica
+    /// records (set once).
+    pub fn set(&self, heard: Heard) {
+        let _ = self.0.set(heard);
+    }
+
+    fn heard(&self, backend: &str) {
+        if let Some(heard) = self.0.get() {
+            heard(backend);
+        }
+    }
 }
 
 /// Why a listening connection ended.
@@ -173,6 +197,7 @@ impl Listener {
                     crate::background::spawn(async move { retries.heard(&to, id).await });
                 }
             }
+            Note::Approved { b, .. } => self.approvals.heard(&b),
             Note::Answered { id, .. } => {
                 if let Some(route) = &self.route {
                     route.answered(id);

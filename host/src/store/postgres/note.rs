@@ -41,6 +41,9 @@ pub enum Note {
     Retry { r: String, to: String, id: i64 },
     /// `replica` answered routed request `id` (a command or a retry).
     Answered { r: String, id: i64 },
+    /// `replica` recorded approved definitions of backend `b` (the pin
+    /// guard): every replica serves by the store's approvals.
+    Approved { r: String, b: String },
 }
 
 impl Note {
@@ -52,6 +55,7 @@ impl Note {
             | Note::Closed { r, .. }
             | Note::Command { r, .. }
             | Note::Retry { r, .. }
+            | Note::Approved { r, .. }
             | Note::Answered { r, .. } => r,
         }
     }

@@ -53,6 +53,7 @@ async fn two() -> Option<(
             route: None,
             commands: None,
             retries: None,
+            approvals: Default::default(),
         }
         .run(stop.clone()),
     );
