@@ -24,6 +24,7 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
+from browser import Page
 from cluster import Replicas, pg_url, postgres, replicas  # noqa: F401 - fixtures
 from harness import Gateways, demo_stdio_args, http_backend, run_vigil, stdio_backend
 from support import (
@@ -203,3 +204,61 @@ async def test_an_approval_through_one_replica_is_served_by_every_replica(
         listed = descriptions(await list_all(s, "tools"))
         assert listed["alpha__lookup"] == "Looks a word up, and more", listed
     assert (await apis[1].get_json("/api/v1/health/instances/alpha/pins"))["held"] == []
+
+
+async def test_the_dashboard_shows_what_is_withheld_and_an_operator_approves_it(
+    vigil: Gateways, demo_bin: Path, tmp_path: Path, browser: Page
+) -> None:
+    """In a real browser: the card of a held backend says what is withheld
+    (kind, name, new or changed, what it says now); the operator's
+    `approve` button approves what the card shows, and the tools are
+    served."""
+    tools_file = tmp_path / "alpha-tools.json"
+    write_tools_file(tools_file, [{"name": "lookup", "description": "Looks a word up"}], notify=True)
+    backend = {**stdio_backend("alpha", demo_bin, demo_stdio_args("alpha", tools_file)), "pin": {"on_change": "hold"}}
+    gw = vigil([backend], api={"tokens": [OPERATOR]})
+    api = ControlApi(gw.api_base, OPERATOR["token"])
+    async with http_session(gw.url) as s:
+        await wait_for_tools(s, {"alpha__lookup"})
+        write_tools_file(
+            tools_file,
+            [{"name": "lookup", "description": "Looks a word up, quietly"}, {"name": "sneak", "description": "New"}],
+            notify=True,
+        )
+        await poll(
+            lambda: api.get_json("/api/v1/health/instances/alpha/pins"),
+            lambda p: len(p["held"]) == 2,
+            "both held",
+        )
+
+        def shown() -> list[str]:
+            browser.open(f"{gw.api_base}/ui#token={OPERATOR['token']}")
+            return browser.wait(
+                lambda: [li.text for li in browser.all('.backend[data-backend="alpha"] .withheld-list li')],
+                lambda items: len(items) == 2,
+                "the card to list what is withheld",
+            )
+
+        items = await anyio.to_thread.run_sync(shown)
+        assert "tool lookup (changed): Looks a word up, quietly" in items, items
+        assert "tool sneak (new): New" in items, items
+
+        def approve() -> None:
+            [button] = browser.all('button[data-action="approve"][data-backend="alpha"]')
+            button.click()
+
+        await anyio.to_thread.run_sync(approve)
+        await wait_for_tools(s, {"alpha__lookup", "alpha__sneak"})
+        assert (await api.get_json("/api/v1/health/instances/alpha/pins"))["held"] == []
+
+        def cleared() -> bool:
+            return browser.wait(
+                lambda: browser.all('.backend[data-backend="alpha"] .withheld')[0].is_displayed(),
+                lambda displayed: not displayed,
+                "the card to show nothing withheld",
+            ) is False
+
+        assert await anyio.to_thread.run_sync(cleared)
+    entries = await api.audit()
+    assert [e for e in entries if e["action"] == "approve" and e["principal"] == "alice"], entries
+    assert browser.console_errors() == []

@@ -67,6 +67,14 @@ pub struct InstanceReport {
     pub quarantine_reason: Option<String>,
     /// The last reason given for a state change (sanitized).
     pub reason: String,
+    /// Definitions the pin guard withholds until an operator approves
+    /// them (`GET …/pins` lists them); absent when none is.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub withheld: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One backend in full: its report, recent transitions and last exit.

@@ -52,6 +52,7 @@ pub fn report(name: &str, runtime: &'static str, state: HealthState) -> Instance
         next_retry_at: None,
         quarantine_reason: None,
         reason: "ready".into(),
+        withheld: 0,
     }
 }
 

@@ -32,7 +32,7 @@ fn recorded_status(record: &crate::store::InstanceRecord, reason: String) -> Sta
 }
 
 impl App {
-    fn report(b: &Backend, s: &Status) -> InstanceReport {
+    fn report_of(&self, b: &Backend, s: &Status) -> InstanceReport {
         let window = b.stats.summary();
         InstanceReport {
             name: b.name.to_string(),
@@ -52,6 +52,7 @@ impl App {
             next_retry_at: s.next_retry_at,
             quarantine_reason: s.quarantine_reason.clone(),
             reason: s.reason.clone(),
+            withheld: self.pins.held(&b.name).len(),
         }
     }
 
@@ -162,7 +163,7 @@ impl App {
             latency_ms: None,
             error_rate: None,
             calls_in_window: 0,
-            ..Self::report(&b, status)
+            ..self.report_of(&b, status)
         })
     }
 
@@ -178,7 +179,7 @@ impl App {
             crate::backend::CommandError::Refused(why) => ControlError::Conflict(why),
             crate::backend::CommandError::NoSupervisor(why) => ControlError::Internal(why),
         })?;
-        Ok(Self::report(&b, &status))
+        Ok(self.report_of(&b, &status))
     }
 }
 
@@ -191,7 +192,9 @@ impl Control for App {
     }
 
     fn report(&self, name: &str) -> Option<InstanceReport> {
-        self.find(name).ok().map(|b| Self::report(&b, &b.status()))
+        self.find(name)
+            .ok()
+            .map(|b| self.report_of(&b, &b.status()))
     }
 
     fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<crate::health::Transition>> {
@@ -209,7 +212,7 @@ impl Control for App {
             .backends()
             .iter()
             .chain(own.iter())
-            .map(|b| Self::report(b, &b.status()))
+            .map(|b| self.report_of(b, &b.status()))
             .collect();
         // The other replicas' instances of replica-local backends, as
         // they recorded them (read at each heartbeat).
@@ -244,7 +247,7 @@ impl Control for App {
             let status = b.status();
             let transitions = self.history(&self.record_name(&b)).await?;
             Ok(InstanceDetail {
-                report: Self::report(&b, &status),
+                report: self.report_of(&b, &status),
                 transitions,
                 last_exit: status.last_exit.clone(),
             })

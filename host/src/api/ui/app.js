@@ -390,6 +390,11 @@
       nextRetry: $(".next-retry", root),
       quarantineLine: $(".quarantine-line", root),
       quarantineReason: $(".quarantine-reason", root),
+      withheld: $(".withheld", root),
+      withheldCount: $(".withheld-count", root),
+      withheldList: $(".withheld-list", root),
+      withheldShown: null, // the count the list was read for
+      withheldDigests: [], // what an approval names: the digests shown
       reason: $(".reason", root),
       actions: $(".actions", root),
       actionError: $(".action-error", root),
@@ -456,10 +461,54 @@
     card.retryRow.hidden = r.next_retry_at == null;
     card.quarantineLine.hidden = r.quarantine_reason == null;
     setText(card.quarantineReason, r.quarantine_reason || "");
+    renderWithheld(card, r);
     setText(card.reason, r.reason || "—");
     renderTimes(card, r, Date.now());
     renderActions(card, r);
     applyFilter(card);
+  }
+
+  // What the pin guard withholds: the count from the report, the
+  // definitions read from the API when the count changes (an approval
+  // names the digests shown, so a later change is not approved unseen).
+  function renderWithheld(card, r) {
+    const n = r.withheld || 0;
+    card.withheld.hidden = n === 0;
+    setText(card.withheldCount, String(n));
+    if (n === 0) {
+      card.withheldShown = null;
+      card.withheldDigests = [];
+      card.withheldList.replaceChildren();
+      return;
+    }
+    if (card.withheldShown !== n) {
+      card.withheldShown = n;
+      readWithheld(card);
+    }
+  }
+
+  async function readWithheld(card) {
+    try {
+      const url = `/api/v1/health/instances/${encodeURIComponent(card.name)}/pins`;
+      const response = await fetch(url, { headers: authHeaders() });
+      if (!response.ok) return;
+      const pins = await response.json();
+      card.withheldDigests = pins.held.map((h) => h.digest);
+      card.withheldList.replaceChildren(
+        ...pins.held.map((h) => {
+          const li = document.createElement("li");
+          li.dataset.digest = h.digest;
+          const change = h.approved == null ? "new" : "changed";
+          const says = h.definition && h.definition.description ? `: ${h.definition.description}` : "";
+          li.textContent = `${h.kind} ${h.name} (${change})${says}`;
+          li.title = `digest ${h.digest}`;
+          return li;
+        }),
+      );
+    } catch (err) {
+      // The next report reads it again.
+      card.withheldShown = null;
+    }
   }
 
   // The relative times of one card; also called by the 1 s tick.
@@ -583,6 +632,7 @@
     const actions = [];
     if (r.runtime !== "remote") actions.push("restart"); // the API refuses remote restarts
     actions.push(r.state === "quarantined" ? "release" : "quarantine");
+    if (r.withheld > 0) actions.push("approve");
     return actions;
   }
 
@@ -639,6 +689,10 @@
       init.headers = authHeaders({ "X-Vigil-Request": "1", "Content-Type": "application/json" });
       init.body = JSON.stringify({ reason });
     }
+    if (action === "approve") {
+      init.headers = authHeaders({ "X-Vigil-Request": "1", "Content-Type": "application/json" });
+      init.body = JSON.stringify({ digests: card.withheldDigests });
+    }
     // Disabling the clicked button drops its focus: give it back afterwards.
     const focused = card.actions.contains(document.activeElement) ? document.activeElement : null;
     setBusy(card, true);
@@ -646,7 +700,12 @@
     try {
       const url = `/api/v1/health/instances/${encodeURIComponent(card.name)}/${action}`;
       const response = await fetch(url, init);
-      if (response.ok) {
+      if (response.ok && action === "approve") {
+        // The answer is the pins; the report follows on the stream.
+        card.withheldShown = null;
+        card.withheldDigests = [];
+        card.withheldList.replaceChildren();
+      } else if (response.ok) {
         // The stream may already have carried newer states than this
         // answer (a restart is quick): only an answer at least as recent
         // as what is shown replaces it.
@@ -660,6 +719,8 @@
         askForToken(`The gateway refused the token: ${await errorMessage(response)}`);
       } else {
         showActionError(card, `${action} failed: ${await errorMessage(response)}`);
+        // Changed since it was read: show what is withheld now.
+        if (action === "approve") readWithheld(card);
       }
     } catch (err) {
       showActionError(card, `${action} failed: cannot reach the gateway`);
