@@ -26,8 +26,11 @@
 //!   `list_changed`, over streamable HTTP or stdio.
 //! - [`app`] is the composition root: start-up and settling, the update
 //!   task that publishes generations, supervisor spawning, config
-//!   reloads and the control API's adapter. [`runtime`] chooses what runs
-//!   a backend (a process, a container, nothing for a remote).
+//!   reloads, updates of backends (`app::rollouts`, carrying out the pure
+//!   rules of [`rollout`]: the catalog diff, one type for why an update is
+//!   rolled back, the verdict) and the control API's adapter. [`runtime`]
+//!   chooses what runs a backend (a process, a container, nothing for a
+//!   remote).
 //! - [`background`] is where tasks run: every spawned task is on a tracker
 //!   a shutdown waits for (`scripts/structure.sh` checks).
 //! - [`cluster`] holds what several replicas share, each seam with a
@@ -106,6 +109,7 @@ pub mod plugins;
 pub mod policy;
 pub mod private_fs;
 pub mod redact;
+pub mod rollout;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

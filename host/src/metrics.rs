@@ -50,6 +50,14 @@ pub struct PrincipalLabel {
     pub principal: String,
 }
 
+/// An update's labels: its backend and how it ended (`succeeded`,
+/// `rolled_back`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpdateLabel {
+    pub backend: String,
+    pub outcome: String,
+}
+
 /// A health transition's labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TransitionLabel {
@@ -133,6 +141,10 @@ pub struct Metrics {
     pub leases_held: Family<BackendLabel, Gauge>,
     /// Definitions the pin guard withholds, by backend.
     pins_withheld: Family<BackendLabel, Gauge>,
+    /// Updates that ended, by backend and outcome.
+    updates: Family<UpdateLabel, Counter>,
+    /// Updates waiting for an operator's approval, by backend (0 or 1).
+    updates_pending: Family<BackendLabel, Gauge>,
 }
 
 /// The process's metrics.
@@ -171,6 +183,8 @@ pub fn get() -> &'static Metrics {
         audit_queued: Gauge::default(),
         leases_held: Family::default(),
         pins_withheld: Family::default(),
+        updates: Family::default(),
+        updates_pending: Family::default(),
     })
 }
 
@@ -321,6 +335,23 @@ impl Metrics {
         self.pins_withheld
             .get_or_create(&backend_label(backend))
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// An update of `backend` ended with `outcome`.
+    pub fn update_ended(&self, backend: &str, outcome: &str) {
+        self.updates
+            .get_or_create(&UpdateLabel {
+                backend: backend.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Whether an update of `backend` waits for an operator's approval.
+    pub fn update_pending(&self, backend: &str, pending: bool) {
+        self.updates_pending
+            .get_or_create(&backend_label(backend))
+            .set(i64::from(pending));
     }
 
     /// Whether this replica holds the supervision lease of `backend`.
@@ -500,6 +531,16 @@ impl Metrics {
             "pins_withheld",
             "Definitions (tools, prompts, resource templates) of a backend the pin guard withholds until an operator approves them",
             self.pins_withheld.clone(),
+        );
+        r.register(
+            "updates",
+            "Updates of a backend that ended, by outcome (succeeded, rolled_back)",
+            self.updates.clone(),
+        );
+        r.register(
+            "updates_pending_approval",
+            "1 while an update of a backend waits for an operator to approve or abort its catalog change",
+            self.updates_pending.clone(),
         );
         r.register(
             "lease_held",

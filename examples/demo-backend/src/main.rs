@@ -18,6 +18,10 @@
 //! cargo run -p vigil-demo-backend -- --tools-file tools.json
 //! # writing "stderr tick N" to stderr every 50 ms (dies when stderr breaks)
 //! cargo run -p vigil-demo-backend -- --stderr-every 50
+//! # releases gone wrong: crashes at start, is slow to listen, dies after 3 s
+//! cargo run -p vigil-demo-backend -- --exit-at-start 3
+//! cargo run -p vigil-demo-backend -- --transport http --start-delay 3000
+//! cargo run -p vigil-demo-backend -- --transport http --exit-after 3000
 //! ```
 //!
 //! Set `RUST_LOG` (default `info,rmcp=warn`) to change how much is logged.
@@ -72,7 +76,9 @@ struct Args {
     /// JSON file of extra tools, `{"notify": bool, "tools": [{"name", "description"}]}`,
     /// polled every 100 ms. With notify=true a change sends
     /// notifications/tools/list_changed; with false it changes silently.
-    #[arg(long, value_name = "PATH")]
+    /// Also read from the environment, so a container image can carry its
+    /// own tools without changing the container's arguments.
+    #[arg(long, env = "VIGIL_DEMO_TOOLS_FILE", value_name = "PATH")]
     tools_file: Option<PathBuf>,
 
     /// Extra value accepted in the HTTP `Host` header (repeatable; `*` accepts
@@ -93,6 +99,25 @@ struct Args {
     /// use it to see that the reader keeps reading).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     stderr_every: Option<u64>,
+
+    /// Exit with status CODE at start, before serving anything, saying so on
+    /// stderr: a release that crashes at start. Also read from the
+    /// environment (as are `--start-delay` and `--exit-after`), so a
+    /// container image can set it with `ENV` without changing the
+    /// container's arguments.
+    #[arg(long, env = "VIGIL_DEMO_EXIT_AT_START", value_name = "CODE", value_parser = clap::value_parser!(i32).range(0..=255))]
+    exit_at_start: Option<i32>,
+
+    /// Wait MS milliseconds before listening (`http`) or reading stdin
+    /// (`stdio`): a release that is slow to become ready.
+    #[arg(long, env = "VIGIL_DEMO_START_DELAY_MS", value_name = "MS")]
+    start_delay: Option<u64>,
+
+    /// Serve normally, then exit with status 1 MS milliseconds after serving
+    /// began (after any `--start-delay`), saying so on stderr: a release that
+    /// crashes soon after it went live.
+    #[arg(long, env = "VIGIL_DEMO_EXIT_AFTER_MS", value_name = "MS")]
+    exit_after: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -113,6 +138,12 @@ async fn main() -> anyhow::Result<()> {
                 "--endpoints needs --transport http",
             )
             .exit();
+    }
+    if let Some(code) = args.exit_at_start {
+        say(&format!(
+            "exiting with status {code} at start, as --exit-at-start (VIGIL_DEMO_EXIT_AT_START) asks"
+        ));
+        std::process::exit(code);
     }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -138,6 +169,13 @@ async fn main() -> anyhow::Result<()> {
     if let Some(watcher) = watcher {
         tokio::spawn(watcher.run(hub.clone(), shutdown.child_token()));
     }
+    if let Some(ms) = args.start_delay {
+        tracing::info!("waiting {ms} ms before serving (--start-delay)");
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+    if let Some(ms) = args.exit_after {
+        tokio::spawn(exit_after(std::time::Duration::from_millis(ms)));
+    }
 
     let result = match args.transport {
         Transport::Stdio => serve_stdio(hub).await,
@@ -158,6 +196,24 @@ async fn tick_stderr(every: std::time::Duration) {
             std::process::exit(141);
         }
     }
+}
+
+/// Exits with status 1 once `after` has passed (see `--exit-after`).
+async fn exit_after(after: std::time::Duration) {
+    tokio::time::sleep(after).await;
+    say(&format!(
+        "exiting with status 1 after serving for {} ms, as --exit-after (VIGIL_DEMO_EXIT_AFTER_MS) asks",
+        after.as_millis()
+    ));
+    std::process::exit(1);
+}
+
+/// Writes `vigil-demo-backend: MESSAGE` to stderr as one line in one write,
+/// so that a reader of a container's log gets it whole.
+fn say(message: &str) {
+    use std::io::Write as _;
+    let line = format!("vigil-demo-backend: {message}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// Serves one client over stdin/stdout until it disconnects.

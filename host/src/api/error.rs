@@ -97,6 +97,7 @@ impl From<ControlError> for ApiError {
         match e {
             ControlError::NotFound(_) => ApiError::NotFound(e.to_string()),
             ControlError::Conflict(m) => ApiError::Conflict(m),
+            ControlError::Invalid(m) => ApiError::BadRequest(m),
             ControlError::Internal(m) => ApiError::Internal(m),
         }
     }

@@ -114,6 +114,10 @@ pub enum ControlError {
     /// backend that is not quarantined, restarting a remote backend).
     #[error("{0}")]
     Conflict(String),
+    /// The request does not fit the target (an image for a process
+    /// backend): the message says what would.
+    #[error("{0}")]
+    Invalid(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -166,6 +170,37 @@ pub trait Control: Send + Sync + 'static {
     /// What the pin guard holds back of backend `name`.
     fn pins(&self, name: &str) -> Result<PinsReport, ControlError> {
         Err(ControlError::NotFound(name.to_owned()))
+    }
+    /// Starts an update of backend `name` to `image` (a container
+    /// backend); answers as it starts.
+    fn update(
+        &self,
+        name: &str,
+        principal: &str,
+        image: String,
+    ) -> BoxFuture<'_, Result<crate::rollout::UpdateRecord, ControlError>> {
+        let _ = (principal, image);
+        let name = name.to_owned();
+        Box::pin(async move { Err(ControlError::NotFound(name)) })
+    }
+    /// Approves (`approve`) or aborts the update of `name` in progress.
+    fn decide_update(
+        &self,
+        name: &str,
+        principal: &str,
+        approve: bool,
+    ) -> BoxFuture<'_, Result<crate::rollout::UpdateRecord, ControlError>> {
+        let _ = (principal, approve);
+        let name = name.to_owned();
+        Box::pin(async move { Err(ControlError::NotFound(name)) })
+    }
+    /// The update of `name` in progress, else its last one.
+    fn last_update(
+        &self,
+        name: &str,
+    ) -> BoxFuture<'_, Result<Option<crate::rollout::UpdateRecord>, ControlError>> {
+        let name = name.to_owned();
+        Box::pin(async move { Err(ControlError::NotFound(name)) })
     }
     /// Approves the held definitions of `name` whose digests are
     /// `digests` (all, or none if one is not held now); answers once the

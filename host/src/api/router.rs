@@ -37,7 +37,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use axum::http::{Method, Uri};
+use axum::http::{Method, StatusCode, Uri};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::{Deserialize, Serialize};
@@ -50,6 +50,7 @@ use super::{ApiError, Control, ControlError, InstanceDetail, InstanceReport, Pin
 use crate::auth::throttle::Throttle;
 use crate::catalog::digest::Digest;
 use crate::config::{ApiConfig, FailedTokens};
+use crate::rollout::UpdateRecord;
 use crate::store::{ActionLog, AuditEntry, Stores};
 
 /// Audit entries returned when `limit` is not given.
@@ -177,6 +178,18 @@ fn build(state: ApiState, closing: CancellationToken) -> Router {
         .route("/api/v1/health/instances/{id}/release", post(release))
         .route("/api/v1/health/instances/{id}/pins", get(pins))
         .route("/api/v1/health/instances/{id}/approve", post(approve))
+        .route(
+            "/api/v1/health/instances/{id}/update",
+            get(last_update).post(update),
+        )
+        .route(
+            "/api/v1/health/instances/{id}/update/approve",
+            post(approve_update),
+        )
+        .route(
+            "/api/v1/health/instances/{id}/update/abort",
+            post(abort_update),
+        )
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/audit/calls", get(calls))
         .route("/api/v1/plugins", get(plugins))
@@ -400,6 +413,69 @@ async fn approve(
     .await
 }
 
+/// An update, as the update endpoints answer it.
+#[derive(Serialize)]
+struct UpdateAnswer {
+    update: Option<Box<UpdateRecord>>,
+}
+
+/// `GET /api/v1/health/instances/{id}/update`: the update in progress,
+/// else the last one (`null`: none).
+async fn last_update(
+    State(s): St,
+    BackendId(id): BackendId,
+) -> Result<Json<UpdateAnswer>, ApiError> {
+    Ok(Json(UpdateAnswer {
+        update: s.control.last_update(&id).await?.map(Box::new),
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateBody {
+    image: String,
+}
+
+/// `POST /api/v1/health/instances/{id}/update` with `{"image": "..."}`:
+/// starts an update of a container backend (202: it goes on after the
+/// answer). A command line or environment is never taken here: through
+/// the API they would let an operator token run programs as Vigil; they
+/// change in the config file.
+async fn update(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    BackendId(id): BackendId,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Acted>), ApiError> {
+    let body: UpdateBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "bad body: {e}; send {{\"image\": \"localhost/my-mcp:2\"}} (only the image changes through the API; a command line or environment changes in the config file)"
+        ))
+    })?;
+    let acted = act(s, who, Action::Update { image: body.image }, id).await?;
+    Ok((StatusCode::ACCEPTED, acted))
+}
+
+/// `POST /api/v1/health/instances/{id}/update/approve`: the held update
+/// goes on.
+async fn approve_update(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    BackendId(id): BackendId,
+) -> Result<Json<Acted>, ApiError> {
+    act(s, who, Action::DecideUpdate { approve: true }, id).await
+}
+
+/// `POST /api/v1/health/instances/{id}/update/abort`: the update in
+/// progress is rolled back.
+async fn abort_update(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    BackendId(id): BackendId,
+) -> Result<Json<Acted>, ApiError> {
+    act(s, who, Action::DecideUpdate { approve: false }, id).await
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct QuarantineBody {
@@ -457,6 +533,8 @@ enum Action {
     Quarantine { reason: Option<String> },
     Release,
     Approve { digests: Vec<Digest> },
+    Update { image: String },
+    DecideUpdate { approve: bool },
 }
 
 /// What an action answers: the backend's report, or (an approval) its
@@ -466,6 +544,7 @@ enum Action {
 enum Acted {
     Report(InstanceReport),
     Pins(PinsReport),
+    Update(UpdateAnswer),
 }
 
 impl Acted {
@@ -481,6 +560,14 @@ impl Acted {
                     .collect();
                 format!("ok: approved {}", items.join(", "))
             }
+            Acted::Update(UpdateAnswer { update: Some(u) }) => format!(
+                "ok: update {} from {} to {} ({})",
+                u.id,
+                u.from.label(),
+                u.to.label(),
+                u.phase.as_str()
+            ),
+            Acted::Update(UpdateAnswer { update: None }) => "ok".to_owned(),
         }
     }
 }
@@ -492,6 +579,9 @@ impl Action {
             Action::Quarantine { .. } => "quarantine",
             Action::Release => "release",
             Action::Approve { .. } => "approve",
+            Action::Update { .. } => "update",
+            Action::DecideUpdate { approve: true } => "approve_update",
+            Action::DecideUpdate { approve: false } => "abort_update",
         }
     }
 
@@ -510,6 +600,14 @@ impl Action {
             Action::Approve { digests } => {
                 Acted::Pins(control.approve(target, principal, digests).await?)
             }
+            Action::Update { image } => Acted::Update(UpdateAnswer {
+                update: Some(Box::new(control.update(target, principal, image).await?)),
+            }),
+            Action::DecideUpdate { approve } => Acted::Update(UpdateAnswer {
+                update: Some(Box::new(
+                    control.decide_update(target, principal, approve).await?,
+                )),
+            }),
         })
     }
 }

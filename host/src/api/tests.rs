@@ -516,6 +516,23 @@ impl crate::store::PinStore for BrokenStore {
 }
 
 #[async_trait::async_trait]
+impl crate::store::UpdateStore for BrokenStore {
+    async fn save_update(&self, _: &crate::rollout::UpdateRecord) -> Result<(), StoreError> {
+        Err(broken())
+    }
+    async fn updates(
+        &self,
+        _: &str,
+        _: usize,
+    ) -> Result<Rows<crate::rollout::UpdateRecord>, StoreError> {
+        Err(broken())
+    }
+    async fn unfinished_updates(&self) -> Result<Rows<crate::rollout::UpdateRecord>, StoreError> {
+        Err(broken())
+    }
+}
+
+#[async_trait::async_trait]
 impl ActionLog for BrokenStore {
     async fn record(&self, _: AuditEntry) -> Result<(), StoreError> {
         Err(broken())

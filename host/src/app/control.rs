@@ -5,6 +5,7 @@ use futures::future::BoxFuture;
 
 use super::App;
 use super::pins::Refused;
+use super::rollouts::{Decision, Target, UpdateError};
 use crate::api::{Control, ControlError, InstanceDetail, InstanceReport, PinsReport};
 use crate::backend::{Backend, Command};
 use crate::catalog::digest::Digest;
@@ -285,6 +286,51 @@ impl Control for App {
         Box::pin(async move { self.act(&name, Command::Release { principal }).await })
     }
 
+    fn update(
+        &self,
+        name: &str,
+        principal: &str,
+        image: String,
+    ) -> BoxFuture<'_, Result<crate::rollout::UpdateRecord, ControlError>> {
+        let (name, principal) = (name.to_owned(), principal.to_owned());
+        Box::pin(async move {
+            let me = self
+                .me
+                .upgrade()
+                .ok_or_else(|| ControlError::Internal("the gateway is shutting down".into()))?;
+            me.start_update(&name, Target::Image(image), &principal)
+                .await
+                .map_err(control_error)
+        })
+    }
+
+    fn decide_update(
+        &self,
+        name: &str,
+        principal: &str,
+        approve: bool,
+    ) -> BoxFuture<'_, Result<crate::rollout::UpdateRecord, ControlError>> {
+        let (name, principal) = (name.to_owned(), principal.to_owned());
+        let decision = if approve {
+            Decision::Approve(principal)
+        } else {
+            Decision::Abort(principal)
+        };
+        Box::pin(async move {
+            self.decide_update(&name, decision)
+                .await
+                .map_err(control_error)
+        })
+    }
+
+    fn last_update(
+        &self,
+        name: &str,
+    ) -> BoxFuture<'_, Result<Option<crate::rollout::UpdateRecord>, ControlError>> {
+        let name = name.to_owned();
+        Box::pin(async move { App::last_update(self, &name).await.map_err(control_error) })
+    }
+
     fn pins(&self, name: &str) -> Result<PinsReport, ControlError> {
         let b = self
             .front
@@ -342,5 +388,15 @@ impl App {
             held: self.pins.held(&b.name),
             approved,
         }
+    }
+}
+
+/// An update refused, as the control API says it.
+fn control_error(e: UpdateError) -> ControlError {
+    match e {
+        UpdateError::NotFound(name) => ControlError::NotFound(name),
+        UpdateError::Invalid(why) => ControlError::Invalid(why),
+        UpdateError::Conflict(why) => ControlError::Conflict(why),
+        UpdateError::Store(why) => ControlError::Internal(why),
     }
 }

@@ -15,6 +15,7 @@ mod control;
 pub mod pins;
 mod reload;
 pub mod reload_trigger;
+pub mod rollouts;
 mod secrets;
 mod supervisors;
 mod updates;
@@ -69,6 +70,8 @@ fn describe_conflicts(conflicts: &[Conflict]) -> String {
 /// A running Vigil: the front, and what keeps it in step with the
 /// backends and the config file.
 pub struct App {
+    /// Itself, for what runs on after a call into it (an update).
+    me: std::sync::Weak<App>,
     front: Arc<Gateway>,
     /// Starts and stops supervisors.
     spawner: Spawner,
@@ -90,6 +93,8 @@ pub struct App {
     api_tokens: Arc<crate::api::Tokens>,
     /// The pin guard's desk: what is held back, and approvals.
     pins: Arc<pins::Pins>,
+    /// Updates in progress, and the images they kept.
+    rollouts: rollouts::Rollouts,
 }
 
 /// An app whose backends are starting; see [`App::launch`].
@@ -154,11 +159,15 @@ impl App {
             Some(store) => restore(&*store.health, config).await,
             None => Vec::new(),
         };
-        let backends: Vec<Arc<Backend>> = config
-            .backends
-            .iter()
-            .map(|b| front.new_backend(b))
-            .collect();
+        let rollouts = rollouts::Rollouts::load(
+            store.as_ref().map(|s| &s.updates),
+            &config.backends,
+            cluster.is_none(),
+        )
+        .await;
+        let mut configs = config.backends.clone();
+        rollouts.with_kept_images(&mut configs);
+        let backends: Vec<Arc<Backend>> = configs.iter().map(|b| front.new_backend(b)).collect();
         front
             .generations()
             .publish_backends(BackendSet::new(backends));
@@ -182,7 +191,8 @@ impl App {
             cluster: cluster.as_ref().map(|c| c.outlets.clone()),
         };
         let (pins, approvals) = pins::Pins::new(store.as_ref().map(|s| s.pins.clone()));
-        let app = Arc::new(App {
+        let app = Arc::new_cyclic(|me| App {
+            me: me.clone(),
             spawner: Spawner::new(outlets, tracker.clone(), shutdown.clone()),
             front,
             reloading: tokio::sync::Mutex::new(()),
@@ -193,6 +203,7 @@ impl App {
             commands: cluster.as_ref().map(|c| c.commands().clone()),
             api_tokens,
             pins,
+            rollouts,
         });
         app.refresh_secrets(&[]);
         secrets::log_policies(&app.front.config, &app.front.config.policies);

@@ -22,6 +22,9 @@ pub struct ReloadSummary {
     pub added: Vec<String>,
     pub removed: Vec<String>,
     pub changed: Vec<String>,
+    /// Backends with `[backends.update]` whose new image or command line
+    /// is being rolled out as an update.
+    pub updated: Vec<String>,
     /// Keys outside the backend list that changed and are in force now
     /// (`api.tokens`, `auth.keys`, `audit`).
     pub applied: Vec<&'static str>,
@@ -45,9 +48,10 @@ impl App {
     pub async fn reload(self: &Arc<Self>) -> Result<ReloadSummary, ReloadError> {
         let _one = self.reloading.lock().await;
         let path = self.config().file.clone();
-        let next = tokio::task::spawn_blocking(move || Config::load(&path))
+        let mut next = tokio::task::spawn_blocking(move || Config::load(&path))
             .await
             .map_err(|_| ReloadError::NotRunning)??;
+        self.rollouts.with_kept_images(&mut next.backends);
         let front = &self.front;
         let spawner = &self.spawner;
         let old = front.backends();
@@ -61,9 +65,19 @@ impl App {
         // object (and supervisor, connections, health).
         let mut list = Vec::new();
         let mut fresh = Vec::new();
+        let mut updates = Vec::new();
         for (cfg, change) in next.backends.iter().zip(&diff.entries) {
             match (change, old.get(&cfg.name)) {
                 (Change::Kept, Some(b)) => list.push(b.clone()),
+                // An update's own switch replaces it (`rollouts`).
+                (Change::Updated, Some(b)) => {
+                    list.push(b.clone());
+                    updates.push(cfg.clone());
+                }
+                (_, Some(b)) if self.updating(&cfg.name) => {
+                    tracing::warn!(backend = %cfg.name, "the backend is being updated: its config change is not applied; reload again once the update ended");
+                    list.push(b.clone());
+                }
                 (change, _) => {
                     let b = front.new_backend(cfg);
                     match change {
@@ -132,6 +146,23 @@ impl App {
         }
         for b in fresh {
             spawner.spawn(&b, self.supervisor_for(&b, &[]));
+        }
+        drop(_one);
+        for cfg in updates {
+            let name = cfg.name.clone();
+            match self
+                .start_update(
+                    &name,
+                    super::rollouts::Target::Config(Box::new(cfg)),
+                    "config reload",
+                )
+                .await
+            {
+                Ok(_) => summary.updated.push(name),
+                Err(e) => {
+                    tracing::error!(backend = %name, error = %e, "the config change of the backend could not be rolled out as an update");
+                }
+            }
         }
         Ok(summary)
     }

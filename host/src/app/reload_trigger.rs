@@ -41,7 +41,7 @@ pub async fn run(app: Arc<App>, shutdown: CancellationToken) {
         }
         match app.reload().await {
             Ok(s) => {
-                tracing::info!(cause, added = ?s.added, removed = ?s.removed, changed = ?s.changed, applied = ?s.applied, "config reloaded");
+                tracing::info!(cause, added = ?s.added, removed = ?s.removed, changed = ?s.changed, updating = ?s.updated, applied = ?s.applied, "config reloaded");
                 if !s.needs_restart.is_empty() {
                     tracing::warn!(keys = ?s.needs_restart, "config changes that take effect only after a restart of vigil");
                 }

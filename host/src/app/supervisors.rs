@@ -21,8 +21,9 @@ pub(super) struct Spawner {
     pub(super) outlets: Outlets,
     tracker: TaskTracker,
     shutdown: CancellationToken,
-    /// Each running supervisor's stop token, by [`Backend::uid`].
-    stops: Mutex<HashMap<u64, CancellationToken>>,
+    /// Each running supervisor's stop token, and the token it cancels
+    /// once it ended, by [`Backend::uid`].
+    stops: Mutex<HashMap<u64, (CancellationToken, CancellationToken)>>,
 }
 
 impl Spawner {
@@ -38,28 +39,50 @@ impl Spawner {
     /// Runs `supervisor` until shutdown or until [`Spawner::stop`].
     pub(super) fn spawn(&self, b: &Arc<Backend>, supervisor: Supervisor) {
         let stop = self.shutdown.child_token();
+        let done = CancellationToken::new();
         if let Ok(mut stops) = self.stops.lock() {
-            stops.insert(b.uid, stop.clone());
+            stops.insert(b.uid, (stop.clone(), done.clone()));
         }
         let span = tracing::info_span!("supervisor", backend = %b.name);
-        self.tracker
-            .spawn(tracing::Instrument::instrument(supervisor.run(stop), span));
+        self.tracker.spawn(tracing::Instrument::instrument(
+            async move {
+                supervisor.run(stop).await;
+                done.cancel();
+            },
+            span,
+        ));
     }
 
     /// Stops `b`'s supervisor (which stops its instance), if it runs.
     pub(super) fn stop(&self, b: &Backend) {
-        if let Ok(mut stops) = self.stops.lock()
-            && let Some(stop) = stops.remove(&b.uid)
-        {
-            stop.cancel();
+        self.take(b);
+    }
+
+    /// Stops `b`'s supervisor and waits until it ended (its instance is
+    /// stopped then).
+    pub(super) async fn stop_and_wait(&self, b: &Backend) {
+        if let Some(done) = self.take(b) {
+            done.cancelled().await;
         }
+    }
+
+    /// Runs `task` (an update) until it ends, tracked like the
+    /// supervisors.
+    pub(super) fn track(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tracker.spawn(task);
+    }
+
+    fn take(&self, b: &Backend) -> Option<CancellationToken> {
+        let (stop, done) = self.stops.lock().ok()?.remove(&b.uid)?;
+        stop.cancel();
+        Some(done)
     }
 }
 
 impl App {
     /// The reason sanitizer every supervisor uses (it masks with Vigil's
     /// current secrets).
-    fn sanitizer(&self) -> Sanitizer {
+    pub(super) fn sanitizer(&self) -> Sanitizer {
         Sanitizer::new(self.front.redactor().clone())
     }
 

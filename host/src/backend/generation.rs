@@ -171,12 +171,12 @@ mod tests {
         let g = Generations::default();
         let b = crate::backend::testutil::stdio("");
         g.publish_backends(BackendSet::new(vec![b.clone()]));
-        b.instance_up(Some("1".into()), None);
+        b.instance_up(Some("1".into()), None, None);
         g.publish_catalog(catalog("mem", "echo"));
         let held = g.load();
         // The next run comes up and is reported while a call holds `held`.
         b.instance_ended();
-        b.instance_up(Some("2".into()), None);
+        b.instance_up(Some("2".into()), None, None);
         g.publish_catalog(catalog("mem", "echo"));
         let run = |g: &Generation| g.serving.get("mem").map(|r| r.number());
         assert_eq!(run(&held), Some(1), "the call keeps its run");

@@ -159,6 +159,9 @@ pub struct Backend {
     command_rx: Mutex<Option<mpsc::UnboundedReceiver<(Command, CommandReply)>>>,
     /// Set on an instance run for one client (`instances.rs`).
     owned: Option<OwnedBy>,
+    /// An update replaced it; it runs on for its drain and bake only
+    /// (see [`Backend::retire`]).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 /// A fresh [`Backend::uid`].
@@ -260,6 +263,7 @@ impl Backend {
             commands: tx,
             command_rx: Mutex::new(Some(rx)),
             owned,
+            retired: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -300,12 +304,18 @@ impl Backend {
     }
 
     /// A new run came up, with its shared connection (for the supervisor):
-    /// it serves from now on. `runs`: what the runtime calls it.
-    pub fn instance_up(&self, runs: Option<String>, shared: Option<Arc<Connection>>) {
+    /// it serves from now on. `runs`: what the runtime calls it; `url`:
+    /// where it is reached, when not at the configured one.
+    pub fn instance_up(
+        &self,
+        runs: Option<String>,
+        shared: Option<Arc<Connection>>,
+        url: Option<String>,
+    ) {
         let old = self.serving.load_full();
         old.end();
         self.serving
-            .store(Arc::new(Instance::new(old.number() + 1, runs, shared)));
+            .store(Arc::new(Instance::new(old.number() + 1, runs, shared, url)));
     }
 
     /// The serving run ended (for the supervisor): no shared connection
@@ -314,6 +324,26 @@ impl Backend {
     pub fn instance_ended(&self) {
         self.serving.load().end();
         self.close_variants();
+    }
+
+    /// Whether no call is in flight on the serving run's shared
+    /// connection (what an update's drain waits for).
+    pub fn idle(&self) -> bool {
+        self.inflight.is_empty()
+    }
+
+    /// An update replaced this backend (`retired`), or rolled back to it
+    /// (`!retired`). While retired its supervisor records and announces
+    /// nothing: the backend's name in the store and on the event bus is
+    /// the new version's.
+    pub fn retire(&self, retired: bool) {
+        self.retired
+            .store(retired, std::sync::atomic::Ordering::Release);
+    }
+
+    /// See [`Backend::retire`].
+    pub fn retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether HTTP connections to the backend are reused (`keep_alive`).
@@ -529,10 +559,11 @@ impl Backend {
         if let Some(auth) = authorization.filter(|_| self.forwards_auth()) {
             headers.insert("authorization".into(), auth.to_owned());
         }
-        let endpoint = Endpoint::Http {
-            url: url.clone(),
-            headers,
-        };
+        let url = self
+            .serving()
+            .url()
+            .map_or_else(|| url.clone(), str::to_owned);
+        let endpoint = Endpoint::Http { url, headers };
         self.connect_own(endpoint, None, own, protocol).await
     }
 

@@ -39,6 +39,10 @@ pub struct Instance {
     /// What the runtime calls what runs (a container id, a process id),
     /// when it runs something.
     runs: Option<String>,
+    /// Where the run is reached over HTTP when that is not the configured
+    /// `url` (a version started beside another, see `app::rollouts`):
+    /// connections of their own (a session's, a lane) go there too.
+    url: Option<String>,
     /// The era the shared connection speaks (fixed for the run).
     era: Option<Era>,
     /// The shared connection; `None` once the run ended.
@@ -58,15 +62,21 @@ pub struct Instance {
 impl Instance {
     /// Before any run came up.
     pub(super) fn none() -> Self {
-        Self::new(0, None, None)
+        Self::new(0, None, None, None)
     }
 
     /// Run `number`, with its shared connection (none for a backend whose
     /// supervisor opens none).
-    pub(super) fn new(number: u64, runs: Option<String>, shared: Option<Arc<Connection>>) -> Self {
+    pub(super) fn new(
+        number: u64,
+        runs: Option<String>,
+        shared: Option<Arc<Connection>>,
+        url: Option<String>,
+    ) -> Self {
         Self {
             number,
             runs,
+            url,
             era: shared.as_ref().map(|c| c.era()),
             shared: RwLock::new(shared),
             lanes: lane::Lanes::default(),
@@ -83,6 +93,11 @@ impl Instance {
     /// What the runtime calls what runs, if it runs something.
     pub fn runs(&self) -> Option<&str> {
         self.runs.as_deref()
+    }
+
+    /// Where the run is reached, when not at the configured `url`.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
     }
 
     /// The era of the shared connection, while the run lasts.
@@ -151,7 +166,7 @@ mod tests {
         let b = testutil::stdio("");
         let before = b.serving();
         assert_eq!((before.number(), before.runs()), (0, None));
-        b.instance_up(Some("4242".into()), None);
+        b.instance_up(Some("4242".into()), None, None);
         let first = b.serving();
         assert_eq!((first.number(), first.runs()), (1, Some("4242")));
         assert_eq!(b.instance(), 1);
@@ -160,7 +175,7 @@ mod tests {
         // The next run starts with nothing of the first: not bridged, no
         // door, its own number. Whoever holds the first keeps it as it was.
         b.instance_ended();
-        b.instance_up(Some("4343".into()), None);
+        b.instance_up(Some("4343".into()), None, None);
         let second = b.serving();
         assert_eq!((second.number(), second.runs()), (2, Some("4343")));
         assert!(!second.bridges_modern());

@@ -64,6 +64,23 @@ impl BackendSet {
         self.forwarded.iter().map(|i| &self.list[*i])
     }
 
+    /// This set with `b` in the place of the backend of its name (an
+    /// update's switch); unchanged if no backend has that name.
+    pub fn replacing(&self, b: Arc<Backend>) -> BackendSet {
+        BackendSet::new(
+            self.list
+                .iter()
+                .map(|o| {
+                    if o.name == b.name {
+                        b.clone()
+                    } else {
+                        o.clone()
+                    }
+                })
+                .collect(),
+        )
+    }
+
     pub fn get(&self, name: &str) -> Option<&Arc<Backend>> {
         self.by_name.get(name).map(|i| &self.list[*i])
     }

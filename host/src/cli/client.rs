@@ -169,6 +169,16 @@ impl ApiClient {
         .await
     }
 
+    /// `GET /api/v1/health/instances/{name}/update`: the raw answer.
+    pub async fn update(&self, name: &str) -> Result<Value, ClientError> {
+        self.send(
+            Method::GET,
+            self.url(&["health", "instances", name, "update"]),
+            None,
+        )
+        .await
+    }
+
     /// `GET /api/v1/plugins`: the raw answer.
     pub async fn plugins(&self) -> Result<Value, ClientError> {
         self.send(Method::GET, self.url(&["plugins"]), None).await
@@ -191,12 +201,9 @@ impl ApiClient {
         name: &str,
         body: Option<Value>,
     ) -> Result<Value, ClientError> {
-        self.send(
-            Method::POST,
-            self.url(&["health", "instances", name, action]),
-            body,
-        )
-        .await
+        let mut segments = vec!["health", "instances", name];
+        segments.extend(action.split('/'));
+        self.send(Method::POST, self.url(&segments), body).await
     }
 
     async fn send(

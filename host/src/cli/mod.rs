@@ -77,6 +77,14 @@ Exit codes:
   4  the token is missing or refused (401), or is not an operator token (403)
   5  refused: no such backend (404), the action does not apply now (409), bad input (400)";
 
+const UPDATE_EXIT_CODES: &str = "\
+Exit codes:
+  0  done: the update started (or, with --wait, succeeded), was approved or aborted, or is shown
+  1  (--wait) the update was rolled back; the reason is printed
+  2  the API cannot be reached or did not answer like Vigil (also: usage error)
+  4  the token is missing or refused (401), or is not an operator token (403)
+  5  refused: no such backend (404), an update already runs or nothing is held (409), bad input (400)";
+
 /// Options every command shares.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiArgs {
@@ -198,6 +206,30 @@ pub struct PinsArgs {
     pub api: ApiArgs,
 }
 
+/// `vigil update NAME [--image IMAGE [--wait] | --approve | --abort]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UpdateArgs {
+    /// The backend's configured name.
+    pub name: String,
+    /// Start an update of a container backend to this image (a process
+    /// backend's command line changes in the config file).
+    #[arg(long, value_name = "IMAGE", conflicts_with_all = ["approve", "abort"])]
+    pub image: Option<String>,
+    /// With --image: wait until the update ends, and exit 1 if it was
+    /// rolled back.
+    #[arg(long, requires = "image")]
+    pub wait: bool,
+    /// Approve the held update (its catalog change, shown by `vigil
+    /// update NAME`).
+    #[arg(long, conflicts_with = "abort")]
+    pub approve: bool,
+    /// Abort the update in progress: the old version serves on.
+    #[arg(long)]
+    pub abort: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
 /// The control-API commands.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
@@ -228,6 +260,12 @@ pub enum Command {
     /// operator token.
     #[command(after_help = ACTION_EXIT_CODES)]
     Approve(PinsArgs),
+    /// Update a backend to a new version, which serves only once it is
+    /// ready (`[backends.update]`); without an option, show its update in
+    /// progress or its last one. Starting, approving and aborting need an
+    /// operator token.
+    #[command(after_help = UPDATE_EXIT_CODES)]
+    Update(UpdateArgs),
     /// Show the gateway's WebAssembly plugins: kind, version, state, calls,
     /// failures, and why one is disabled or rejected.
     #[command(after_help = PLUGINS_EXIT_CODES)]
@@ -259,6 +297,8 @@ pub enum Exit {
     Refused,
     /// 5: 400, 404 or 409 on an action.
     Rejected,
+    /// 1: `update --wait` saw the update rolled back.
+    RolledBack,
 }
 
 // === impl Exit ===
@@ -267,6 +307,7 @@ impl Exit {
     pub fn code(self) -> u8 {
         match self {
             Exit::Ok => 0,
+            Exit::RolledBack => 1,
             Exit::ApiError => 2,
             Exit::NotServing => 3,
             Exit::Refused => 4,
@@ -408,6 +449,7 @@ pub async fn execute(cmd: &Command, now: SystemTime) -> Output {
         Command::Release(a) => act(&a.api, "release", &a.name, None, now).await,
         Command::Pins(a) => pins(a).await,
         Command::Approve(a) => approve(a).await,
+        Command::Update(a) => update(a).await,
     }
 }
 
@@ -624,6 +666,110 @@ async fn approve(a: &PinsArgs) -> Output {
         Exit::Ok,
         format!("{}: approved\n{}\n", a.name, approved.join("\n")),
     )
+}
+
+/// How often `update --wait` asks how the update goes.
+const UPDATE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+async fn update(a: &UpdateArgs) -> Output {
+    let (action, body) = match (&a.image, a.approve, a.abort) {
+        (Some(image), _, _) => ("update", Some(json!({ "image": image }))),
+        (None, true, _) => ("update/approve", None),
+        (None, _, true) => ("update/abort", None),
+        (None, false, false) => {
+            return match with_client(&a.api, async |c| c.update(&a.name).await).await {
+                Ok(v) => show_update(a, &v, false),
+                Err(e) => Output::failed(&e, false),
+            };
+        }
+    };
+    let started = match with_client(&a.api, async |c| c.act(action, &a.name, body).await).await {
+        Ok(v) => v,
+        Err(e) => return Output::failed(&e, true),
+    };
+    if !a.wait {
+        return show_update(a, &started, false);
+    }
+    let id = started.pointer("/update/id").cloned();
+    loop {
+        tokio::time::sleep(UPDATE_POLL).await;
+        let now = match with_client(&a.api, async |c| c.update(&a.name).await).await {
+            Ok(v) => v,
+            Err(e) => return Output::failed(&e, false),
+        };
+        let same = now.pointer("/update/id").cloned() == id;
+        let phase = now.pointer("/update/state").and_then(Value::as_str);
+        if same && matches!(phase, Some("succeeded" | "rolled_back")) {
+            return show_update(a, &now, true);
+        }
+    }
+}
+
+/// An update answer as lines (or JSON with --json); with `waited`, a
+/// rollback is exit 1.
+fn show_update(a: &UpdateArgs, value: &Value, waited: bool) -> Output {
+    let Some(u) = value.get("update").filter(|u| !u.is_null()) else {
+        return Output::ok(Exit::Ok, format!("{}: no update yet\n", a.name));
+    };
+    let text = |k: &str| u.get(k).and_then(Value::as_str).unwrap_or("?");
+    let spec = |k: &str| {
+        u.get(k)
+            .map(|s| {
+                s.get("image").and_then(Value::as_str).map_or_else(
+                    || {
+                        std::iter::once(s.get("command").and_then(Value::as_str).unwrap_or(""))
+                            .chain(
+                                s.get("args")
+                                    .and_then(Value::as_array)
+                                    .into_iter()
+                                    .flatten()
+                                    .filter_map(Value::as_str),
+                            )
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    },
+                    str::to_owned,
+                )
+            })
+            .unwrap_or_default()
+    };
+    let exit = if waited && text("state") == "rolled_back" {
+        Exit::RolledBack
+    } else {
+        Exit::Ok
+    };
+    if a.api.json {
+        return Output::ok(exit, pretty(value));
+    }
+    let mut out = format!(
+        "{}: update {} {} → {} ({}, {}) by {}: {}\n",
+        a.name,
+        text("id"),
+        spec("from"),
+        spec("to"),
+        text("strategy"),
+        text("started_at"),
+        text("principal"),
+        text("state")
+    );
+    if let Some(reason) = u.get("reason").and_then(Value::as_str) {
+        out.push_str(&format!("  reason: {reason}\n"));
+    }
+    for kind in ["tools", "prompts", "resource_templates"] {
+        for change in ["added", "removed", "changed"] {
+            let names: Vec<&str> = u
+                .pointer(&format!("/diff/{kind}/{change}"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !names.is_empty() {
+                out.push_str(&format!("  {kind} {change}: {}\n", names.join(", ")));
+            }
+        }
+    }
+    Output::ok(exit, out)
 }
 
 fn bad_answer(api: &str, reason: &str) -> ClientError {

@@ -174,6 +174,9 @@ pub struct BackendConfig {
     pub restart: RestartPolicy,
     /// `[backends.pin]` over `[pin]`.
     pub pin: super::pin::PinConfig,
+    /// `[backends.update]`, when the backend has one: an edit of what it
+    /// runs is then rolled out as an update (`app::rollouts`).
+    pub update: Option<super::update::UpdatePolicy>,
     /// `forward_auth` (http): each client session gets its own backend
     /// connection carrying that client's `Authorization` header, and its
     /// own catalog of this backend; Vigil never talks MCP to it with
@@ -258,6 +261,7 @@ impl Problems {
             b.restart.clone(),
         );
         let pin = self.pin(&format!("{at}.pin"), &defaults.pin, b.pin.clone());
+        let update = b.update.clone().map(|u| self.update(at, u));
         let session_idle =
             self.duration(&format!("{at}.session_idle"), b.session_idle.clone(), "10m");
         if session_idle.is_zero() {
@@ -463,6 +467,9 @@ impl Problems {
             }
         };
         let roots = self.roots(at, &b.roots);
+        if let Some(u) = &update {
+            self.update_fits(at, u, &runtime);
+        }
         (self.0.len() == before).then_some(BackendConfig {
             name,
             transport,
@@ -472,6 +479,7 @@ impl Problems {
             health,
             restart,
             pin,
+            update,
             forward_auth,
             passthrough,
             token_exchange,

@@ -14,6 +14,9 @@ pub enum Change {
     Kept,
     /// Same name, another config: replaced.
     Changed,
+    /// Same name, with `[backends.update]`, and only what it runs differs
+    /// (image, command, arguments, environment): rolled out as an update.
+    Updated,
     /// A name the running config does not have.
     Added,
 }
@@ -34,6 +37,9 @@ impl BackendDiff {
             .iter()
             .map(|cfg| match running.iter().find(|r| r.name == cfg.name) {
                 Some(r) if **r == *cfg => Change::Kept,
+                Some(r) if cfg.update.is_some() && only_what_runs_differs(r, cfg) => {
+                    Change::Updated
+                }
                 Some(_) => Change::Changed,
                 None => Change::Added,
             })
@@ -45,6 +51,33 @@ impl BackendDiff {
             .collect();
         Self { entries, removed }
     }
+}
+
+/// Whether `a` and `b` differ in what they run only: a stdio backend's
+/// command, arguments, environment and directory, a container's image,
+/// command, arguments and environment.
+pub fn only_what_runs_differs(a: &BackendConfig, b: &BackendConfig) -> bool {
+    a != b && *a == with_what_runs(b, a)
+}
+
+/// `cfg` running what `from` runs (everything else `cfg`'s).
+pub fn with_what_runs(cfg: &BackendConfig, from: &BackendConfig) -> BackendConfig {
+    use super::{RuntimeKind, Transport};
+    let mut out = cfg.clone();
+    if let (Transport::Stdio { .. }, Transport::Stdio { .. }) = (&out.transport, &from.transport) {
+        out.transport = from.transport.clone();
+    }
+    if let (RuntimeKind::Container(to), RuntimeKind::Container(spec)) =
+        (&mut out.runtime, &from.runtime)
+    {
+        to.image = spec.image.clone();
+        to.command = spec.command.clone();
+        to.args = spec.args.clone();
+        to.env = spec.env.clone();
+    }
+    // What `${NAME}` references took: they follow what runs.
+    out.substituted = from.substituted.clone();
+    out
 }
 
 /// The keys of `next` that differ from `running` and that a running
@@ -193,6 +226,32 @@ mod tests {
                 removed: vec!["b".into()],
             }
         );
+    }
+
+    #[test]
+    fn a_backend_with_an_update_table_is_updated_when_only_what_it_runs_changed() {
+        let stdio = |command: &str, timeout: &str| {
+            format!(
+                "[[backends]]\nname = \"a\"\ntransport = \"stdio\"\ncommand = \"{command}\"\nrequest_timeout = \"{timeout}\"\n[backends.update]\nbake = \"1s\""
+            )
+        };
+        let running = config(&base(&stdio("x", "5s")));
+        let running: Vec<&BackendConfig> = running.backends.iter().collect();
+        let diff = |next: &str| BackendDiff::of(&running, &config(&base(next)).backends).entries;
+        assert_eq!(diff(&stdio("y", "5s")), vec![Change::Updated]);
+        // Anything else changed with it: replaced, as without the table.
+        assert_eq!(diff(&stdio("y", "6s")), vec![Change::Changed]);
+        assert_eq!(diff(&stdio("x", "5s")), vec![Change::Kept]);
+        let container = |image: &str, port: u16| {
+            format!(
+                "[[backends]]\nname = \"a\"\ntransport = \"http\"\nruntime = \"container\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nimage = \"{image}\"\nport = {port}\n[backends.update]"
+            )
+        };
+        let running = config(&base(&container("i:1", 9000)));
+        let running: Vec<&BackendConfig> = running.backends.iter().collect();
+        let diff = |next: &str| BackendDiff::of(&running, &config(&base(next)).backends).entries;
+        assert_eq!(diff(&container("i:2", 9000)), vec![Change::Updated]);
+        assert_eq!(diff(&container("i:2", 9001)), vec![Change::Changed]);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod raw;
 mod store;
 mod telemetry;
 mod token_strength;
+mod update;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
 pub use oauth::{Introspection, OAuthConfig, TokenExchange};
 pub use pin::{FirstSeen, OnChange, PinConfig};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
+pub use update::{OnCatalogChange, Strategy, UpdatePolicy};
 
 /// The file in `data_dir` holding the key that seals MCP session ids
 /// (`cluster::key`), and the name it is written under before it is put in

@@ -155,6 +155,7 @@ pub struct RawBackend {
     pub health: Option<RawHealth>,
     pub restart: Option<RawRestart>,
     pub pin: Option<super::pin::RawPin>,
+    pub update: Option<super::update::RawUpdate>,
     #[serde(default)]
     pub probes: Vec<toml::Table>,
     #[serde(default)]

@@ -67,6 +67,9 @@ pub enum Input {
     OperatorRelease {
         principal: String,
     },
+    /// A new version, started and judged ready while another served, is
+    /// promoted to serve (`updating → running`, leaving any quarantine).
+    Promoted(String),
 }
 
 /// What the supervisor must do next.
@@ -252,6 +255,19 @@ impl Machine {
                 );
                 out.action = Some(Action::Stop);
             }
+            Input::Promoted(reason) => {
+                if self.state != HealthState::Updating {
+                    return Err(Refused(format!(
+                        "backend '{}' is not updating (it is {})",
+                        self.backend, self.state
+                    )));
+                }
+                self.quarantine_reason = None;
+                self.consecutive_failures = 0;
+                self.probe_failures = 0;
+                self.next_retry_at = None;
+                self.go(&mut out, HealthState::Running, reason, now);
+            }
             Input::OperatorRelease { principal } => {
                 if self.state != HealthState::Quarantined {
                     return Err(Refused(format!(
@@ -360,6 +376,16 @@ impl Machine {
                 at: now,
             });
         }
+    }
+
+    /// A machine for a new version started beside the one serving: it is
+    /// `updating` (never advertised, never restarted: a failure stops it)
+    /// until [`Input::Promoted`]. No transition: the rollout records the
+    /// update's own.
+    pub fn begin_update(&mut self, reason: String, restart_count: u64) {
+        self.state = HealthState::Updating;
+        self.reason = reason;
+        self.restart_count = restart_count;
     }
 
     /// Restores persisted counters (and quarantine) at gateway start.

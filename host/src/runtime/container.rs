@@ -84,6 +84,11 @@ pub struct ContainerRuntime {
     spec: ContainerSpec,
     url: String,
     headers: BTreeMap<String, String>,
+    /// The host port `spec.port` is published on: the same number, but
+    /// another for a candidate ([`ContainerRuntime::candidate`]).
+    host_port: Option<u16>,
+    /// Set on a candidate: the label value that marks it as one.
+    candidate: Option<String>,
     /// Engine address given explicitly; `None` reads `DOCKER_HOST` at connect time.
     docker_host: Option<String>,
     /// The connected client, once a connection succeeded.
@@ -110,12 +115,80 @@ impl ContainerRuntime {
         Self {
             backend: backend.to_owned(),
             container: format!("vigil-{backend}"),
+            host_port: spec.port,
             spec,
             url,
             headers,
+            candidate: None,
             docker_host: None,
             client: Mutex::new(None),
         }
+    }
+
+    /// A runtime for a new version of `backend` started beside the one
+    /// serving (a blue-green update): its container is `vigil-NAME-TAG`,
+    /// labelled `vigil.candidate=TAG`, and publishes `spec.port` on
+    /// `host_port` instead, where `url` (already pointing there) reaches
+    /// it. Stray candidates are removed by [`ContainerRuntime::sweep`].
+    pub fn candidate(
+        backend: &str,
+        spec: ContainerSpec,
+        url: String,
+        headers: BTreeMap<String, String>,
+        tag: &str,
+        host_port: u16,
+    ) -> Self {
+        Self {
+            container: format!("vigil-{backend}-{tag}"),
+            host_port: Some(host_port),
+            candidate: Some(tag.to_owned()),
+            ..Self::new(backend, spec, url, headers)
+        }
+    }
+
+    /// Force-removes every candidate container of this backend (what an
+    /// update interrupted by a stop of Vigil left running); their names.
+    pub async fn sweep(&self) -> Result<Vec<String>, RuntimeError> {
+        let docker = self.docker().await?;
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                format!("vigil.backend={}", self.backend),
+                CANDIDATE_LABEL.to_owned(),
+            ],
+        )]);
+        let options = bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let found = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| self.call_error("listing candidates of", e, false))?;
+        let mut removed = Vec::new();
+        for c in found {
+            let Some(id) = c.id else { continue };
+            let name = c
+                .names
+                .and_then(|n| n.into_iter().next())
+                .map(|n| n.trim_start_matches('/').to_owned())
+                .unwrap_or_else(|| short(&id).to_owned());
+            let options = RemoveContainerOptions {
+                force: true,
+                v: true,
+                ..Default::default()
+            };
+            match docker.remove_container(&id, Some(options)).await {
+                Ok(())
+                | Err(EngineError::DockerResponseServerError {
+                    status_code: 404 | 409,
+                    ..
+                }) => removed.push(name),
+                Err(e) => return Err(self.call_error("removing", e, true)),
+            }
+        }
+        Ok(removed)
     }
 
     /// Uses this engine address instead of `DOCKER_HOST`
@@ -206,6 +279,9 @@ impl ContainerRuntime {
         labels.insert("vigil.backend".to_owned(), self.backend.clone());
         labels.insert("vigil.managed".to_owned(), "true".to_owned());
         labels.insert(SPEC_LABEL.to_owned(), spec_digest(spec));
+        if let Some(tag) = &self.candidate {
+            labels.insert(CANDIDATE_LABEL.to_owned(), tag.clone());
+        }
 
         let host_network = spec.network.as_deref() == Some("host");
         let (exposed_ports, port_bindings) = match spec.port {
@@ -213,7 +289,7 @@ impl ContainerRuntime {
                 let key = format!("{port}/tcp");
                 let binding = PortBinding {
                     host_ip: Some("127.0.0.1".to_owned()),
-                    host_port: Some(port.to_string()),
+                    host_port: Some(self.host_port.unwrap_or(port).to_string()),
                 };
                 (
                     Some(vec![key.clone()]),
@@ -433,6 +509,10 @@ impl ContainerRuntime {
 /// replica taking over supervision adopts a running container only if it
 /// is this configuration's ([`spec_digest`]).
 const SPEC_LABEL: &str = "vigil.spec";
+
+/// The label of a candidate container (a new version started beside the
+/// one serving); its value is the update's tag.
+const CANDIDATE_LABEL: &str = "vigil.candidate";
 
 /// A digest of what a container is made from (image, entrypoint,
 /// arguments, environment, labels, port, network): hex SHA-256, 32

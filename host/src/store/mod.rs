@@ -262,6 +262,26 @@ pub trait PinStore: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
 }
 
+/// The updates of backends (`app::rollouts`): each recorded when it
+/// starts and again at each phase, so a Vigil restarted in the middle of
+/// one finds it and resolves it.
+#[async_trait]
+pub trait UpdateStore: Send + Sync + 'static {
+    /// Records `update`: a new one, or the next phase of one recorded
+    /// (same backend and id), replacing it.
+    async fn save_update(&self, update: &crate::rollout::UpdateRecord) -> Result<(), StoreError>;
+    /// The newest `limit` updates of `backend`, newest first (rows that
+    /// cannot be read are skipped, and count towards `limit`).
+    async fn updates(
+        &self,
+        backend: &str,
+        limit: usize,
+    ) -> Result<Rows<crate::rollout::UpdateRecord>, StoreError>;
+    /// Every update that has not ended, oldest first: what a Vigil that
+    /// stopped during an update left.
+    async fn unfinished_updates(&self) -> Result<Rows<crate::rollout::UpdateRecord>, StoreError>;
+}
+
 /// The state store, one handle per concern: what [`open`] returns and what
 /// the gateway and the control API are given. Cheap to clone.
 ///
@@ -274,6 +294,7 @@ pub struct Stores {
     pub calls: Arc<dyn CallStore>,
     pub actions: Arc<dyn ActionLog>,
     pub pins: Arc<dyn PinStore>,
+    pub updates: Arc<dyn UpdateStore>,
     /// The PostgreSQL store behind all of them, when it is one several
     /// replicas share (`cluster::postgres` builds on it).
     pub shared: Option<postgres::PostgresStore>,
@@ -281,12 +302,15 @@ pub struct Stores {
 
 impl Stores {
     /// One implementation of every concern, serving all three.
-    pub fn of<S: HealthStore + CallStore + ActionLog + PinStore>(store: Arc<S>) -> Stores {
+    pub fn of<S: HealthStore + CallStore + ActionLog + PinStore + UpdateStore>(
+        store: Arc<S>,
+    ) -> Stores {
         Stores {
             health: store.clone(),
             calls: store.clone(),
             actions: store.clone(),
-            pins: store,
+            pins: store.clone(),
+            updates: store,
             shared: None,
         }
     }

@@ -94,12 +94,13 @@ use super::StoreErrorKind;
 use super::read::{self, Stored, sql_int};
 use super::{
     ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, PinRecord,
-    PinStore, Rows, StoreError,
+    PinStore, Rows, StoreError, UpdateStore,
 };
 use crate::audit::{CallQuery, CallRecord, StoredCall};
 use crate::catalog::digest::Digest;
 use crate::catalog::pin::PinKey;
 use crate::health::{Transition, unix_ms};
+use crate::rollout::UpdateRecord;
 
 pub use schema::MIGRATIONS;
 
@@ -528,6 +529,62 @@ impl PinStore for PostgresStore {
             tx.commit().await
         };
         write.await.map_err(|e| self.failed(e))
+    }
+}
+
+#[async_trait]
+impl UpdateStore for PostgresStore {
+    async fn save_update(&self, update: &UpdateRecord) -> Result<(), StoreError> {
+        let record = super::sqlite::update_json(update)?;
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO updates (backend, id, phase, started_at, record)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (backend, id) DO UPDATE SET
+                     phase = EXCLUDED.phase,
+                     record = EXCLUDED.record",
+                &[
+                    &update.backend,
+                    &update.id,
+                    &update.phase.as_str(),
+                    &unix_ms::to_ms(update.started_at),
+                    &record,
+                ],
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| self.failed(e))
+    }
+
+    async fn updates(&self, backend: &str, limit: usize) -> Result<Rows<UpdateRecord>, StoreError> {
+        let client = self.client().await?;
+        let found = client
+            .query(
+                &format!(
+                    "SELECT {} FROM updates WHERE backend = $1 ORDER BY started_at DESC, id DESC LIMIT $2",
+                    UpdateRecord::COLUMNS
+                ),
+                &[&backend, &sql_int(limit)],
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        rows::<UpdateRecord>(found).map_err(|e| self.failed(e))
+    }
+
+    async fn unfinished_updates(&self) -> Result<Rows<UpdateRecord>, StoreError> {
+        let client = self.client().await?;
+        let found = client
+            .query(
+                &format!(
+                    "SELECT {} FROM updates WHERE phase NOT IN ('succeeded', 'rolled_back') ORDER BY started_at, id",
+                    UpdateRecord::COLUMNS
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        rows::<UpdateRecord>(found).map_err(|e| self.failed(e))
     }
 }
 

@@ -106,6 +106,27 @@ impl Stored for super::PinRecord {
     }
 }
 
+impl Stored for crate::rollout::UpdateRecord {
+    const COLUMNS: &'static str = "backend, id, record";
+
+    fn read<R: StoredRow>(row: &R) -> Result<Self, Unread<R::Error>> {
+        let text = row.text(2)?;
+        serde_json::from_str(&text).map_err(|_| Unread::Value {
+            column: "record",
+            value: text.chars().take(200).collect(),
+            why: "not an update record this build reads",
+        })
+    }
+
+    fn which<R: StoredRow>(row: &R) -> SkippedRow {
+        SkippedRow {
+            table: "updates",
+            backend: row.text(0).ok(),
+            ..SkippedRow::default()
+        }
+    }
+}
+
 impl Stored for Transition {
     const COLUMNS: &'static str = "backend, from_state, to_state, reason, at, id";
 

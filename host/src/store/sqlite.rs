@@ -62,13 +62,14 @@ use rusqlite::{Connection, ErrorCode, Row, TransactionBehavior, params};
 use super::read::{self, Stored, sql_int};
 use super::{
     ActionLog, AuditEntry, CallStore, HealthStore, HealthWrite, InstanceRecord, PinRecord,
-    PinStore, Rows, StoreError, StoreErrorKind,
+    PinStore, Rows, StoreError, StoreErrorKind, UpdateStore,
 };
 use crate::audit::{CallQuery, CallRecord, StoredCall};
 use crate::catalog::digest::Digest;
 use crate::catalog::pin::PinKey;
 use crate::health::{Transition, unix_ms};
 use crate::private_fs::{self, Kind, Loose, Outcome};
+use crate::rollout::UpdateRecord;
 
 /// The database's file name inside the data directory.
 pub const FILE_NAME: &str = "vigil.db";
@@ -140,6 +141,17 @@ const MIGRATIONS: &[&str] = &[
          approved_at INTEGER NOT NULL,
          PRIMARY KEY (backend, kind, name)
      ) STRICT;",
+    // 5: updates of backends (`app::rollouts`): the record as JSON, and
+    // what it is found by.
+    "CREATE TABLE updates (
+         backend    TEXT    NOT NULL,
+         id         TEXT    NOT NULL,
+         phase      TEXT    NOT NULL,
+         started_at INTEGER NOT NULL,
+         record     TEXT    NOT NULL,
+         PRIMARY KEY (backend, id)
+     ) STRICT;
+     CREATE INDEX updates_phase ON updates (phase);",
 ];
 
 /// The embedded store, serving [`HealthStore`], [`CallStore`] and
@@ -382,6 +394,75 @@ impl PinStore for SqliteStore {
         })
         .await
     }
+}
+
+#[async_trait]
+impl UpdateStore for SqliteStore {
+    async fn save_update(&self, update: &UpdateRecord) -> Result<(), StoreError> {
+        let record = update_json(update)?;
+        let (backend, id, phase, at) = (
+            update.backend.clone(),
+            update.id.clone(),
+            update.phase.as_str(),
+            unix_ms::to_ms(update.started_at),
+        );
+        self.blocking(move |db| {
+            db.conn()
+                .prepare_cached(
+                    "INSERT INTO updates (backend, id, phase, started_at, record)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (backend, id) DO UPDATE SET
+                         phase = excluded.phase,
+                         record = excluded.record",
+                )?
+                .execute(params![backend, id, phase, at, record])
+                .map(|_| ())
+        })
+        .await
+    }
+
+    async fn updates(&self, backend: &str, limit: usize) -> Result<Rows<UpdateRecord>, StoreError> {
+        let backend = backend.to_owned();
+        self.blocking(move |db| {
+            let conn = db.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {} FROM updates WHERE backend = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2",
+                UpdateRecord::COLUMNS
+            ))?;
+            let mut rows = stmt.query(params![backend, sql_int(limit)])?;
+            let mut out = Rows::default();
+            while let Some(row) = rows.next()? {
+                out.push(row)?;
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn unfinished_updates(&self) -> Result<Rows<UpdateRecord>, StoreError> {
+        self.blocking(move |db| {
+            let conn = db.conn();
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {} FROM updates WHERE phase NOT IN ('succeeded', 'rolled_back') ORDER BY started_at, id",
+                UpdateRecord::COLUMNS
+            ))?;
+            let mut rows = stmt.query([])?;
+            let mut out = Rows::default();
+            while let Some(row) = rows.next()? {
+                out.push(row)?;
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// An update record as stored (JSON text).
+pub(super) fn update_json(update: &UpdateRecord) -> Result<String, StoreError> {
+    serde_json::to_string(update).map_err(|e| {
+        StoreError::new(StoreErrorKind::Other, e)
+            .context(format!("writing the update record of {}", update.backend))
+    })
 }
 
 // === statements ===

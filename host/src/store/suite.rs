@@ -43,6 +43,7 @@ macro_rules! store_suite {
             call_ids_keep_growing_across_batches,
             prune_deletes_only_calls_older_than_the_cutoff,
             approvals_round_trip_replace_older_digests_and_survive_reopening,
+            updates_are_saved_by_phase_listed_newest_first_and_unfinished_found,
         );
     };
     ($fixture:expr) => {
@@ -543,4 +544,87 @@ pub(crate) async fn approvals_round_trip_replace_older_digests_and_survive_reope
     ];
     want.sort_by(|a, b| (a.1.as_str(), &a.2).cmp(&(b.1.as_str(), &b.2)));
     assert_eq!(got, want, "the newer digest of the tool replaced the older");
+}
+
+pub(crate) async fn updates_are_saved_by_phase_listed_newest_first_and_unfinished_found(
+    f: &impl Fixture,
+) {
+    use crate::rollout::{Phase, Spec, UpdateRecord};
+    let update = |backend: &str, n: u64, phase: Phase| UpdateRecord {
+        id: format!("u{n}"),
+        backend: backend.into(),
+        strategy: "blue-green".into(),
+        from: Spec {
+            image: Some(format!("i:{}", n - 1)),
+            ..Spec::default()
+        },
+        to: Spec {
+            image: Some(format!("i:{n}")),
+            ..Spec::default()
+        },
+        phase,
+        reason: None,
+        diff: None,
+        principal: "alice".into(),
+        approved_by: None,
+        declared: None,
+        started_at: at(n * 1000),
+        ended_at: phase.is_final().then(|| at(n * 1000 + 500)),
+    };
+    let s = f.open().await;
+    assert!(
+        s.updates
+            .unfinished_updates()
+            .await
+            .unwrap()
+            .rows
+            .is_empty()
+    );
+    s.updates
+        .save_update(&update("svc", 1, Phase::Starting))
+        .await
+        .unwrap();
+    s.updates
+        .save_update(&update("svc", 1, Phase::Succeeded))
+        .await
+        .unwrap();
+    s.updates
+        .save_update(&update("svc", 2, Phase::Held))
+        .await
+        .unwrap();
+    s.updates
+        .save_update(&update("other", 3, Phase::Baking))
+        .await
+        .unwrap();
+    let reopened = f.open().await;
+    let svc = reopened.updates.updates("svc", 10).await.unwrap();
+    assert!(svc.skipped.is_empty());
+    assert_eq!(
+        svc.rows,
+        vec![
+            update("svc", 2, Phase::Held),
+            update("svc", 1, Phase::Succeeded)
+        ],
+        "newest first; the later phase replaced the earlier"
+    );
+    assert_eq!(
+        reopened.updates.updates("svc", 1).await.unwrap().rows.len(),
+        1
+    );
+    let open: Vec<(String, String)> = reopened
+        .updates
+        .unfinished_updates()
+        .await
+        .unwrap()
+        .rows
+        .into_iter()
+        .map(|u| (u.backend, u.id))
+        .collect();
+    assert_eq!(
+        open,
+        [
+            ("svc".to_owned(), "u2".to_owned()),
+            ("other".to_owned(), "u3".to_owned())
+        ]
+    );
 }

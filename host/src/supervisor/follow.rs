@@ -66,7 +66,7 @@ impl Supervisor {
                 match self.follow_connect().await {
                     Ok((f, catalog)) => {
                         self.backend
-                            .instance_up(Some("followed".into()), f.conn.clone());
+                            .instance_up(Some("followed".into()), f.conn.clone(), None);
                         self.listed = Some(catalog.clone());
                         let _ = self.report(self.machine.state, Some(catalog));
                         reported = Some(self.machine.state);

@@ -26,6 +26,7 @@
 //! it. A replica-local backend (a process) has a lease of its own on
 //! each replica, and its records are named `NAME.REPLICA`.
 
+mod candidate;
 mod follow;
 mod plugin_probes;
 mod probe;
@@ -34,6 +35,7 @@ mod start;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+pub use candidate::Candidate;
 use start::StartFailure;
 
 use tokio::sync::{mpsc, oneshot};
@@ -64,6 +66,9 @@ enum Phase {
     Wait(Instant),
     /// Stay down until an operator acts (quarantine without re-probe).
     Idle,
+    /// Serve the instance an update started and promoted
+    /// ([`Candidate::promote`]).
+    Handed,
 }
 
 /// Where the supervisor reports.
@@ -133,6 +138,8 @@ pub struct Supervisor {
     plugin_probes: plugin_probes::PluginProbes,
     /// The last built-in probe's degraded reason, folded with plugin results.
     builtin_degraded: Option<String>,
+    /// An instance an update started and promoted, to serve first.
+    handed: Option<(Option<Arc<Connection>>, start::Instance, BackendCatalog)>,
 }
 
 /// Least time between two probes triggered by a broken event stream.
@@ -147,6 +154,11 @@ const STREAM_BREAK_GRACE: Duration = Duration::from_millis(500);
 impl Supervisor {
     pub fn backend_name(&self) -> &Arc<str> {
         &self.backend.name
+    }
+
+    /// The backend it supervises.
+    pub fn backend_arc(&self) -> Arc<Backend> {
+        self.backend.clone()
     }
 
     pub fn new(
@@ -197,6 +209,7 @@ impl Supervisor {
             listed: None,
             plugin_probes,
             builtin_degraded: None,
+            handed: None,
         };
         s.publish_status();
         s
@@ -279,7 +292,9 @@ impl Supervisor {
         shutdown: &CancellationToken,
         first: bool,
     ) {
-        let mut phase = if self.machine.state == HealthState::Quarantined {
+        let mut phase = if self.handed.is_some() {
+            Phase::Handed
+        } else if self.machine.state == HealthState::Quarantined {
             if first {
                 tracing::warn!(backend = %self.backend.name, reason = ?self.machine.quarantine_reason, "still quarantined from before the restart");
             }
@@ -314,6 +329,18 @@ impl Supervisor {
                     _ = shutdown.cancelled() => return,
                     Some((cmd, reply)) = commands.recv() => self.command(cmd, reply).await.unwrap_or(Phase::Idle),
                 },
+                Phase::Handed => {
+                    let Some((conn, instance, catalog)) = self.handed.take() else {
+                        continue;
+                    };
+                    self.listed = Some(catalog.clone());
+                    let _ = self.report(self.machine.state, Some(catalog));
+                    tracing::info!(backend = %self.backend.name, instance = %instance.id, "serving the new version");
+                    match self.serve(conn, instance.exited, commands, shutdown).await {
+                        Some(next) => next,
+                        None => return,
+                    }
+                }
             };
         }
     }
@@ -376,8 +403,11 @@ impl Supervisor {
             }
             Ok(Some((conn, instance, catalog))) => {
                 let conn = conn.map(Arc::new);
-                self.backend
-                    .instance_up(Some(instance.id.clone()), conn.clone());
+                self.backend.instance_up(
+                    Some(instance.id.clone()),
+                    conn.clone(),
+                    instance.url.clone(),
+                );
                 self.listed = Some(catalog.clone());
                 // The catalog first (known, not yet shown), then the state
                 // change that shows it: the gateway never sees a serving
@@ -660,9 +690,14 @@ impl Supervisor {
         }
     }
 
-    /// Reports a step: status, log, event bus, store, gateway.
+    /// Reports a step: status, log, event bus, store, gateway. A backend
+    /// an update replaced (kept for its drain and bake) records nothing:
+    /// its name is the new version's now.
     fn after_step(&mut self, step: &Step) {
         self.publish_status();
+        if self.backend.retired() {
+            return;
+        }
         for t in &step.transitions {
             tracing::info!(backend = %t.backend, from = %t.from, to = %t.to, reason = %t.reason, "health transition");
             crate::metrics::get().transition(&t.backend, t.to.as_str());

@@ -39,6 +39,8 @@ impl Supervisor {
         let t0 = Instant::now();
         let answer = match (conn, &self.backend.config.transport) {
             (None, Transport::Http { url, headers, .. }) => {
+                let serving = self.backend.serving();
+                let url = serving.url().unwrap_or(url);
                 reach(&self.backend.name, url, headers, health.timeout)
                     .await
                     .map(|_| ())

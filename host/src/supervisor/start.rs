@@ -28,6 +28,9 @@ use crate::runtime::{Endpoint, Exit, Runtime, RuntimeError, Started};
 pub(super) struct Instance {
     pub(super) exited: oneshot::Receiver<Exit>,
     pub(super) id: String,
+    /// Where it is reached over HTTP, when the runtime said (a candidate
+    /// container's URL differs from the configured one).
+    pub(super) url: Option<String>,
 }
 
 /// Why a start attempt failed.
@@ -90,6 +93,10 @@ impl Start {
             mut exited,
             id,
         } = started;
+        let url = match &endpoint {
+            Endpoint::Http { url, .. } => Some(url.clone()),
+            Endpoint::Stdio { .. } => None,
+        };
         let deadline = StartDeadline {
             at: Instant::now() + self.backend.connect_timeout(),
             connect_timeout: self.backend.connect_timeout(),
@@ -122,7 +129,11 @@ impl Start {
             }
         };
         let Some(conn) = conn else {
-            return Ok((None, Instance { exited, id }, BackendCatalog::default()));
+            return Ok((
+                None,
+                Instance { exited, id, url },
+                BackendCatalog::default(),
+            ));
         };
         let catalog = match conn.list_first(deadline).await {
             Ok(c) => c,
@@ -135,7 +146,7 @@ impl Start {
                 });
             }
         };
-        Ok((Some(conn), Instance { exited, id }, catalog))
+        Ok((Some(conn), Instance { exited, id, url }, catalog))
     }
 
     /// Stops the instance that failed to come up, if it is this replica's

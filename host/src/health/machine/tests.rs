@@ -288,3 +288,45 @@ fn restored_quarantine_holds() {
     let s = m.step(Input::Starting, t(1), 0.0).unwrap();
     assert!(s.transitions.is_empty());
 }
+
+#[test]
+fn a_new_version_is_updating_until_promoted_and_a_failure_stops_it() {
+    let mut m = Machine::new("b", policy(), 2, true, t(0));
+    m.begin_update("update to v2 started".into(), 4);
+    assert_eq!((m.state, m.restart_count), (Updating, 4));
+    // Probes judge a live instance only: an updating one is not.
+    let s = m
+        .step(Input::ProbeFailed("slow".into()), t(1), 0.0)
+        .unwrap();
+    assert_eq!((states(&s), s.action), (vec![], None));
+    let s = m
+        .step(Input::Promoted("updated to v2".into()), t(2), 0.0)
+        .unwrap();
+    assert_eq!(states(&s), vec![(Updating, Running)]);
+    assert_eq!(m.reason, "updated to v2");
+    // Only an updating machine is promoted.
+    assert!(m.step(Input::Promoted("again".into()), t(3), 0.0).is_err());
+
+    let mut m = Machine::new("b", policy(), 2, true, t(0));
+    m.begin_update("update to v2 started".into(), 0);
+    let s = m
+        .step(Input::Exited("exited with code 3".into()), t(1), 0.0)
+        .unwrap();
+    assert_eq!(
+        (states(&s), s.action, m.restart_count),
+        (vec![(Updating, Offline)], Some(Action::Stop), 0)
+    );
+}
+
+#[test]
+fn a_promotion_leaves_quarantine_behind() {
+    let mut m = Machine::new("b", policy(), 2, true, t(0));
+    m.restore(Quarantined, 3, 3, Some("3 consecutive failures".into()));
+    m.begin_update("update to v2 started".into(), 3);
+    m.step(Input::Promoted("updated to v2".into()), t(1), 0.0)
+        .unwrap();
+    assert_eq!(
+        (m.state, m.quarantine_reason.clone(), m.consecutive_failures),
+        (Running, None, 0)
+    );
+}

@@ -134,6 +134,17 @@ pub const MIGRATIONS: &[&str] = &[
          approved_at bigint NOT NULL,
          PRIMARY KEY (backend, kind, name)
      );",
+    // 7: updates of backends (`app::rollouts`): the record as JSON text,
+    // and what it is found by.
+    "CREATE TABLE updates (
+         backend    text   NOT NULL,
+         id         text   NOT NULL,
+         phase      text   NOT NULL,
+         started_at bigint NOT NULL,
+         record     text   NOT NULL,
+         PRIMARY KEY (backend, id)
+     );
+     CREATE INDEX updates_phase ON updates (phase);",
 ];
 
 /// Brings the schema up to date in one transaction, holding [`LOCK`]:
