@@ -528,6 +528,15 @@ class Gateways:
             pytest.fail("the new vigil could not listen on the ports of the one it replaced", pytrace=False)
         return again
 
+    def kill_and_serve_again(self, gw: Vigil) -> Vigil:
+        """SIGKILL `gw` (nothing of its shutdown runs), then serve the same config file again (same ports, same data_dir)."""
+        gw.proc.kill()
+        assert gw.api_port is not None
+        again = self._serve(gw.config_path, gw.port, gw.api_port, wait_for_api=True, env=None)
+        if again is None:
+            pytest.fail("the new vigil could not listen on the ports of the one it replaced", pytrace=False)
+        return again
+
     def serve_file(self, write: Callable[[int, int], Path], *, env: dict[str, str] | None = None) -> Vigil:
         """Serve a config the test wrote itself: `write(port, api_port)` writes it and returns its path."""
         for _attempt in range(3):

@@ -21,7 +21,11 @@ and the official Python SDK as the client:
   once, then the new release serves; one that exits at start is rolled
   back to v1;
 - a release that dies while it bakes is rolled back to the v1 container,
-  which ran all along.
+  which ran all along;
+- Vigil killed (SIGKILL) during an update and started again: exactly one
+  version runs, and the store says which (before the switch: the old one,
+  the update rolled back; while baking: the new one, kept over the
+  configured image).
 
 Container backends here publish their port (`port`), as blue-green needs:
 the new version runs beside the old on another host port. Each test's
@@ -583,3 +587,64 @@ async def test_a_release_that_dies_while_baking_is_rolled_back_to_the_v1_contain
         running = await serving(engine, box.name)
         assert [c["Id"] for c in running] == [old["Id"]], f"the v1 container should serve on: {short(running)}"
         assert await whoami(s, box) == "v1"
+
+
+# === 8. SIGKILL of Vigil during an update ===
+
+
+async def test_a_vigil_killed_before_the_switch_runs_the_old_version_and_records_the_rollback(
+    vigil: Gateways, engine: Engine, releases: dict[str, str], release_box: ReleaseBox
+) -> None:
+    box = release_box
+    v1, slow = releases["v1"], releases["v2-slow"]
+    gw = vigil([box.config(v1, update=QUICK)], api={"tokens": [OPERATOR]})
+    api = ControlApi(gw.api_base, OPERATOR["token"])
+    await api.wait_state(box.name, "running")
+    started = await start_update(api, box.name, slow)
+    # Both containers run: v1 serving, v2-slow starting (it listens 3 s on).
+    both = await poll(lambda: serving(engine, box.name), lambda cs: len(cs) == 2, "the candidate container running beside v1")
+    assert sorted(c["Image"] for c in both) == sorted([v1, slow]), short(both)
+    assert (await update_of(api, box.name))["state"] == "starting"
+
+    again = vigil.kill_and_serve_again(gw)
+    api = ControlApi(again.api_base, OPERATOR["token"])
+    await api.wait_state(box.name, "running")
+    running = await poll(lambda: serving(engine, box.name), lambda cs: len(cs) == 1, "exactly one container of the backend")
+    assert running[0]["Image"] == v1, short(running)
+    done = await update_of(api, box.name)
+    assert done is not None and done["id"] == started["id"], short(done)
+    assert done["state"] == "rolled_back" and "stopped during the update" in (done["reason"] or ""), short(done)
+    async with http_session(again.url) as s:
+        await wait_for_tools(s, box.tools("search"))
+        assert await whoami(s, box) == "v1"
+
+
+async def test_a_vigil_killed_while_the_new_version_bakes_runs_the_new_version_and_records_it(
+    vigil: Gateways, engine: Engine, releases: dict[str, str], release_box: ReleaseBox
+) -> None:
+    box = release_box
+    v1, v2 = releases["v1"], releases["v2"]
+    gw = vigil([box.config(v1, update={**QUICK, "bake": "5m"})], api={"tokens": [OPERATOR]})
+    api = ControlApi(gw.api_base, OPERATOR["token"])
+    await api.wait_state(box.name, "running")
+    started = await start_update(api, box.name, v2)
+    await wait_update(api, box.name, started["id"], "baking")
+    assert sorted(c["Image"] for c in await serving(engine, box.name)) == sorted([v1, v2])
+
+    again = vigil.kill_and_serve_again(gw)
+    api = ControlApi(again.api_base, OPERATOR["token"])
+    await api.wait_state(box.name, "running")
+    running = await poll(lambda: serving(engine, box.name), lambda cs: len(cs) == 1, "exactly one container of the backend")
+    assert running[0]["Image"] == v2, short(running)
+    done = await update_of(api, box.name)
+    assert done is not None and done["id"] == started["id"], short(done)
+    assert done["state"] == "succeeded" and "baking" in (done["reason"] or ""), short(done)
+    async with http_session(again.url) as s:
+        await wait_for_tools(s, box.tools("search", "summarize"))
+        assert await whoami(s, box) == "v2"
+    # The config still names v1: the image the update put in its place
+    # stays, across a restart, until the file names another.
+    again2 = vigil.serve_again(again)
+    async with http_session(again2.url) as s:
+        await wait_for_tools(s, box.tools("search", "summarize"))
+        assert await whoami(s, box) == "v2"
