@@ -77,7 +77,7 @@ impl App {
 
     /// The name `b`'s records have in the store (`NAME.REPLICA` for a
     /// replica-local backend among several replicas).
-    fn record_name(&self, b: &Backend) -> std::sync::Arc<str> {
+    pub(super) fn record_name(&self, b: &Backend) -> std::sync::Arc<str> {
         crate::supervisor::record_name(
             &b.name,
             matches!(b.config.runtime, crate::config::RuntimeKind::Process),

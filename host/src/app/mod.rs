@@ -162,7 +162,10 @@ impl App {
         let rollouts = rollouts::Rollouts::load(
             store.as_ref().map(|s| &s.updates),
             &config.backends,
-            cluster.is_none(),
+            cluster
+                .as_ref()
+                .map(|c| c.outlets.replica.to_string())
+                .as_deref(),
         )
         .await;
         let mut configs = config.backends.clone();

@@ -96,15 +96,25 @@ impl Rollouts {
     pub(super) async fn load(
         store: Option<&Arc<dyn UpdateStore>>,
         configs: &[BackendConfig],
-        alone: bool,
+        replica: Option<&str>,
     ) -> Rollouts {
+        let alone = replica.is_none();
         let rollouts = Rollouts::default();
         let Some(store) = store else {
             return rollouts;
         };
         match store.unfinished_updates().await {
             Ok(rows) => {
-                for mut u in rows.rows {
+                // Among several replicas, each resolves its own processes'
+                // (`NAME.REPLICA`); the others are theirs.
+                let own = |u: &UpdateRecord| {
+                    replica.is_none_or(|r| {
+                        u.backend
+                            .rsplit_once('.')
+                            .is_some_and(|(_, of)| of == r)
+                    })
+                };
+                for mut u in rows.rows.into_iter().filter(own) {
                     let (phase, reason) = if u.phase == Phase::Baking {
                         (
                             Phase::Succeeded,
@@ -227,10 +237,12 @@ impl App {
             .front
             .backend(name)
             .ok_or_else(|| UpdateError::NotFound(name.to_owned()))?;
-        if self.replicas.is_some() {
-            return Err(UpdateError::Invalid(
-                "updates through one of several replicas are not supported yet: run the update with one replica, or change the backend in every replica's config".into(),
-            ));
+        // A process runs on each replica, and each updates its own (a
+        // config edit on each); a container is shared by all of them.
+        if self.replicas.is_some() && !matches!(old.config.transport, Transport::Stdio { .. }) {
+            return Err(UpdateError::Invalid(format!(
+                "backend '{name}' is shared by several replicas: updating it through one of them is not supported yet; update it with one replica running"
+            )));
         }
         let (next, declared) = match target {
             Target::Image(image) => {
@@ -277,7 +289,9 @@ impl App {
         let now = SystemTime::now();
         let record = UpdateRecord {
             id: crate::rollout::record::new_id(now),
-            backend: name.to_owned(),
+            // Its name in the store: `NAME.REPLICA` for a replica's own
+            // process among several.
+            backend: self.record_name(&old).to_string(),
             strategy: policy.strategy.as_str().to_owned(),
             from: Spec::of(&old.config),
             to: Spec::of(&next),
@@ -390,9 +404,13 @@ impl App {
                 r.record.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             ));
         }
+        let record = self
+            .front
+            .backend(name)
+            .map_or_else(|| name.into(), |b| self.record_name(&b));
         match self.update_store() {
             Some(store) => store
-                .updates(name, 1)
+                .updates(&record, 1)
                 .await
                 .map(|rows| rows.rows.into_iter().next())
                 .map_err(|e| UpdateError::Store(e.to_string())),
@@ -585,11 +603,12 @@ impl Update {
                 _ => crate::runtime::for_backend(&self.next),
             };
         let reason = format!("update to {} starting", self.label());
+        let outlets = super::supervisors::leased(app.spawner.outlets.clone(), runtime.replica_local());
         let supervisor = Supervisor::for_update(
             b,
             runtime.clone(),
             stderr,
-            app.spawner.outlets.clone(),
+            outlets,
             app.sanitizer(),
             reason,
             self.old.status().restart_count,

@@ -79,6 +79,16 @@ impl Spawner {
     }
 }
 
+/// `outlets` for a supervisor of a runtime that is `replica_local` or
+/// not: each replica runs its own instance of a replica-local one, under
+/// a lease of its own.
+pub(super) fn leased(mut outlets: Outlets, replica_local: bool) -> Outlets {
+    if replica_local {
+        outlets.leases = Arc::new(crate::cluster::lease::LocalLeases);
+    }
+    outlets
+}
+
 impl App {
     /// The reason sanitizer every supervisor uses (it masks with Vigil's
     /// current secrets).
@@ -101,10 +111,7 @@ impl App {
     ) -> Supervisor {
         let (runtime, stderr) = crate::runtime::for_backend(&b.config);
         let local = runtime.replica_local();
-        if local {
-            // Each replica runs its own instance: its own lease.
-            outlets.leases = Arc::new(crate::cluster::lease::LocalLeases);
-        }
+        outlets = leased(outlets, local);
         let name = crate::supervisor::record_name(&b.name, local, outlets.cluster.as_ref());
         let record = saved.iter().find(|r| *r.backend == *name);
         Supervisor::new(

@@ -3,9 +3,12 @@
 //
 // Everything live comes from one stream, GET /api/v1/events (server-sent
 // events). EventSource cannot send an Authorization header, so the stream is
-// read with fetch() and parsed here. There is no polling: a `hello` event is
-// a full snapshot, later events are changes. Operator actions are plain POSTs
-// whose answer (the backend's new report) is applied at once.
+// read with fetch() and parsed here. A `hello` event is a full snapshot,
+// later events are changes. Operator actions are plain POSTs whose answer
+// (the backend's new report, or its update) is applied at once. The one
+// poll: a backend's update is read when a transition says one started or
+// ended, and every UPDATE_POLL_MS while it is in progress (its held and
+// baking phases make no transition).
 //
 // Sections: 1 state and helpers · 2 token · 3 stream and SSE parser ·
 // 4 event handlers · 5 backend cards · 6 summary and plugins ·
@@ -18,6 +21,14 @@
   const DEFAULT_RETRY_MS = 2000;
   const MAX_TIMELINE = 50; // transitions kept in the DOM per backend
   const DEFAULT_QUARANTINE_REASON = "from the dashboard"; // the API appends "(by <principal>)"
+  const UPDATE_POLL_MS = 1500; // how often an update in progress is read
+
+  // An update's states while it is in progress (the others are final).
+  const UPDATE_RUNNING = new Set(["starting", "held", "baking"]);
+
+  // Actions whose API path or button text is not their name.
+  const ACTION_PATH = { "approve-update": "update/approve", "abort-update": "update/abort" };
+  const ACTION_LABEL = { "approve-update": "approve update", "abort-update": "abort update" };
 
   // Which summary count each health state adds to.
   const BUCKET = {
@@ -320,6 +331,9 @@
       // hasOwn: a backend may be called "constructor".
       const recent = Object.hasOwn(transitions, report.name) ? transitions[report.name] : [];
       for (const t of recent) appendTransition(card, t);
+      // Only where an update shows: reading every backend's would cost a
+      // request per backend on every (re)connect.
+      if (report.state === "updating" || recent.some(touchesUpdate)) readUpdate(card);
       fragment.append(card.el);
     }
     el.backends.append(fragment);
@@ -332,7 +346,9 @@
   function onTransition({ transition, instance }) {
     if (instance) upsertReport(instance);
     const card = state.cards.get(transition.backend);
-    if (card) appendTransition(card, transition);
+    if (!card) return;
+    appendTransition(card, transition);
+    if (touchesUpdate(transition) || updateRunning(card.updateRecord)) readUpdate(card);
   }
 
   // What an operator should know (replicas serving another configuration,
@@ -353,6 +369,7 @@
   }
 
   function clearBackends() {
+    for (const card of state.cards.values()) forgetUpdate(card);
     state.reports.clear();
     state.cards.clear();
     state.counts = emptyCounts();
@@ -395,6 +412,16 @@
       withheldList: $(".withheld-list", root),
       withheldShown: null, // the count the list was read for
       withheldDigests: [], // what an approval names: the digests shown
+      update: $(".update", root),
+      updateTitle: $(".update-title", root),
+      updateOutcome: $(".update-outcome", root),
+      updateFrom: $(".update-from", root),
+      updateTo: $(".update-to", root),
+      updateMeta: $(".update-meta", root),
+      updateDiff: $(".update-diff", root),
+      updateRecord: null, // the update shown (GET …/update), if any
+      updateSeq: 0, // bumped per read or answer: only the latest is applied
+      updateTimer: null, // the next read while an update is in progress
       reason: $(".reason", root),
       actions: $(".actions", root),
       actionError: $(".action-error", root),
@@ -509,6 +536,162 @@
       // The next report reads it again.
       card.withheldShown = null;
     }
+  }
+
+  // === Updates (a new version of the backend, issue 33) ===
+
+  function touchesUpdate(t) {
+    return t.from === "updating" || t.to === "updating";
+  }
+
+  function updateRunning(u) {
+    return u != null && UPDATE_RUNNING.has(u.state);
+  }
+
+  // Reads the backend's update (the one in progress, else the last one)
+  // and shows it; while it is in progress, reads it again after
+  // UPDATE_POLL_MS. A read started later, or an action's answer, wins.
+  async function readUpdate(card) {
+    const seq = ++card.updateSeq;
+    clearTimeout(card.updateTimer);
+    card.updateTimer = null;
+    const current = () => seq === card.updateSeq && state.cards.get(card.name) === card;
+    let update;
+    try {
+      const url = `/api/v1/health/instances/${encodeURIComponent(card.name)}/update`;
+      const response = await fetch(url, { headers: authHeaders(), cache: "no-store" });
+      if (response.status === 401) return; // the stream asks for a token
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      ({ update } = await response.json());
+    } catch (err) {
+      // Keep what is shown; an update in progress is read again.
+      if (current() && updateRunning(card.updateRecord)) scheduleUpdateRead(card);
+      return;
+    }
+    if (current()) applyUpdate(card, update);
+  }
+
+  function scheduleUpdateRead(card) {
+    clearTimeout(card.updateTimer);
+    card.updateTimer = setTimeout(() => readUpdate(card), UPDATE_POLL_MS);
+  }
+
+  function applyUpdate(card, u) {
+    card.updateRecord = u || null;
+    renderUpdate(card, card.updateRecord);
+    renderActions(card, state.reports.get(card.name));
+    clearTimeout(card.updateTimer);
+    card.updateTimer = null;
+    if (updateRunning(u)) scheduleUpdateRead(card);
+  }
+
+  // The card is gone (a new hello, another token): no more reads for it.
+  function forgetUpdate(card) {
+    card.updateSeq += 1;
+    clearTimeout(card.updateTimer);
+    card.updateTimer = null;
+  }
+
+  // What a version runs, in the words of the API's `Spec`: the image, or
+  // the command line.
+  function commandLine(spec) {
+    return [spec.command, ...(spec.args || [])].filter((part) => part != null && part !== "").join(" ");
+  }
+
+  // Both versions' labels: the image (with the command line only when that
+  // is what changed), else the command line.
+  function versionLabels(from, to) {
+    const [a, b] = [commandLine(from), commandLine(to)];
+    const label = (spec, line) => {
+      if (!spec.image) return line || "—";
+      return a !== b && line ? `${spec.image} (${line})` : spec.image;
+    };
+    return [label(from, a), label(to, b)];
+  }
+
+  // What each state means, after its word.
+  function updateSentence(u) {
+    const operator = state.role === "operator";
+    switch (u.state) {
+      case "starting":
+        return u.approved_by
+          ? `starting: approved by ${u.approved_by}, switching to the new version`
+          : "starting: the new version is starting and being judged";
+      case "held":
+        return operator
+          ? "held: the new version changes or removes definitions; approve or abort the update"
+          : "held: the new version changes or removes definitions; waiting for an operator to approve or abort it";
+      case "baking":
+        return "baking: the new version serves; the old one is kept until the bake ends";
+      case "succeeded":
+        return "succeeded";
+      case "rolled_back":
+        return "rolled back";
+      default:
+        return u.state; // a state this page does not know (a newer gateway)
+    }
+  }
+
+  const DIFF_KINDS = [
+    ["tools", "tools"],
+    ["prompts", "prompts"],
+    ["resource_templates", "resource templates"],
+  ];
+
+  // One item per non-empty list: "tools changed: search".
+  function diffItems(diff) {
+    const items = [];
+    for (const [key, kind] of DIFF_KINDS) {
+      const changes = diff[key] || {};
+      for (const what of ["changed", "removed", "added"]) {
+        const names = changes[what] || [];
+        if (names.length > 0) items.push({ kind: key, what, text: `${kind} ${what}: ${names.join(", ")}` });
+      }
+    }
+    return items;
+  }
+
+  function renderUpdate(card, u) {
+    card.update.hidden = u == null;
+    if (u == null) {
+      delete card.update.dataset.update;
+      delete card.update.dataset.updateId;
+      renderDiff(card, null);
+      return;
+    }
+    const running = updateRunning(u);
+    card.update.dataset.update = u.state;
+    card.update.dataset.updateId = u.id;
+    setText(card.updateTitle, running ? "Update in progress" : "Last update");
+    const why = u.reason ? `: ${u.reason}` : "";
+    setText(card.updateOutcome, `${updateSentence(u)}${why}`);
+    const [from, to] = versionLabels(u.from || {}, u.to || {});
+    setText(card.updateFrom, from);
+    setText(card.updateTo, to);
+    const meta = [u.strategy, `started by ${u.principal} at ${formatClock(Date.parse(u.started_at))}`];
+    if (u.approved_by) meta.push(`approved by ${u.approved_by}`);
+    if (u.ended_at) meta.push(`ended at ${formatClock(Date.parse(u.ended_at))}`);
+    setText(card.updateMeta, meta.join(" · "));
+    card.updateMeta.title = `update ${u.id}${u.started_at ? `, started ${u.started_at}` : ""}`;
+    renderDiff(card, u.diff);
+  }
+
+  function renderDiff(card, diff) {
+    // No diff yet (not listed yet, or the old listing was unknown): no list.
+    const items = diff == null ? [] : diffItems(diff);
+    if (diff != null && items.length === 0) items.push({ kind: "", what: "none", text: "no catalog change" });
+    const key = items.map((i) => i.text).join("\n");
+    if (card.updateDiff.dataset.key === key) return; // unchanged: polled every UPDATE_POLL_MS
+    card.updateDiff.dataset.key = key;
+    card.updateDiff.replaceChildren(
+      ...items.map((i) => {
+        const li = document.createElement("li");
+        li.dataset.kind = i.kind;
+        li.dataset.change = i.what;
+        li.textContent = i.text;
+        return li;
+      }),
+    );
   }
 
   // The relative times of one card; also called by the 1 s tick.
@@ -626,18 +809,22 @@
 
   // === 7. Operator actions ===
 
-  // The buttons a report allows. Viewers get none: not even in the DOM.
-  function wantedActions(r) {
+  // The buttons a report (and the update shown) allows. Viewers get none:
+  // not even in the DOM.
+  function wantedActions(card, r) {
     if (state.role !== "operator") return [];
     const actions = [];
     if (r.runtime !== "remote") actions.push("restart"); // the API refuses remote restarts
     actions.push(r.state === "quarantined" ? "release" : "quarantine");
     if (r.withheld > 0) actions.push("approve");
+    const u = card.updateRecord;
+    if (u && u.state === "held") actions.push("approve-update");
+    if (updateRunning(u)) actions.push("abort-update");
     return actions;
   }
 
   function renderActions(card, r) {
-    const wanted = wantedActions(r);
+    const wanted = wantedActions(card, r);
     const key = wanted.join(" ");
     if (card.actionsKey === key) return; // unchanged: keep focus and a typed reason
     card.actionsKey = key;
@@ -657,8 +844,9 @@
       button.type = "button";
       button.dataset.action = action;
       button.dataset.backend = card.name;
-      button.textContent = action;
-      button.setAttribute("aria-label", `${action} ${card.name}`);
+      const label = ACTION_LABEL[action] || action;
+      button.textContent = label;
+      button.setAttribute("aria-label", action in ACTION_LABEL ? `${label} of ${card.name}` : `${action} ${card.name}`);
       button.disabled = card.busy;
       card.actions.append(button);
     }
@@ -695,12 +883,19 @@
     }
     // Disabling the clicked button drops its focus: give it back afterwards.
     const focused = card.actions.contains(document.activeElement) ? document.activeElement : null;
+    const label = ACTION_LABEL[action] || action;
+    const isUpdate = action in ACTION_PATH;
     setBusy(card, true);
     showActionError(card, "");
     try {
-      const url = `/api/v1/health/instances/${encodeURIComponent(card.name)}/${action}`;
+      const url = `/api/v1/health/instances/${encodeURIComponent(card.name)}/${ACTION_PATH[action] || action}`;
       const response = await fetch(url, init);
-      if (response.ok && action === "approve") {
+      if (response.ok && isUpdate) {
+        // The answer is the update; what follows is read until it ends.
+        const { update } = await response.json();
+        card.updateSeq += 1; // a read in flight from before is older
+        applyUpdate(card, update);
+      } else if (response.ok && action === "approve") {
         // The answer is the pins; the report follows on the stream.
         card.withheldShown = null;
         card.withheldDigests = [];
@@ -718,12 +913,13 @@
       } else if (response.status === 401) {
         askForToken(`The gateway refused the token: ${await errorMessage(response)}`);
       } else {
-        showActionError(card, `${action} failed: ${await errorMessage(response)}`);
-        // Changed since it was read: show what is withheld now.
+        showActionError(card, `${label} failed: ${await errorMessage(response)}`);
+        // Changed since it was read: show what is withheld, or the update, now.
         if (action === "approve") readWithheld(card);
+        if (isUpdate) readUpdate(card);
       }
     } catch (err) {
-      showActionError(card, `${action} failed: cannot reach the gateway`);
+      showActionError(card, `${label} failed: cannot reach the gateway`);
     } finally {
       setBusy(card, false);
       if (focused && !card.actions.contains(document.activeElement)) {
