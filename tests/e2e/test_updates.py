@@ -386,6 +386,12 @@ async def test_a_changed_tool_holds_the_update_until_an_operator_aborts_or_appro
         assert held["diff"]["prompts"] == EMPTY_DIFF and held["diff"]["resource_templates"] == EMPTY_DIFF, short(
             held["diff"]
         )
+        # The history (and so the notifiers) says it is held, and why.
+        detail = await api.get_json(f"/api/v1/health/instances/{box.name}")
+        [said] = transitions_between(detail, "updating", "updating")
+        assert said["reason"] == (
+            f"update to {changed} held for an operator's approval: tools added: summarize; tools changed: search"
+        ), short(said)
         assert await search_description() == SEARCH["description"]
         assert box.tool("summarize") not in {t.name for t in await list_all(s, "tools")}
         assert await call_text(s, box.tool("search"), {"q": "x"}) == 'search: {"q":"x"}'

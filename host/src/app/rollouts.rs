@@ -672,6 +672,16 @@ impl Update {
             Verdict::Hold => {
                 self.set(|r| r.phase = Phase::Held);
                 self.save().await;
+                // The notifiers hear of it with the diff, like the history.
+                self.announce(
+                    HealthState::Updating,
+                    HealthState::Updating,
+                    format!(
+                        "update to {} held for an operator's approval: {}",
+                        self.label(),
+                        diff.as_ref().map_or_else(|| "nothing".into(), CatalogDiff::summary)
+                    ),
+                );
                 crate::metrics::get().update_pending(self.name(), true);
                 tracing::info!(backend = %self.name(), "update held: its catalog change waits for an operator's approval");
                 let decided = loop {

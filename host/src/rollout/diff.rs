@@ -50,6 +50,28 @@ impl CatalogDiff {
             .all(|c| c.added.is_empty() && c.removed.is_empty() && c.changed.is_empty())
     }
 
+    /// What changed, in a sentence's words: "tools added: summarize;
+    /// tools changed: search" (each non-empty list), or "nothing".
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        for (kind, c) in [
+            ("tools", &self.tools),
+            ("prompts", &self.prompts),
+            ("resource templates", &self.resource_templates),
+        ] {
+            for (what, names) in [("added", &c.added), ("removed", &c.removed), ("changed", &c.changed)] {
+                if !names.is_empty() {
+                    parts.push(format!("{kind} {what}: {}", names.join(", ")));
+                }
+            }
+        }
+        if parts.is_empty() {
+            "nothing".to_owned()
+        } else {
+            parts.join("; ")
+        }
+    }
+
     fn kinds(&self) -> [&Changes; 3] {
         [&self.tools, &self.prompts, &self.resource_templates]
     }

@@ -24,7 +24,12 @@ fn the_diff_names_added_removed_and_changed_definitions() {
     assert_eq!(d.tools.removed, vec!["fetch"]);
     assert_eq!(d.tools.changed, vec!["lookup"]);
     assert!(d.removes_or_changes() && !d.is_empty());
+    assert_eq!(
+        d.summary(),
+        "tools added: summarize; tools removed: fetch; tools changed: lookup"
+    );
     assert!(CatalogDiff::of(&old, &old).is_empty());
+    assert_eq!(CatalogDiff::of(&old, &old).summary(), "nothing");
     // An addition alone changes nothing an operator approved.
     let mut more = old.clone();
     more.tools.push(tool("extra"));
