@@ -654,3 +654,33 @@ async def test_a_vigil_killed_while_the_new_version_bakes_runs_the_new_version_a
     async with http_session(again2.url) as s:
         await wait_for_tools(s, box.tools("search", "summarize"))
         assert await whoami(s, box) == "v2"
+
+
+async def test_a_vigil_stopped_while_an_update_is_held_ends_it_and_stops_at_once(
+    vigil: Gateways, engine: Engine, releases: dict[str, str], release_box: ReleaseBox
+) -> None:
+    box = release_box
+    v1, changed = releases["v1"], releases["v2-changed"]
+    gw = vigil(
+        [box.config(v1, update={**QUICK, "on_catalog_change": "hold"}, server_name="held")],
+        api={"tokens": [OPERATOR]},
+    )
+    api = ControlApi(gw.api_base, OPERATOR["token"])
+    await api.wait_state(box.name, "running")
+    started = await start_update(api, box.name, changed)
+    await wait_update(api, box.name, started["id"], "held")
+
+    # A held update waits for nobody at shutdown: Vigil exits cleanly,
+    # within its grace period, and has stopped both versions.
+    assert gw.proc.terminate() == 0, gw.proc.stderr()[-2000:]
+    assert "grace period over" not in gw.proc.stderr()
+    assert await serving(engine, box.name) == []
+
+    again = vigil.serve_again(gw)
+    api = ControlApi(again.api_base, OPERATOR["token"])
+    await api.wait_state(box.name, "running")
+    done = await update_of(api, box.name)
+    assert done is not None and done["id"] == started["id"], short(done)
+    assert done["state"] == "rolled_back" and "stopped during the update" in (done["reason"] or ""), short(done)
+    running = await poll(lambda: serving(engine, box.name), lambda cs: len(cs) == 1, "exactly one container of the backend")
+    assert running[0]["Image"] == v1, short(running)

@@ -108,11 +108,8 @@ impl Rollouts {
                 // Among several replicas, each resolves its own processes'
                 // (`NAME.REPLICA`); the others are theirs.
                 let own = |u: &UpdateRecord| {
-                    replica.is_none_or(|r| {
-                        u.backend
-                            .rsplit_once('.')
-                            .is_some_and(|(_, of)| of == r)
-                    })
+                    replica
+                        .is_none_or(|r| u.backend.rsplit_once('.').is_some_and(|(_, of)| of == r))
                 };
                 for mut u in rows.rows.into_iter().filter(own) {
                     let (phase, reason) = if u.phase == Phase::Baking {
@@ -334,6 +331,7 @@ impl App {
             policy,
             record: shared,
             decisions: rx,
+            candidate_runtime: None,
         };
         run.save().await;
         run.announce(
@@ -451,11 +449,8 @@ struct Update {
     policy: UpdatePolicy,
     record: Arc<Mutex<UpdateRecord>>,
     decisions: mpsc::UnboundedReceiver<Decision>,
-}
-
-/// How a stage of an update ended, when not as planned.
-enum Stop {
-    Rejected(Rejected),
+    /// What runs the new version, once made.
+    candidate_runtime: Option<Arc<dyn Runtime>>,
 }
 
 impl Update {
@@ -525,13 +520,23 @@ impl Update {
     }
 
     async fn run(mut self) {
-        let outcome = match self.policy.strategy {
-            Strategy::BlueGreen => self.blue_green().await,
-            Strategy::Recreate => self.recreate().await,
+        let shutdown = self.app.spawner.shutdown().clone();
+        let strategy = self.policy.strategy;
+        let outcome = tokio::select! {
+            o = async {
+                match strategy {
+                    Strategy::BlueGreen => self.blue_green().await,
+                    Strategy::Recreate => self.recreate().await,
+                }
+            } => Some(o),
+            () = shutdown.cancelled() => None,
+        };
+        let Some(outcome) = outcome else {
+            return self.interrupted().await;
         };
         let (phase, reason) = match outcome {
             Ok(()) => (Phase::Succeeded, None),
-            Err(Stop::Rejected(r)) => (Phase::RolledBack, Some(r.to_string())),
+            Err(r) => (Phase::RolledBack, Some(r.to_string())),
         };
         let label = self.label();
         match &reason {
@@ -550,16 +555,8 @@ impl Update {
             r.reason = reason;
             r.ended_at = Some(SystemTime::now());
         });
-        let record = self.snapshot();
-        if phase == Phase::Succeeded
-            && let (Some(declared), Some(image)) = (&record.declared, &record.to.image)
-        {
-            self.app
-                .rollouts
-                .kept
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(record.backend.clone(), (declared.clone(), image.clone()));
+        if phase == Phase::Succeeded {
+            self.keep_image();
         }
         self.save().await;
         crate::metrics::get().update_pending(self.name(), false);
@@ -572,8 +569,52 @@ impl Update {
             .remove(self.name());
     }
 
+    /// Vigil is stopping: the update ends as a restart would resolve it
+    /// ([`Rollouts::load`]): before the switch it is rolled back (the new
+    /// version is stopped: a candidate container here, a process as its
+    /// runtime drops), while baking it succeeded (the new version serves;
+    /// both stop with the other supervisors).
+    async fn interrupted(self) {
+        let record = self.snapshot();
+        let succeeded = record.phase == Phase::Baking;
+        if !succeeded && let Some(rt) = &self.candidate_runtime {
+            let _ = rt.stop().await;
+        }
+        self.set(|r| {
+            r.phase = if succeeded {
+                Phase::Succeeded
+            } else {
+                Phase::RolledBack
+            };
+            r.reason = Some(if succeeded {
+                "Vigil stopped while the new version was baking; the new version serves".into()
+            } else {
+                Rejected::Interrupted.to_string()
+            });
+            r.ended_at = Some(SystemTime::now());
+        });
+        if succeeded {
+            self.keep_image();
+        }
+        self.save().await;
+        tracing::warn!(backend = %self.name(), update = %record.id, "Vigil is stopping during an update: {}", self.snapshot().reason.unwrap_or_default());
+    }
+
+    /// An image update that succeeded stands in for the configured image.
+    fn keep_image(&self) {
+        let record = self.snapshot();
+        if let (Some(declared), Some(image)) = (&record.declared, &record.to.image) {
+            self.app
+                .rollouts
+                .kept
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(self.name().to_owned(), (declared.clone(), image.clone()));
+        }
+    }
+
     /// The candidate supervisor of the new version, and its runtime.
-    fn candidate(&self, beside: bool) -> Result<(Supervisor, Arc<dyn Runtime>), Rejected> {
+    fn candidate(&mut self, beside: bool) -> Result<(Supervisor, Arc<dyn Runtime>), Rejected> {
         let app = &self.app;
         let b = app.front.new_backend(&self.next);
         let (runtime, stderr): (Arc<dyn Runtime>, _) =
@@ -603,7 +644,8 @@ impl Update {
                 _ => crate::runtime::for_backend(&self.next),
             };
         let reason = format!("update to {} starting", self.label());
-        let outlets = super::supervisors::leased(app.spawner.outlets.clone(), runtime.replica_local());
+        let outlets =
+            super::supervisors::leased(app.spawner.outlets.clone(), runtime.replica_local());
         let supervisor = Supervisor::for_update(
             b,
             runtime.clone(),
@@ -613,6 +655,7 @@ impl Update {
             reason,
             self.old.status().restart_count,
         );
+        self.candidate_runtime = Some(runtime.clone());
         Ok((supervisor, runtime))
     }
 
@@ -622,23 +665,21 @@ impl Update {
         &mut self,
         supervisor: Supervisor,
         runtime: Arc<dyn Runtime>,
-    ) -> Result<Candidate, Stop> {
+    ) -> Result<Candidate, Rejected> {
         let deadline = Instant::now() + self.policy.ready_timeout;
         let started = tokio::select! {
             c = Candidate::start(supervisor, deadline) => c,
             by = aborted(&mut self.decisions) => {
                 let _ = runtime.stop().await;
-                return Err(Stop::Rejected(Rejected::Aborted(by)));
+                return Err(Rejected::Aborted(by));
             }
         };
         let mut candidate = match started {
             Ok(c) => c,
             Err(Rejected::NotReady(_)) => {
-                return Err(Stop::Rejected(Rejected::NotReady(
-                    self.policy.ready_timeout,
-                )));
+                return Err(Rejected::NotReady(self.policy.ready_timeout));
             }
-            Err(r) => return Err(Stop::Rejected(r)),
+            Err(r) => return Err(r),
         };
         let judged = tokio::select! {
             r = candidate.judge(deadline) => r,
@@ -650,7 +691,7 @@ impl Update {
                 Rejected::NotReady(_) => Rejected::NotReady(self.policy.ready_timeout),
                 r => r,
             };
-            return Err(Stop::Rejected(r));
+            return Err(r);
         }
         Ok(candidate)
     }
@@ -662,13 +703,13 @@ impl Update {
         &mut self,
         candidate: &mut Candidate,
         old: Option<&BackendCatalog>,
-    ) -> Result<(), Stop> {
+    ) -> Result<(), Rejected> {
         let diff = old.map(|o| CatalogDiff::of(o, candidate.catalog()));
         self.set(|r| r.diff = diff.clone());
         self.save().await;
         match crate::rollout::verdict(&self.policy, candidate.catalog(), diff.as_ref()) {
             Verdict::Promote => Ok(()),
-            Verdict::Reject(r) => Err(Stop::Rejected(r)),
+            Verdict::Reject(r) => Err(r),
             Verdict::Hold => {
                 self.set(|r| r.phase = Phase::Held);
                 self.save().await;
@@ -679,17 +720,18 @@ impl Update {
                     format!(
                         "update to {} held for an operator's approval: {}",
                         self.label(),
-                        diff.as_ref().map_or_else(|| "nothing".into(), CatalogDiff::summary)
+                        diff.as_ref()
+                            .map_or_else(|| "nothing".into(), CatalogDiff::summary)
                     ),
                 );
                 crate::metrics::get().update_pending(self.name(), true);
                 tracing::info!(backend = %self.name(), "update held: its catalog change waits for an operator's approval");
                 let decided = loop {
                     tokio::select! {
-                        why = candidate.ended() => break Err(Stop::Rejected(Rejected::Crashed(why))),
+                        why = candidate.ended() => break Err(Rejected::Crashed(why)),
                         d = self.decisions.recv() => match d {
                             Some(Decision::Approve(by)) => break Ok(by),
-                            Some(Decision::Abort(by)) => break Err(Stop::Rejected(Rejected::Aborted(by))),
+                            Some(Decision::Abort(by)) => break Err(Rejected::Aborted(by)),
                             None => {}
                         },
                     }
@@ -708,13 +750,13 @@ impl Update {
     }
 
     /// Start the new version beside the old; switch; bake; stop the old.
-    async fn blue_green(&mut self) -> Result<(), Stop> {
+    async fn blue_green(&mut self) -> Result<(), Rejected> {
         let old_listing = self.old_listing().await;
-        let (supervisor, runtime) = self.candidate(true).map_err(Stop::Rejected)?;
+        let (supervisor, runtime) = self.candidate(true)?;
         let mut candidate = self.ready(supervisor, runtime).await?;
-        if let Err(stop) = self.verdict(&mut candidate, old_listing.as_ref()).await {
+        if let Err(why) = self.verdict(&mut candidate, old_listing.as_ref()).await {
             candidate.discard().await;
-            return Err(stop);
+            return Err(why);
         }
         let new = candidate.backend().clone();
         // From here the name is the new version's.
@@ -726,7 +768,7 @@ impl Update {
         self.set(|r| r.phase = Phase::Baking);
         self.save().await;
         let switched = Instant::now();
-        if let Err(stop) = self.bake(&new).await {
+        if let Err(why) = self.bake(&new).await {
             // Back to the old version, which served its calls throughout.
             new.retire(true);
             self.old.retire(false);
@@ -742,7 +784,7 @@ impl Update {
             }
             self.old.request_refresh();
             self.app.spawner.stop_and_wait(&new).await;
-            return Err(stop);
+            return Err(why);
         }
         self.drain(switched).await;
         self.app.spawner.stop_and_wait(&self.old).await;
@@ -752,9 +794,9 @@ impl Update {
 
     /// Stop the old version; start the new one; roll back by starting the
     /// old one again.
-    async fn recreate(&mut self) -> Result<(), Stop> {
+    async fn recreate(&mut self) -> Result<(), Rejected> {
         let old_listing = self.old_listing().await;
-        let (supervisor, runtime) = self.candidate(false).map_err(Stop::Rejected)?;
+        let (supervisor, runtime) = self.candidate(false)?;
         let new = supervisor.backend_arc();
         // Calls from now on get the unavailable error (the new backend is
         // `updating`), and sessions stop listing its tools.
@@ -778,14 +820,14 @@ impl Update {
                     self.save().await;
                     self.bake(&new).await
                 }
-                Err(stop) => {
+                Err(why) => {
                     candidate.discard().await;
-                    Err(stop)
+                    Err(why)
                 }
             },
-            Err(stop) => Err(stop),
+            Err(why) => Err(why),
         };
-        let Err(stop) = promoted else {
+        let Err(why) = promoted else {
             self.app.refresh_secrets(&[]);
             return Ok(());
         };
@@ -797,7 +839,7 @@ impl Update {
         self.app.switch_to(&again).await;
         self.app.spawner.spawn(&again, supervisor);
         self.app.refresh_secrets(&[]);
-        Err(stop)
+        Err(why)
     }
 
     /// What the old version lists now (for the diff), if it serves.
@@ -816,21 +858,21 @@ impl Update {
     /// Watches the new version for `bake`: a crash (it leaves running or
     /// degraded) or an abort rolls back. Its state is read every
     /// [`BAKE_LOOK`].
-    async fn bake(&mut self, new: &Arc<Backend>) -> Result<(), Stop> {
+    async fn bake(&mut self, new: &Arc<Backend>) -> Result<(), Rejected> {
         let until = Instant::now() + self.policy.bake;
         let mut look = tokio::time::interval(BAKE_LOOK);
         loop {
             let state = new.state();
             if !matches!(state, HealthState::Running | HealthState::Degraded) {
                 let why = new.status().reason.clone();
-                return Err(Stop::Rejected(Rejected::Crashed(format!(
+                return Err(Rejected::Crashed(format!(
                     "went {state} within the bake time: {why}"
-                ))));
+                )));
             }
             tokio::select! {
                 () = tokio::time::sleep_until(until) => return Ok(()),
                 _ = look.tick() => {}
-                by = aborted(&mut self.decisions) => return Err(Stop::Rejected(Rejected::Aborted(by))),
+                by = aborted(&mut self.decisions) => return Err(Rejected::Aborted(by)),
             }
         }
     }

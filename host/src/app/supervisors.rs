@@ -66,6 +66,11 @@ impl Spawner {
         }
     }
 
+    /// The gateway's shutdown.
+    pub(super) fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
     /// Runs `task` (an update) until it ends, tracked like the
     /// supervisors.
     pub(super) fn track(&self, task: impl Future<Output = ()> + Send + 'static) {
