@@ -350,6 +350,11 @@ async def test_a_release_without_a_required_tool_is_rolled_back_naming_it(
         assert await whoami(s, box) == "v1"
         assert box.tool("search") in {t.name for t in await list_all(s, "tools")}
 
+        # The audit has who started it, and how it ended.
+        audit = [e for e in await api.audit() if e["target"] == box.name]
+        assert [(e["action"], e["principal"]) for e in audit] == [("update", "alice"), ("update_ended", "alice")], audit
+        assert f"{done['id']} from {v1} to {missing}: rolled_back: {done['reason']}" in audit[1]["outcome"], audit
+
 
 # === 4. on_catalog_change = "hold" ===
 
@@ -388,6 +393,7 @@ async def test_a_changed_tool_holds_the_update_until_an_operator_aborts_or_appro
         )
         # The history (and so the notifiers) says it is held, and why.
         detail = await api.get_json(f"/api/v1/health/instances/{box.name}")
+        assert detail["update"] == {"id": first["id"], "state": "held"}, short(detail)
         [said] = transitions_between(detail, "updating", "updating")
         assert said["reason"] == (
             f"update to {changed} held for an operator's approval: tools added: summarize; tools changed: search"
@@ -480,6 +486,13 @@ async def test_a_process_backend_is_updated_by_editing_its_command_line_and_relo
         assert done["from"] == {"command": str(demo_bin), "args": old_args}, short(done)
         assert done["to"] == {"command": str(demo_bin), "args": new_args}, short(done)
         assert await call_text(s, "alpha__whoami") == "alpha-v2"
+        audit = [e for e in await api.audit() if e["target"] == "alpha"]
+        assert [(e["action"], e["principal"]) for e in audit] == [
+            ("update", "config reload"),
+            ("update_ended", "config reload"),
+        ], audit
+        assert f"update {done['id']} from {demo_bin} " in audit[1]["outcome"], audit
+        assert ": succeeded" in audit[1]["outcome"], audit
 
 
 async def test_an_image_update_of_a_process_backend_is_refused_naming_the_config(

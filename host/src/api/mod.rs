@@ -71,6 +71,17 @@ pub struct InstanceReport {
     /// them (`GET …/pins` lists them); absent when none is.
     #[serde(skip_serializing_if = "is_zero")]
     pub withheld: usize,
+    /// The update in progress (`GET …/update` has the whole of it);
+    /// absent when none is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub update: Option<UpdateBrief>,
+}
+
+/// Which update of a backend is in progress, and how far it got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UpdateBrief {
+    pub id: String,
+    pub state: crate::rollout::Phase,
 }
 
 fn is_zero(n: &usize) -> bool {

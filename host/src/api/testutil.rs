@@ -53,6 +53,7 @@ pub fn report(name: &str, runtime: &'static str, state: HealthState) -> Instance
         quarantine_reason: None,
         reason: "ready".into(),
         withheld: 0,
+        update: None,
     }
 }
 

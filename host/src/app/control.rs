@@ -54,6 +54,7 @@ impl App {
             quarantine_reason: s.quarantine_reason.clone(),
             reason: s.reason.clone(),
             withheld: self.pins.held(&b.name).len(),
+            update: self.update_brief(&b.name),
         }
     }
 

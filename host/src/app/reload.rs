@@ -154,7 +154,7 @@ impl App {
                 .start_update(
                     &name,
                     super::rollouts::Target::Config(Box::new(cfg)),
-                    "config reload",
+                    super::rollouts::RELOAD,
                 )
                 .await
             {

@@ -36,6 +36,11 @@ use crate::supervisor::{Candidate, Supervisor};
 
 /// Updates of a backend kept when reading its last one.
 const LAST: usize = 20;
+/// How long an operator's decision waits to be taken in before it is
+/// answered.
+const DECIDED: Duration = Duration::from_secs(2);
+/// Who starts an update a config edit asked for.
+pub(super) const RELOAD: &str = "config reload";
 /// How often the new version's state is read while it bakes.
 const BAKE_LOOK: Duration = Duration::from_millis(100);
 /// How long reading the old version's listing (for the diff) may take.
@@ -335,11 +340,23 @@ impl App {
         };
         run.save().await;
         run.announce(
-            HealthState::Running,
+            run.old.state(),
             HealthState::Updating,
             format!("update to {} started by {principal}", record.to.label()),
         );
         tracing::info!(backend = %name, update = %record.id, from = %record.from.label(), to = %record.to.label(), strategy = %record.strategy, %principal, "update started");
+        if principal == RELOAD {
+            run.audit(
+                "update",
+                format!(
+                    "ok: update {} from {} to {} (starting)",
+                    record.id,
+                    record.from.label(),
+                    record.to.label()
+                ),
+            )
+            .await;
+        }
         self.spawner.track(run.run());
         Ok(record)
     }
@@ -353,6 +370,27 @@ impl App {
         if self.front.backend(name).is_none() {
             return Err(UpdateError::NotFound(name.to_owned()));
         }
+        let (record, shared) = self.hand_over(name, decision)?;
+        // Answer with the update as the decision left it (approved: going
+        // on; aborted: rolled back), or as it is after a moment.
+        let deadline = Instant::now() + DECIDED;
+        loop {
+            let now = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let taken = now.phase != record.phase || now.approved_by != record.approved_by;
+            if taken || Instant::now() >= deadline {
+                return Ok(now);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Hands `decision` to the update of `name` in progress, if it
+    /// applies to its phase; the update as it was, and as it goes on.
+    fn hand_over(
+        &self,
+        name: &str,
+        decision: Decision,
+    ) -> Result<(UpdateRecord, Arc<Mutex<UpdateRecord>>), UpdateError> {
         let running = self
             .rollouts
             .running
@@ -383,7 +421,7 @@ impl App {
         r.decisions
             .send(decision)
             .map_err(|_| UpdateError::Conflict(format!("the update of '{name}' has ended")))?;
-        Ok(record)
+        Ok((record, r.record.clone()))
     }
 
     /// The update of `name` in progress, else its last one.
@@ -420,6 +458,24 @@ impl App {
                 .get(name)
                 .cloned()),
         }
+    }
+
+    /// The update of `name` in progress, briefly, for its report.
+    pub(super) fn update_brief(&self, name: &str) -> Option<crate::api::UpdateBrief> {
+        let running = self
+            .rollouts
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let r = running
+            .get(name)?
+            .record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        Some(crate::api::UpdateBrief {
+            id: r.id.clone(),
+            state: r.phase,
+        })
     }
 
     /// Whether an update of `name` is in progress (a reload leaves such a
@@ -493,6 +549,26 @@ impl Update {
         }
     }
 
+    /// An entry of the action audit: how the update ended (`update_ended`,
+    /// by the principal who started it), or that a config reload started
+    /// it (an operator's start is audited by the API).
+    async fn audit(&self, action: &str, outcome: String) {
+        let Some(store) = &self.app.store else {
+            return;
+        };
+        let record = self.snapshot();
+        let entry = crate::store::AuditEntry {
+            principal: record.principal.clone(),
+            action: action.to_owned(),
+            target: record.backend.clone(),
+            outcome,
+            at: SystemTime::now(),
+        };
+        if let Err(e) = store.actions.record(entry).await {
+            tracing::warn!(backend = %record.backend, error = %e, "could not audit the update");
+        }
+    }
+
     /// A transition of the backend for its history and the notifiers: the
     /// update's own start and end (the new version's machine records the
     /// switch itself).
@@ -542,9 +618,15 @@ impl Update {
         match &reason {
             Some(why) => {
                 tracing::warn!(backend = %self.name(), to = %label, reason = %why, "update rolled back");
+                // Into the state of the version that serves again.
+                let now = self
+                    .app
+                    .front
+                    .backend(self.name())
+                    .map_or(HealthState::Running, |b| b.state());
                 self.announce(
                     HealthState::Updating,
-                    HealthState::Running,
+                    now,
                     format!("update to {label} rolled back: {why}"),
                 );
             }
@@ -559,6 +641,7 @@ impl Update {
             self.keep_image();
         }
         self.save().await;
+        self.audit("update_ended", self.outcome()).await;
         crate::metrics::get().update_pending(self.name(), false);
         crate::metrics::get().update_ended(self.name(), phase.as_str());
         self.app
@@ -597,7 +680,31 @@ impl Update {
             self.keep_image();
         }
         self.save().await;
+        self.audit("update_ended", self.outcome()).await;
         tracing::warn!(backend = %self.name(), update = %record.id, "Vigil is stopping during an update: {}", self.snapshot().reason.unwrap_or_default());
+    }
+
+    /// How it ended, for the audit: "update ID from A to B: succeeded"
+    /// (or "rolled_back: REASON"), with the diff when there was one.
+    fn outcome(&self) -> String {
+        let r = self.snapshot();
+        let mut text = format!(
+            "update {} from {} to {}: {}",
+            r.id,
+            r.from.label(),
+            r.to.label(),
+            r.phase.as_str()
+        );
+        if let Some(why) = &r.reason {
+            text.push_str(&format!(": {why}"));
+        }
+        if let Some(diff) = r.diff.as_ref().filter(|d| !d.is_empty()) {
+            text.push_str(&format!(" ({})", diff.summary()));
+        }
+        if let Some(by) = &r.approved_by {
+            text.push_str(&format!(", approved by {by}"));
+        }
+        text
     }
 
     /// An image update that succeeded stands in for the configured image.

@@ -59,7 +59,11 @@ impl CatalogDiff {
             ("prompts", &self.prompts),
             ("resource templates", &self.resource_templates),
         ] {
-            for (what, names) in [("added", &c.added), ("removed", &c.removed), ("changed", &c.changed)] {
+            for (what, names) in [
+                ("added", &c.added),
+                ("removed", &c.removed),
+                ("changed", &c.changed),
+            ] {
                 if !names.is_empty() {
                     parts.push(format!("{kind} {what}: {}", names.join(", ")));
                 }

@@ -22,6 +22,7 @@
   const MAX_TIMELINE = 50; // transitions kept in the DOM per backend
   const DEFAULT_QUARANTINE_REASON = "from the dashboard"; // the API appends "(by <principal>)"
   const UPDATE_POLL_MS = 1500; // how often an update in progress is read
+  const UPDATE_DECIDED_MS = 250; // the first read after an approve or abort
 
   // An update's states while it is in progress (the others are final).
   const UPDATE_RUNNING = new Set(["starting", "held", "baking"]);
@@ -422,6 +423,7 @@
       updateRecord: null, // the update shown (GET …/update), if any
       updateSeq: 0, // bumped per read or answer: only the latest is applied
       updateTimer: null, // the next read while an update is in progress
+      updateDecision: null, // {id, action}: an approve or abort sent from here
       reason: $(".reason", root),
       actions: $(".actions", root),
       actionError: $(".action-error", root),
@@ -538,7 +540,7 @@
     }
   }
 
-  // === Updates (a new version of the backend, issue 33) ===
+  // --- Updates: a new version of the backend (issue 33) ---
 
   function touchesUpdate(t) {
     return t.from === "updating" || t.to === "updating";
@@ -571,18 +573,29 @@
     if (current()) applyUpdate(card, update);
   }
 
-  function scheduleUpdateRead(card) {
+  function scheduleUpdateRead(card, delay = UPDATE_POLL_MS) {
     clearTimeout(card.updateTimer);
-    card.updateTimer = setTimeout(() => readUpdate(card), UPDATE_POLL_MS);
+    card.updateTimer = setTimeout(() => readUpdate(card), delay);
   }
 
-  function applyUpdate(card, u) {
+  function applyUpdate(card, u, delay = UPDATE_POLL_MS) {
     card.updateRecord = u || null;
+    if (!decisionPending(card)) card.updateDecision = null;
     renderUpdate(card, card.updateRecord);
     renderActions(card, state.reports.get(card.name));
     clearTimeout(card.updateTimer);
     card.updateTimer = null;
-    if (updateRunning(u)) scheduleUpdateRead(card);
+    if (updateRunning(u)) scheduleUpdateRead(card, delay);
+  }
+
+  // Whether an approve or abort sent from here has not shown its effect
+  // yet: the API answers with the update as it was when the decision was
+  // handed over (still held), and it goes on a moment later.
+  function decisionPending(card) {
+    const d = card.updateDecision;
+    const u = card.updateRecord;
+    if (!d || !u || d.id !== u.id || !updateRunning(u)) return false;
+    return d.action === "abort-update" || u.state === "held";
   }
 
   // The card is gone (a new hello, another token): no more reads for it.
@@ -611,16 +624,13 @@
 
   // What each state means, after its word.
   function updateSentence(u) {
-    const operator = state.role === "operator";
     switch (u.state) {
       case "starting":
         return u.approved_by
           ? `starting: approved by ${u.approved_by}, switching to the new version`
           : "starting: the new version is starting and being judged";
       case "held":
-        return operator
-          ? "held: the new version changes or removes definitions; approve or abort the update"
-          : "held: the new version changes or removes definitions; waiting for an operator to approve or abort it";
+        return "held: waiting for an operator to approve or abort it (the new version changes or removes definitions)";
       case "baking":
         return "baking: the new version serves; the old one is kept until the bake ends";
       case "succeeded":
@@ -664,7 +674,11 @@
     card.update.dataset.updateId = u.id;
     setText(card.updateTitle, running ? "Update in progress" : "Last update");
     const why = u.reason ? `: ${u.reason}` : "";
-    setText(card.updateOutcome, `${updateSentence(u)}${why}`);
+    let outcome = `${updateSentence(u)}${why}`;
+    if (decisionPending(card)) {
+      outcome = card.updateDecision.action === "abort-update" ? `${u.state}: aborted, rolling back` : `${u.state}: approved, going on`;
+    }
+    setText(card.updateOutcome, outcome);
     const [from, to] = versionLabels(u.from || {}, u.to || {});
     setText(card.updateFrom, from);
     setText(card.updateTo, to);
@@ -818,8 +832,10 @@
     actions.push(r.state === "quarantined" ? "release" : "quarantine");
     if (r.withheld > 0) actions.push("approve");
     const u = card.updateRecord;
-    if (u && u.state === "held") actions.push("approve-update");
-    if (updateRunning(u)) actions.push("abort-update");
+    if (!decisionPending(card)) {
+      if (u && u.state === "held") actions.push("approve-update");
+      if (updateRunning(u)) actions.push("abort-update");
+    }
     return actions;
   }
 
@@ -891,10 +907,14 @@
       const url = `/api/v1/health/instances/${encodeURIComponent(card.name)}/${ACTION_PATH[action] || action}`;
       const response = await fetch(url, init);
       if (response.ok && isUpdate) {
-        // The answer is the update; what follows is read until it ends.
+        // The answer is the update as the decision found it; what follows
+        // is read until it ends.
         const { update } = await response.json();
-        card.updateSeq += 1; // a read in flight from before is older
-        applyUpdate(card, update);
+        if (state.cards.get(card.name) === card) {
+          card.updateSeq += 1; // a read in flight from before is older
+          card.updateDecision = update ? { id: update.id, action } : null;
+          applyUpdate(card, update, UPDATE_DECIDED_MS);
+        }
       } else if (response.ok && action === "approve") {
         // The answer is the pins; the report follows on the stream.
         card.withheldShown = null;
