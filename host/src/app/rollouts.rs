@@ -117,23 +117,12 @@ impl Rollouts {
                         .is_none_or(|r| u.backend.rsplit_once('.').is_some_and(|(_, of)| of == r))
                 };
                 for mut u in rows.rows.into_iter().filter(own) {
-                    let (phase, reason) = if u.phase == Phase::Baking {
-                        (
-                            Phase::Succeeded,
-                            "Vigil stopped while the new version was baking; the new version serves"
-                                .to_owned(),
-                        )
-                    } else {
-                        (Phase::RolledBack, Rejected::Interrupted.to_string())
-                    };
-                    tracing::warn!(backend = %u.backend, update = %u.id, to = %u.to.label(), outcome = phase.as_str(), "an update was interrupted by a stop of Vigil: {reason}");
-                    u.phase = phase;
-                    u.reason = Some(reason);
-                    u.ended_at = Some(SystemTime::now());
+                    u.interrupted(SystemTime::now());
+                    tracing::warn!(backend = %u.backend, update = %u.id, to = %u.to.label(), outcome = u.phase.as_str(), "an update was interrupted by a stop of Vigil: {}", u.reason.as_deref().unwrap_or_default());
                     if let Err(e) = store.save_update(&u).await {
                         tracing::error!(backend = %u.backend, error = %e, "could not record how the interrupted update ended");
                     }
-                    crate::metrics::get().update_ended(&u.backend, phase.as_str());
+                    crate::metrics::get().update_ended(&u.backend, u.phase.as_str());
                 }
             }
             Err(e) => {
@@ -574,12 +563,8 @@ impl Update {
     /// switch itself).
     fn announce(&self, from: HealthState, to: HealthState, reason: String) {
         let t = Transition {
-            backend: crate::supervisor::record_name(
-                self.name(),
-                matches!(self.next.transport, Transport::Stdio { .. }),
-                self.app.spawner.outlets.cluster.as_ref(),
-            )
-            .to_string(),
+            // Its record name (`UpdateRecord::backend`).
+            backend: self.snapshot().backend,
             from,
             to,
             reason,
@@ -663,19 +648,7 @@ impl Update {
         if !succeeded && let Some(rt) = &self.candidate_runtime {
             let _ = rt.stop().await;
         }
-        self.set(|r| {
-            r.phase = if succeeded {
-                Phase::Succeeded
-            } else {
-                Phase::RolledBack
-            };
-            r.reason = Some(if succeeded {
-                "Vigil stopped while the new version was baking; the new version serves".into()
-            } else {
-                Rejected::Interrupted.to_string()
-            });
-            r.ended_at = Some(SystemTime::now());
-        });
+        self.set(|r| r.interrupted(SystemTime::now()));
         if succeeded {
             self.keep_image();
         }

@@ -170,6 +170,25 @@ mod rfc3339 {
     }
 }
 
+impl UpdateRecord {
+    /// Ends an update Vigil stopped (or was killed) in the middle of, the
+    /// one rule for both: before the switch it is rolled back (the old
+    /// version serves after the restart), while baking it succeeded (the
+    /// new version was serving).
+    pub fn interrupted(&mut self, now: SystemTime) {
+        if self.phase == Phase::Baking {
+            self.phase = Phase::Succeeded;
+            self.reason = Some(
+                "Vigil stopped while the new version was baking; the new version serves".into(),
+            );
+        } else {
+            self.phase = Phase::RolledBack;
+            self.reason = Some(super::Rejected::Interrupted.to_string());
+        }
+        self.ended_at = Some(now);
+    }
+}
+
 /// A fresh update id: milliseconds since the epoch in base 36 (short,
 /// URL- and container-name-safe, ordered by time).
 pub fn new_id(now: SystemTime) -> String {

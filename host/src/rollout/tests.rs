@@ -112,3 +112,37 @@ fn a_record_round_trips_through_its_json() {
     assert_eq!(serde_json::from_value::<UpdateRecord>(json).unwrap(), r);
     assert!(r.id.starts_with('u') && r.id.len() < 12, "{}", r.id);
 }
+
+#[test]
+fn an_interrupted_update_rolls_back_before_the_switch_and_succeeds_while_baking() {
+    let at = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
+    let record = |phase| UpdateRecord {
+        id: "u1".into(),
+        backend: "svc".into(),
+        strategy: "blue-green".into(),
+        from: Spec::default(),
+        to: Spec::default(),
+        phase,
+        reason: None,
+        diff: None,
+        principal: "alice".into(),
+        approved_by: None,
+        declared: None,
+        started_at: at,
+        ended_at: None,
+    };
+    for (phase, ends) in [
+        (Phase::Starting, Phase::RolledBack),
+        (Phase::Held, Phase::RolledBack),
+        (Phase::Baking, Phase::Succeeded),
+    ] {
+        let mut u = record(phase);
+        u.interrupted(at + Duration::from_secs(1));
+        assert_eq!(
+            (u.phase, u.ended_at),
+            (ends, Some(at + Duration::from_secs(1)))
+        );
+        let why = u.reason.unwrap_or_default();
+        assert!(why.starts_with("Vigil stopped"), "{why}");
+    }
+}
