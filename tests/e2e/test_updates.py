@@ -611,6 +611,18 @@ async def test_a_release_that_dies_while_baking_is_rolled_back_to_the_v1_contain
 # === 8. SIGKILL of Vigil during an update ===
 
 
+async def after_restart(
+    again: Vigil, engine: Engine, box: ReleaseBox, started: dict[str, Any]
+) -> tuple[ControlApi, dict[str, Any], dict[str, Any]]:
+    """Once `again` (a restarted Vigil) serves the backend: its API, the one container running, and the update's record."""
+    api = ControlApi(again.api_base, OPERATOR["token"])
+    await api.wait_state(box.name, "running")
+    [running] = await poll(lambda: serving(engine, box.name), lambda cs: len(cs) == 1, "exactly one container of the backend")
+    done = await update_of(api, box.name)
+    assert done is not None and done["id"] == started["id"], short(done)
+    return api, running, done
+
+
 async def test_a_vigil_killed_before_the_switch_runs_the_old_version_and_records_the_rollback(
     vigil: Gateways, engine: Engine, releases: dict[str, str], release_box: ReleaseBox
 ) -> None:
@@ -626,12 +638,8 @@ async def test_a_vigil_killed_before_the_switch_runs_the_old_version_and_records
     assert (await update_of(api, box.name))["state"] == "starting"
 
     again = vigil.kill_and_serve_again(gw)
-    api = ControlApi(again.api_base, OPERATOR["token"])
-    await api.wait_state(box.name, "running")
-    running = await poll(lambda: serving(engine, box.name), lambda cs: len(cs) == 1, "exactly one container of the backend")
-    assert running[0]["Image"] == v1, short(running)
-    done = await update_of(api, box.name)
-    assert done is not None and done["id"] == started["id"], short(done)
+    _, running, done = await after_restart(again, engine, box, started)
+    assert running["Image"] == v1, short(running)
     assert done["state"] == "rolled_back" and "stopped during the update" in (done["reason"] or ""), short(done)
     async with http_session(again.url) as s:
         await wait_for_tools(s, box.tools("search"))
@@ -651,12 +659,8 @@ async def test_a_vigil_killed_while_the_new_version_bakes_runs_the_new_version_a
     assert sorted(c["Image"] for c in await serving(engine, box.name)) == sorted([v1, v2])
 
     again = vigil.kill_and_serve_again(gw)
-    api = ControlApi(again.api_base, OPERATOR["token"])
-    await api.wait_state(box.name, "running")
-    running = await poll(lambda: serving(engine, box.name), lambda cs: len(cs) == 1, "exactly one container of the backend")
-    assert running[0]["Image"] == v2, short(running)
-    done = await update_of(api, box.name)
-    assert done is not None and done["id"] == started["id"], short(done)
+    _, running, done = await after_restart(again, engine, box, started)
+    assert running["Image"] == v2, short(running)
     assert done["state"] == "succeeded" and "baking" in (done["reason"] or ""), short(done)
     async with http_session(again.url) as s:
         await wait_for_tools(s, box.tools("search", "summarize"))
@@ -690,10 +694,6 @@ async def test_a_vigil_stopped_while_an_update_is_held_ends_it_and_stops_at_once
     assert await serving(engine, box.name) == []
 
     again = vigil.serve_again(gw)
-    api = ControlApi(again.api_base, OPERATOR["token"])
-    await api.wait_state(box.name, "running")
-    done = await update_of(api, box.name)
-    assert done is not None and done["id"] == started["id"], short(done)
+    _, running, done = await after_restart(again, engine, box, started)
     assert done["state"] == "rolled_back" and "stopped during the update" in (done["reason"] or ""), short(done)
-    running = await poll(lambda: serving(engine, box.name), lambda cs: len(cs) == 1, "exactly one container of the backend")
-    assert running[0]["Image"] == v1, short(running)
+    assert running["Image"] == v1, short(running)

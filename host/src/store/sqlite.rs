@@ -356,12 +356,7 @@ impl PinStore for SqliteStore {
                 "SELECT {} FROM pins ORDER BY backend, kind, name",
                 PinRecord::COLUMNS
             ))?;
-            let mut rows = stmt.query([])?;
-            let mut out = Rows::default();
-            while let Some(row) = rows.next()? {
-                out.push(row)?;
-            }
-            Ok((backends, out))
+            Ok((backends, read_rows(stmt.query([])?)?))
         })
         .await
     }
@@ -429,12 +424,7 @@ impl UpdateStore for SqliteStore {
                 "SELECT {} FROM updates WHERE backend = ?1 ORDER BY started_at DESC, id DESC LIMIT ?2",
                 UpdateRecord::COLUMNS
             ))?;
-            let mut rows = stmt.query(params![backend, sql_int(limit)])?;
-            let mut out = Rows::default();
-            while let Some(row) = rows.next()? {
-                out.push(row)?;
-            }
-            Ok(out)
+            read_rows(stmt.query(params![backend, sql_int(limit)])?)
         })
         .await
     }
@@ -446,15 +436,19 @@ impl UpdateStore for SqliteStore {
                 "SELECT {} FROM updates WHERE phase NOT IN ('succeeded', 'rolled_back') ORDER BY started_at, id",
                 UpdateRecord::COLUMNS
             ))?;
-            let mut rows = stmt.query([])?;
-            let mut out = Rows::default();
-            while let Some(row) = rows.next()? {
-                out.push(row)?;
-            }
-            Ok(out)
+            read_rows(stmt.query([])?)
         })
         .await
     }
+}
+
+/// Every row of `rows` read as `T` (see [`Rows::push`]).
+fn read_rows<T: Stored>(mut rows: rusqlite::Rows<'_>) -> rusqlite::Result<Rows<T>> {
+    let mut out = Rows::default();
+    while let Some(row) = rows.next()? {
+        out.push(row)?;
+    }
+    Ok(out)
 }
 
 /// An update record as stored (JSON text).
@@ -522,12 +516,7 @@ fn transitions(
          ) ORDER BY id ASC",
         Transition::COLUMNS
     ))?;
-    let mut rows = stmt.query(params![backend, sql_int(limit)])?;
-    let mut out = Rows::default();
-    while let Some(row) = rows.next()? {
-        out.push(row)?;
-    }
-    Ok(out)
+    read_rows(stmt.query(params![backend, sql_int(limit)])?)
 }
 
 fn instance(conn: &Connection, backend: &str) -> rusqlite::Result<Option<InstanceRecord>> {
@@ -548,12 +537,7 @@ fn load_instances(conn: &Connection) -> rusqlite::Result<Rows<InstanceRecord>> {
         "SELECT {} FROM instances ORDER BY backend",
         InstanceRecord::COLUMNS
     ))?;
-    let mut rows = stmt.query([])?;
-    let mut out = Rows::default();
-    while let Some(row) = rows.next()? {
-        out.push(row)?;
-    }
-    Ok(out)
+    read_rows(stmt.query([])?)
 }
 
 fn record_action(conn: &Connection, a: &AuditEntry) -> rusqlite::Result<()> {
@@ -577,12 +561,7 @@ fn actions(conn: &Connection, limit: usize) -> rusqlite::Result<Rows<AuditEntry>
          ) ORDER BY id ASC",
         AuditEntry::COLUMNS
     ))?;
-    let mut rows = stmt.query(params![sql_int(limit)])?;
-    let mut out = Rows::default();
-    while let Some(row) = rows.next()? {
-        out.push(row)?;
-    }
-    Ok(out)
+    read_rows(stmt.query(params![sql_int(limit)])?)
 }
 
 // === errors ===
