@@ -77,6 +77,9 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Consecutive failed polls after which liveness is given up as unknown.
 const POLL_FAILURES: u32 = 3;
 
+/// The connected engine clients, by address (see `ContainerRuntime::docker`).
+static ENGINES: Mutex<BTreeMap<String, Docker>> = Mutex::new(BTreeMap::new());
+
 /// Runs one backend as a container through the Docker Engine API.
 pub struct ContainerRuntime {
     backend: String,
@@ -226,14 +229,32 @@ impl ContainerRuntime {
             return Ok(docker);
         }
         let host = self.docker_host();
-        let docker = Docker::connect_with_host(&host)
-            .map_err(|e| self.unreachable(&host, &e))?
-            .with_timeout(API_TIMEOUT);
-        // Real Docker Engines refuse a client API version newer than theirs.
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(|e| self.unreachable(&host, &e))?;
+        // One client per engine for the whole process: a runtime made for
+        // a new version (an update) finds the version already negotiated
+        // (Podman takes a third of a second to answer `GET /version`).
+        let known = ENGINES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&host)
+            .cloned();
+        let docker = match known {
+            Some(docker) => docker,
+            None => {
+                let docker = Docker::connect_with_host(&host)
+                    .map_err(|e| self.unreachable(&host, &e))?
+                    .with_timeout(API_TIMEOUT);
+                // Real Docker Engines refuse a client API version newer than theirs.
+                let docker = docker
+                    .negotiate_version()
+                    .await
+                    .map_err(|e| self.unreachable(&host, &e))?;
+                ENGINES
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(host, docker.clone());
+                docker
+            }
+        };
         *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(docker.clone());
         Ok(docker)
     }
