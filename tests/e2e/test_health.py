@@ -469,7 +469,13 @@ async def test_quarantine_reprobe_brings_a_recovered_backend_back(
     gw = vigil([phoenix], api={})
     api = ControlApi(gw.api_base)
 
-    quarantined = await api.wait_state("phoenix", "quarantined")
+    # The state is published before the store has written the transition
+    # that led to it: wait for both.
+    quarantined = await api.wait_for(
+        "phoenix",
+        lambda d: d["state"] == "quarantined" and any(t["to"] == "quarantined" for t in d["transitions"]),
+        "quarantined, and the transition to it in the history",
+    )
     assert quarantined["next_retry_at"] is not None, f"a re-probe is scheduled: {short(quarantined)}"
     # Vigil's own history says how many starts came before the quarantine;
     # the file (read after it) may already hold the first re-probe's try,

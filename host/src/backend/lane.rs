@@ -80,6 +80,16 @@ impl Lanes {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<CallerKey, Arc<Opened>>> {
         self.open.write().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Lets go of every lane (their run ended): each closes its backend
+    /// session once no call holds it, while the backend may still be
+    /// there to hear of it, rather than whenever the last holder of the
+    /// run lets go (an update's old version is held by whoever still has
+    /// its backend, say a poller's round).
+    pub(super) fn close_all(&self) {
+        let open = std::mem::take(&mut *self.write());
+        drop(open);
+    }
 }
 
 /// Where a lane's unsolicited traffic goes: its log messages to its

@@ -114,10 +114,12 @@ impl Instance {
             .clone()
     }
 
-    /// The run ended (for the supervisor, through its backend).
+    /// The run ended (for the supervisor, through its backend): its
+    /// shared connection, door and lanes go.
     pub(super) fn end(&self) {
         *self.shared.write().unwrap_or_else(|e| e.into_inner()) = None;
         *self.door.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.lanes.close_all();
     }
 
     /// Where a 2026-07-28 request reaches this run in its era without a
