@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::App;
@@ -181,7 +181,8 @@ impl Rollouts {
 }
 
 struct Running {
-    record: Arc<Mutex<UpdateRecord>>,
+    /// The update as it goes (its task writes, readers watch).
+    record: watch::Sender<UpdateRecord>,
     decisions: mpsc::UnboundedSender<Decision>,
 }
 
@@ -296,7 +297,7 @@ impl App {
             ended_at: None,
         };
         let (tx, rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Mutex::new(record.clone()));
+        let shared = watch::Sender::new(record.clone());
         {
             let mut running = self
                 .rollouts
@@ -304,7 +305,7 @@ impl App {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
             if let Some(r) = running.get(name) {
-                let phase = r.record.lock().unwrap_or_else(|e| e.into_inner()).phase;
+                let phase = r.record.borrow().phase;
                 return Err(UpdateError::Conflict(format!(
                     "an update of '{name}' is in progress ({}): approve it, abort it, or wait for it to end",
                     phase.as_str()
@@ -359,18 +360,14 @@ impl App {
         if self.front.backend(name).is_none() {
             return Err(UpdateError::NotFound(name.to_owned()));
         }
-        let (record, shared) = self.hand_over(name, decision)?;
+        let (record, mut changes) = self.hand_over(name, decision)?;
         // Answer with the update as the decision left it (approved: going
         // on; aborted: rolled back), or as it is after a moment.
-        let deadline = Instant::now() + DECIDED;
-        loop {
-            let now = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let taken = now.phase != record.phase || now.approved_by != record.approved_by;
-            if taken || Instant::now() >= deadline {
-                return Ok(now);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let taken =
+            |now: &UpdateRecord| now.phase != record.phase || now.approved_by != record.approved_by;
+        let _ = tokio::time::timeout(DECIDED, changes.wait_for(taken)).await;
+        let now = changes.borrow().clone();
+        Ok(now)
     }
 
     /// Hands `decision` to the update of `name` in progress, if it
@@ -379,7 +376,7 @@ impl App {
         &self,
         name: &str,
         decision: Decision,
-    ) -> Result<(UpdateRecord, Arc<Mutex<UpdateRecord>>), UpdateError> {
+    ) -> Result<(UpdateRecord, watch::Receiver<UpdateRecord>), UpdateError> {
         let running = self
             .rollouts
             .running
@@ -390,7 +387,8 @@ impl App {
                 "no update of '{name}' is in progress"
             )));
         };
-        let record = r.record.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let changes = r.record.subscribe();
+        let record = changes.borrow().clone();
         match (&decision, record.phase) {
             (Decision::Approve(_), Phase::Held) => {}
             (Decision::Approve(_), phase) => {
@@ -410,7 +408,7 @@ impl App {
         r.decisions
             .send(decision)
             .map_err(|_| UpdateError::Conflict(format!("the update of '{name}' has ended")))?;
-        Ok((record, r.record.clone()))
+        Ok((record, changes))
     }
 
     /// The update of `name` in progress, else its last one.
@@ -425,9 +423,7 @@ impl App {
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
         {
-            return Ok(Some(
-                r.record.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            ));
+            return Ok(Some(r.record.borrow().clone()));
         }
         let record = self
             .front
@@ -456,11 +452,7 @@ impl App {
             .running
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let r = running
-            .get(name)?
-            .record
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let r = running.get(name)?.record.borrow();
         Some(crate::api::UpdateBrief {
             id: r.id.clone(),
             state: r.phase,
@@ -492,7 +484,7 @@ struct Update {
     old: Arc<Backend>,
     next: BackendConfig,
     policy: UpdatePolicy,
-    record: Arc<Mutex<UpdateRecord>>,
+    record: watch::Sender<UpdateRecord>,
     decisions: mpsc::UnboundedReceiver<Decision>,
     /// What runs the new version, once made.
     candidate_runtime: Option<Arc<dyn Runtime>>,
@@ -508,14 +500,11 @@ impl Update {
     }
 
     fn snapshot(&self) -> UpdateRecord {
-        self.record
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.record.borrow().clone()
     }
 
     fn set(&self, f: impl FnOnce(&mut UpdateRecord)) {
-        f(&mut self.record.lock().unwrap_or_else(|e| e.into_inner()));
+        self.record.send_modify(f);
     }
 
     /// Records the update as it is now.
