@@ -6,7 +6,8 @@ serves it once per connection (`resources/subscribe` to a handshake-era
 backend, a listen stream naming the URI to a 2026-07-28 one) and relays
 `notifications/resources/updated` to every watcher. Checked against each
 backend directly where it can be (the same update arrives), and: one client's
-unsubscribe does not end another's updates on a shared backend connection.
+unsubscribe does not end another's updates on a shared backend connection;
+a subscription follows its backend to a new instance (a restart).
 """
 
 from __future__ import annotations
@@ -80,6 +81,34 @@ async def test_one_clients_unsubscribe_leaves_anothers_updates(
         # A call's answer follows everything queued for its client before it.
         await call_text(a, "d__echo", {"text": "x"})
         assert not first.matching(is_update(uri)), "the client that unsubscribed got the update"
+
+
+async def test_a_subscription_follows_its_backend_through_a_restart(
+    vigil: Callable[..., Vigil], demo_bin: Path
+) -> None:
+    """The restarted backend is a new process that knows nothing of the
+    subscription: Vigil subscribes it again, tells the client the resource
+    may have changed (an update due meanwhile went with the old process),
+    and relays the new process's updates as before."""
+    gw = vigil([stdio_backend("d", demo_bin, demo_stdio_args("d"))], api={})
+    api = ControlApi(gw.api_base)
+    uri = "demo://d/counter"
+    inbox = Inbox()
+    async with http_session(gw.url, message_handler=inbox) as s:
+        await wait_for_tools(s, prefixed("d", {"bump"}))
+        await s.subscribe_resource(uri)
+        await call_text(s, "d__bump")
+        await inbox.wait_for(is_update(uri), f"{uri} updated before the restart")
+        before = await api.instance("d")
+        await api.act_ok("d", "restart")
+        await api.wait_for(
+            "d", lambda d: d["state"] == "running" and d["restart_count"] == before["restart_count"] + 1, "d restarted"
+        )
+        await inbox.wait_for(is_update(uri), f"{uri} reported changed after the restart", count=2)
+        seen = len(inbox.matching(is_update(uri)))
+        # The new process counts from zero: its own update, relayed.
+        assert await call_text(s, "d__bump") == "1"
+        await inbox.wait_for(is_update(uri), f"{uri} updated by the new process", count=seen + 1)
 
 
 async def test_a_modern_backends_resource_updates_reach_clients_of_both_eras(

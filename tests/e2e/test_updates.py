@@ -6,6 +6,7 @@ and the official Python SDK as the client:
 - blue-green v1 → v2 while a client calls in a loop: no call fails, the
   client hears `list_changed` and sees v2's new tool, the v1 container is
   gone, the history says who started it and that it ended in v2;
+- a client's resource subscription moves to the new version;
 - a release that exits at start is rolled back: no call fails, the history
   and the `webhook` notifier say why;
 - a release without a tool `require_tools` names is rolled back naming it
@@ -266,6 +267,38 @@ async def test_blue_green_update_fails_no_call_announces_the_new_tool_removes_v1
     assert began["reason"] == f"update to {v2} started by alice", began
     [ended] = transitions_between(detail, "updating", "running")
     assert ended["reason"] == f"updated to {v2}", ended
+
+
+async def test_a_clients_resource_subscription_moves_to_the_new_version(
+    vigil: Gateways, releases: dict[str, str], release_box: ReleaseBox
+) -> None:
+    """The new version is another server that knows nothing of the
+    client's subscription: at the switch Vigil subscribes it, tells the
+    client the resource may have changed, and relays its updates."""
+    box = release_box
+    gw = vigil([box.config(releases["v1"], update=QUICK, server_name="rel")], api={"tokens": [OPERATOR]})
+    api = ControlApi(gw.api_base, OPERATOR["token"])
+    uri = "demo://rel/counter"
+    inbox = Inbox()
+
+    def updates() -> list[Any]:
+        return inbox.matching(lambda m: getattr(getattr(m, "params", None), "uri", None) == uri)
+
+    async with http_session(gw.url, message_handler=inbox) as s:
+        await wait_for_tools(s, box.tools("search"))
+        await api.wait_state(box.name, "running")
+        await s.subscribe_resource(uri)
+        assert await call_text(s, box.tool("bump")) == "1"
+        await inbox.wait_for(lambda m: len(updates()) >= 1, "v1's update of the counter")
+        started = await start_update(api, box.name, releases["v2"])
+        await wait_update(api, box.name, started["id"], "baking", "succeeded")
+        await inbox.wait_for(lambda m: len(updates()) >= 2, "the counter reported changed at the switch")
+        seen = len(updates())
+        # v2 counts from zero (v1 would say 2): its own update, relayed.
+        assert await call_text(s, box.tool("bump")) == "1"
+        await inbox.wait_for(lambda m: len(updates()) > seen, "v2's update of the counter")
+        done = await wait_update(api, box.name, started["id"])
+        assert done["state"] == "succeeded", short(done)
 
 
 # === 2. crash at start ===

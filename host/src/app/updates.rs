@@ -113,6 +113,9 @@ impl Updater {
             .registry
             .apply(set.roster(), batch.into_iter().map(registry_update));
         self.publish(applied, &cause);
+        // A listing may be a new instance's: watched resources follow it.
+        self.front
+            .rewatch(listed.iter().map(|(name, _)| name.clone()));
         // Who waits for a listing wants to see it in the catalog.
         for (name, uid) in listed {
             if let Some(b) = set.get(&name).filter(|b| b.uid == uid) {

@@ -160,6 +160,12 @@ impl Gateway {
             refresh: refresh_tx,
             redactor: redactor.clone(),
         });
+        let resource_watch = {
+            let sessions = sessions.clone();
+            Arc::new(resource_watch::ResourceWatch::new(Box::new(move |uri| {
+                sessions.resource_updated(None, uri)
+            })))
+        };
         let caller_pools =
             caller_pools::CallerPools::new(pool_context.clone(), config.limits.max_sessions);
         let mrtr = mrtr::Mrtr::new(&config.cluster)
@@ -171,7 +177,7 @@ impl Gateway {
             caller_pools,
             downstream,
             sessions,
-            resource_watch: Arc::default(),
+            resource_watch,
             next_session: AtomicU64::new(1),
             streams: std::sync::OnceLock::new(),
             fronts: fronts::Fronts::default(),
@@ -270,6 +276,31 @@ impl Gateway {
     /// `list_changed`.
     pub fn resync_all(&self) {
         self.sessions.resync_all();
+    }
+
+    /// `backends` were listed by a new instance (or listed again): the
+    /// resources clients watch on them move to the instance serving each
+    /// now, if another served them before (see `resource_watch`). Runs in
+    /// the background.
+    pub fn rewatch(&self, backends: impl IntoIterator<Item = Arc<str>>) {
+        if self.resource_watch.is_empty() {
+            return;
+        }
+        let set = self.backends();
+        let serving: Vec<Arc<Backend>> = backends
+            .into_iter()
+            .filter_map(|name| set.get(&name).cloned())
+            .filter(|b| crate::health::advertisable(b.state()))
+            .collect();
+        if serving.is_empty() {
+            return;
+        }
+        let watch = self.resource_watch.clone();
+        self.background.spawn_until_shutdown(async move {
+            for b in serving {
+                watch.follow(&b).await;
+            }
+        });
     }
 
     /// Live client sessions.

@@ -8,6 +8,15 @@
 //! once, when the last one is gone. One client's unsubscribe never ends
 //! another's updates. A watch is a [`Hold`]; dropping it releases.
 //!
+//! A watch on a backend's shared connection, or on a client pool's
+//! connection to it, is kept by the backend's name (and the pool), not by
+//! the connection: when another instance serves the backend (a restart,
+//! an update's new version), [`ResourceWatch::follow`] asks the
+//! connection that reaches it now for every URI still watched (opening
+//! the pool's again), lets go of the old one, and tells the watchers the
+//! resource may have changed (an update due in between went with the old
+//! instance). A watch on a capability set's variant ends with it.
+//!
 //! The updates themselves reach clients through the session registry
 //! (`sessions.rs`): sessions subscribed to the URI and every listen stream
 //! whose filter names it.
@@ -17,24 +26,101 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::task::AbortHandle;
 
-use crate::backend::{BackendError, Connection};
+use crate::backend::pool::Pool;
+use crate::backend::{Backend, BackendError, Connection};
 
-/// A connection (by address, checked alive through `Entry::conn`) and a URI.
-type Key = (usize, String);
+/// How the connection a watch stands on was reached, so that it can be
+/// reached again on the backend's next instance.
+#[derive(Clone)]
+pub enum Via {
+    /// The backend's shared connection.
+    Shared,
+    /// A client's pool (its own backend session or instance).
+    Pool(Weak<Pool>),
+    /// Only this connection (a capability set's variant).
+    Only,
+}
 
-#[derive(Default)]
+/// Where a watch stands.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Slot {
+    /// On the shared connection of the backend so named, whichever
+    /// instance serves it.
+    Shared(Arc<str>),
+    /// On the connection of the pool (by address) to the backend so
+    /// named.
+    Pool(usize, Arc<str>),
+    /// On one connection (by address; [`Watched::on`] tells a new
+    /// connection at a reused address).
+    Only(usize),
+}
+
+impl Slot {
+    fn of(backend: &Arc<str>) -> impl Fn(&Slot) -> bool + '_ {
+        move |s| match s {
+            Slot::Shared(b) | Slot::Pool(_, b) => b == backend,
+            Slot::Only(_) => false,
+        }
+    }
+}
+
+type Key = (Slot, String);
+
+/// Tells every watcher of a URI that it may have changed.
+pub type Moved = Box<dyn Fn(String) + Send + Sync>;
+
 pub struct ResourceWatch {
     entries: Mutex<HashMap<Key, Entry>>,
+    moved: Moved,
 }
 
 struct Entry {
     holders: usize,
+    via: Via,
+    watched: Watched,
+}
+
+/// The backend subscription of one URI on one connection.
+struct Watched {
     conn: Weak<Connection>,
     /// A 2026-07-28 backend's `subscriptions/listen` task for this URI.
     task: Option<AbortHandle>,
 }
 
-/// One client's watch of one resource on one connection.
+impl Watched {
+    /// Whether this is the subscription on `conn`, which still stands.
+    fn on(&self, conn: &Arc<Connection>) -> bool {
+        self.conn.strong_count() > 0 && std::ptr::eq(self.conn.as_ptr(), Arc::as_ptr(conn))
+    }
+
+    /// A second subscription of a URI already watched on the same
+    /// connection: its listen task ends; a second `resources/subscribe`
+    /// needs no undoing (one unsubscribe would end both).
+    fn duplicate(self) {
+        if let Some(task) = self.task {
+            task.abort();
+        }
+    }
+
+    /// Ends the backend subscription: its listen task, or an
+    /// `resources/unsubscribe` if its connection is still open.
+    fn let_go(self, uri: &str) {
+        if let Some(task) = self.task {
+            task.abort();
+        } else if let Some(conn) = self.conn.upgrade()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let uri = uri.to_owned();
+            runtime.spawn(async move {
+                if let Err(e) = conn.unwatch_resource(&uri).await {
+                    tracing::debug!(%uri, error = %e, "resources/unsubscribe not applied");
+                }
+            });
+        }
+    }
+}
+
+/// One client's watch of one resource.
 pub struct Hold {
     watch: Arc<ResourceWatch>,
     key: Key,
@@ -54,59 +140,150 @@ impl Drop for Hold {
 }
 
 impl ResourceWatch {
-    /// Watches `uri` on `conn`, asking the backend if nobody watched it
-    /// there yet. An error (the backend refused) leaves nothing held.
+    /// `moved` tells a URI's watchers it may have changed, when its watch
+    /// moved to another connection.
+    pub fn new(moved: Moved) -> Self {
+        ResourceWatch {
+            entries: Mutex::default(),
+            moved,
+        }
+    }
+
+    /// Watches `uri` on `conn` (to `backend`, reached `via`), asking the
+    /// backend if nobody watched it there yet. An error (the backend
+    /// refused) leaves nothing held.
     pub async fn hold(
         self: &Arc<Self>,
         conn: &Arc<Connection>,
         uri: &str,
+        backend: &Arc<str>,
+        via: Via,
     ) -> Result<Hold, BackendError> {
-        let key = (Arc::as_ptr(conn) as usize, uri.to_owned());
-        if self.join(&key) {
+        let slot = match &via {
+            Via::Shared => Slot::Shared(backend.clone()),
+            Via::Pool(pool) => Slot::Pool(pool.as_ptr() as usize, backend.clone()),
+            Via::Only => Slot::Only(Arc::as_ptr(conn) as usize),
+        };
+        let key = (slot, uri.to_owned());
+        if self.join(&key, conn) {
             return Ok(self.hold_of(key));
         }
         let task = conn.watch_resource(uri).await?;
+        let fresh = Watched {
+            conn: Arc::downgrade(conn),
+            task,
+        };
         let mut entries = self.lock();
-        match entries.get_mut(&key) {
+        let old = match entries.get_mut(&key) {
             // Another client asked meanwhile: one backend subscription is
             // enough (a second `resources/subscribe` is harmless).
-            Some(e) if e.conn.strong_count() > 0 => {
+            Some(e) if e.watched.on(conn) => {
                 e.holders += 1;
-                if let Some(t) = task {
-                    t.abort();
-                }
+                fresh.duplicate();
+                None
             }
-            _ => {
+            // Watched on an instance before this one: it moves here.
+            Some(e) => {
+                e.holders += 1;
+                Some(std::mem::replace(&mut e.watched, fresh))
+            }
+            None => {
                 entries.insert(
                     key.clone(),
                     Entry {
                         holders: 1,
-                        conn: Arc::downgrade(conn),
-                        task,
+                        via,
+                        watched: fresh,
                     },
                 );
+                None
             }
-        }
+        };
         drop(entries);
+        if let Some(old) = old {
+            old.let_go(uri);
+            (self.moved)(uri.to_owned());
+        }
         Ok(self.hold_of(key))
     }
 
-    /// Counts one more holder of an entry whose connection is alive.
-    fn join(&self, key: &Key) -> bool {
-        let mut entries = self.lock();
-        match entries.get_mut(key) {
-            Some(e) if e.conn.strong_count() > 0 => {
+    /// Moves every watch of backend `b` that stands elsewhere (an earlier
+    /// instance, an ended connection) to the connection that reaches it
+    /// now (the pool's is opened again); its watchers hear the resource
+    /// may have changed. A URI the new instance refuses, or a connection
+    /// that cannot be opened, leaves the watch where it was (a later
+    /// listing tries again).
+    pub async fn follow(&self, b: &Arc<Backend>) {
+        let name = &b.name;
+        let watched: Vec<(Key, Via)> = self
+            .lock()
+            .iter()
+            .filter(|((slot, _), _)| Slot::of(name)(slot))
+            .map(|(k, e)| (k.clone(), e.via.clone()))
+            .collect();
+        for (key, via) in watched {
+            let conn = match via {
+                Via::Shared => b.shared(),
+                Via::Pool(pool) => match pool.upgrade() {
+                    Some(pool) => match pool.connection(b, false).await {
+                        Ok(conn) => Some(conn),
+                        Err(e) => {
+                            tracing::info!(backend = %name, uri = %key.1, error = %e, "could not reach the backend's new instance for a client's watched resource");
+                            None
+                        }
+                    },
+                    None => None,
+                },
+                Via::Only => None,
+            };
+            let Some(conn) = conn else { continue };
+            if self.lock().get(&key).is_none_or(|e| e.watched.on(&conn)) {
+                continue;
+            }
+            let task = match conn.watch_resource(&key.1).await {
+                Ok(task) => task,
+                Err(e) => {
+                    tracing::info!(backend = %name, uri = %key.1, error = %e, "the backend's new instance did not take a watched resource; its watchers get no updates of it until it does");
+                    continue;
+                }
+            };
+            let fresh = Watched {
+                conn: Arc::downgrade(&conn),
+                task,
+            };
+            let mut entries = self.lock();
+            match entries.get_mut(&key) {
+                Some(e) if !e.watched.on(&conn) => {
+                    let old = std::mem::replace(&mut e.watched, fresh);
+                    drop(entries);
+                    old.let_go(&key.1);
+                    tracing::debug!(backend = %name, uri = %key.1, "resource watch moved to the backend's new instance");
+                    (self.moved)(key.1);
+                }
+                // A new watcher moved it here meanwhile.
+                Some(_) => fresh.duplicate(),
+                // Nobody watches it any more.
+                None => {
+                    drop(entries);
+                    fresh.let_go(&key.1);
+                }
+            }
+        }
+    }
+
+    /// Whether nothing is watched.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Counts one more holder of an entry watched on `conn`.
+    fn join(&self, key: &Key, conn: &Arc<Connection>) -> bool {
+        match self.lock().get_mut(key) {
+            Some(e) if e.watched.on(conn) => {
                 e.holders += 1;
                 true
             }
-            // The connection ended (the backend restarted): its
-            // subscriptions went with it; a new connection at the same
-            // address starts afresh.
-            Some(_) => {
-                entries.remove(key);
-                false
-            }
-            None => false,
+            _ => false,
         }
     }
 
@@ -128,18 +305,7 @@ impl ResourceWatch {
         }
         let Some(e) = entries.remove(key) else { return };
         drop(entries);
-        if let Some(task) = e.task {
-            task.abort();
-        } else if let Some(conn) = e.conn.upgrade()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let uri = key.1.clone();
-            runtime.spawn(async move {
-                if let Err(e) = conn.unwatch_resource(&uri).await {
-                    tracing::debug!(%uri, error = %e, "resources/unsubscribe not applied");
-                }
-            });
-        }
+        e.watched.let_go(&key.1);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {

@@ -16,7 +16,7 @@ use super::Gateway;
 use super::admission::{self, Admitted};
 use super::mrtr::{Binding, MrtrTarget, Refused, Resumed, mrtr_target, retry_with, routed};
 use super::relayed::{for_client, input_required};
-use super::resource_watch::Hold;
+use super::resource_watch::{Hold, Via};
 use super::route::{
     forwardable_meta, page, schema_changed, unavailable, unavailable_call, unknown_prompt,
     unknown_tool, unknown_uri,
@@ -188,10 +188,10 @@ impl FrontSession {
         if !advertisable(b.state()) {
             return Err(down(&b).error);
         }
-        let conn = self.connection(&b, ctx).await.map_err(|e| e.error)?;
+        let (conn, via) = self.connection_via(&b, ctx).await.map_err(|e| e.error)?;
         self.gw
             .resource_watch()
-            .hold(&conn, uri)
+            .hold(&conn, uri, &b.name, via)
             .await
             .map_err(|e| self.gw.redactor().mask_error(e.into_mcp()))
     }
@@ -359,6 +359,18 @@ impl FrontSession {
         backend: &Arc<Backend>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Arc<Connection>, CallError> {
+        self.connection_via(backend, ctx)
+            .await
+            .map(|(conn, _)| conn)
+    }
+
+    /// [`Self::connection`], and how it was reached (for a resource
+    /// watch, which reaches the backend's next instance the same way).
+    async fn connection_via(
+        &self,
+        backend: &Arc<Backend>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(Arc<Connection>, Via), CallError> {
         use crate::dataplane::carrier::{self, Carrier, Choice};
         // The run serving the backend, read once: the choice and the
         // connection are of the same one.
@@ -405,17 +417,23 @@ impl FrontSession {
             Carrier::Variant | Carrier::VariantFailed => {
                 return match variant {
                     Some(v) => v
-                        .map(|v| v.conn)
+                        .map(|v| (v.conn, Via::Only))
                         .map_err(|e| CallError::failed(e.into_mcp())),
                     None => Err(down(backend)),
                 };
             }
-            Carrier::Shared => return shared.ok_or_else(|| down(backend)),
+            Carrier::Shared => {
+                return shared
+                    .map(|c| (c, Via::Shared))
+                    .ok_or_else(|| down(backend));
+            }
         };
         observe(&pool, &ctx.extensions, &ctx.peer);
-        pool.connection(backend, false)
+        let conn = pool
+            .connection(backend, false)
             .await
-            .map_err(|e| CallError::failed(e.into_mcp()))
+            .map_err(|e| CallError::failed(e.into_mcp()))?;
+        Ok((conn, Via::Pool(Arc::downgrade(&pool))))
     }
 
     /// The client side of a request forwarded for `ctx`.
