@@ -111,6 +111,7 @@ pub mod private_fs;
 pub mod redact;
 pub mod rollout;
 pub mod runtime;
+pub mod search;
 pub mod store;
 pub mod supervisor;
 pub mod telemetry;

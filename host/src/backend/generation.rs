@@ -218,6 +218,7 @@ mod tests {
             rate: None,
             rate_per_tool: None,
             issuer: None,
+            tool_search: None,
         };
         g.publish_policies(crate::policy::Policies::new(vec![deny_all]));
         let alice = Principal::key("alice");

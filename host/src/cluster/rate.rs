@@ -196,6 +196,7 @@ mod tests {
             rate: None,
             rate_per_tool: None,
             issuer: None,
+            tool_search: None,
         }
     }
 

@@ -132,6 +132,8 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         policies: _,
         // Applied by the reload.
         audit: _,
+        // Applied by the reload, but for the model.
+        tool_search,
     } = next;
     let r = running;
     [
@@ -186,6 +188,10 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
             r.auth.allow_anonymous != *allow_anonymous,
         ),
         ("auth.oauth", r.auth.oauth != *oauth),
+        (
+            "tool_search.semantic.model_dir",
+            r.tool_search.model_dir != tool_search.model_dir,
+        ),
     ]
     .into_iter()
     .filter_map(|(key, differs)| differs.then_some(key))

@@ -26,6 +26,7 @@ pub mod raw;
 mod store;
 mod telemetry;
 mod token_strength;
+mod tool_search;
 mod update;
 
 use std::collections::HashSet;
@@ -46,6 +47,7 @@ pub use limits::{LimitsConfig, ListLimits, ListenerLimits};
 pub use oauth::{Introspection, OAuthConfig, TokenExchange};
 pub use pin::{FirstSeen, OnChange, PinConfig};
 pub use plugins::{DEFAULT_PLUGIN_CACHE, PluginProbe, PluginsConfig};
+pub use tool_search::{MAX_LIMIT, SearchMode, ToolSearchConfig};
 pub use update::{OnCatalogChange, Strategy, UpdatePolicy};
 
 /// The file in `data_dir` holding the key that seals MCP session ids
@@ -171,6 +173,9 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[audit]`: the audit of MCP calls (applied live by a reload).
     pub audit: AuditConfig,
+    /// `[tool_search]`: meta-tools for large catalogs (applied live by a
+    /// reload).
+    pub tool_search: ToolSearchConfig,
     /// Enabled backends, in file order.
     pub backends: Vec<BackendConfig>,
 }
@@ -349,6 +354,7 @@ impl Config {
         let store = p.store(raw.store, env);
         let cluster = p.cluster(raw.cluster, listen, env);
         let audit = p.audit(raw.audit);
+        let tool_search = p.tool_search(raw.tool_search, path.parent().unwrap_or(Path::new(".")));
 
         let defaults = backend::Defaults {
             health,
@@ -412,6 +418,7 @@ impl Config {
             telemetry,
             limits,
             audit,
+            tool_search,
             backends,
         })
     }

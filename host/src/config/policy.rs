@@ -23,6 +23,7 @@ pub struct RawPolicy {
     pub rate: Option<String>,
     pub rate_per_tool: Option<String>,
     pub issuer: Option<String>,
+    pub tool_search: Option<String>,
 }
 
 /// One `[[policy]]` entry, checked.
@@ -43,6 +44,9 @@ pub struct PolicyConfig {
     /// for every caller its patterns match, `Some(Issuer::Is(url))` only
     /// callers whose token that `[auth.oauth]` issuer signed.
     pub issuer: Option<Issuer>,
+    /// `tool_search`: the entry's principals list tools this way instead
+    /// of `[tool_search] mode`.
+    pub tool_search: Option<super::SearchMode>,
 }
 
 /// `[[policy]] issuer`.
@@ -133,6 +137,7 @@ impl Problems {
         let rate_per_tool = raw
             .rate_per_tool
             .and_then(|r| self.rate(&format!("{at}.rate_per_tool"), &r));
+        let tool_search = self.policy_search_mode(at, raw.tool_search.as_deref());
         PolicyConfig {
             principals: raw.principals,
             allow,
@@ -140,6 +145,7 @@ impl Problems {
             rate,
             rate_per_tool,
             issuer,
+            tool_search,
         }
     }
 

@@ -39,6 +39,7 @@ pub struct RawConfig {
     pub cluster: Option<super::cluster::RawCluster>,
     pub audit: Option<super::audit::RawAudit>,
     pub pin: Option<super::pin::RawPin>,
+    pub tool_search: Option<super::tool_search::RawToolSearch>,
     #[serde(default)]
     pub backends: Vec<RawBackend>,
 }

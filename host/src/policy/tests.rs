@@ -29,6 +29,7 @@ fn entry(config: &str) -> PolicyConfig {
             "*" => PolicyIssuer::Any,
             _ => PolicyIssuer::Is(i),
         }),
+        tool_search: None,
     }
 }
 

@@ -1,0 +1,373 @@
+//! The keyword index of every backend's tools, and the ranking of a
+//! query over it.
+//!
+//! One index for the gateway, of documents per backend: what each backend
+//! last listed (whatever its health; health and everything else that
+//! hides a tool are filters at query time). A backend's new listing
+//! re-indexes that backend only: each tool is compared with what was
+//! indexed by the digest of its canonical JSON (`catalog::digest`), an
+//! unchanged one keeps its document, a new or changed one is tokenized.
+//! Every change builds a new [`Snapshot`] aside and swaps it in whole:
+//! a search reads one snapshot, and never waits for a rebuild.
+//!
+//! BM25 as the `bm25` crate computes it: term frequencies saturated with
+//! `k1`, normalized by document length against the average (`b`), times
+//! the inverse document frequency over the whole index. A document is
+//! embedded against the average length of its snapshot; when the average
+//! drifts by more than [`AVGDL_DRIFT`] every document is embedded again
+//! (from its stems: nothing is tokenized twice).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use bm25::{Embedder, EmbedderBuilder, Embedding, Scorer, Tokenizer};
+
+use super::document::document;
+use super::text::Words;
+use crate::catalog::Entry;
+
+/// How far the average document length may drift from the one documents
+/// were embedded with before all are embedded again.
+const AVGDL_DRIFT: f32 = 0.2;
+
+/// One tool's document.
+#[derive(Debug)]
+pub struct Doc {
+    pub backend: Arc<str>,
+    /// Its name as the backend lists it.
+    pub name: String,
+    /// Of its definition's canonical JSON.
+    pub digest: String,
+    /// Its stems, space-separated.
+    stems: String,
+    /// How many stems.
+    length: usize,
+    embedding: Embedding<u32>,
+    /// The average length it was embedded against.
+    avgdl: f32,
+    /// Bytes of its definition as JSON.
+    pub bytes: usize,
+}
+
+/// What one search of a snapshot saw.
+#[derive(Debug)]
+pub struct Hit<T> {
+    pub found: T,
+    pub score: f32,
+}
+
+/// One state of the index; never changes.
+#[derive(Default)]
+pub struct Snapshot {
+    scorer: Scorer<u32>,
+    docs: Vec<Arc<Doc>>,
+    by_backend: HashMap<Arc<str>, Vec<u32>>,
+    avgdl: f32,
+}
+
+impl Snapshot {
+    /// How many documents it holds.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// The backends it holds documents of.
+    pub fn backends(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.by_backend.keys()
+    }
+
+    /// The documents of `backend`.
+    pub fn of(&self, backend: &str) -> impl Iterator<Item = &Arc<Doc>> {
+        self.by_backend
+            .get(backend)
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.docs.get(i as usize))
+    }
+
+    /// Bytes held by the documents' text and embeddings (an estimate, for
+    /// the index-size metric).
+    pub fn bytes(&self) -> usize {
+        self.docs
+            .iter()
+            .map(|d| d.stems.len() + d.name.len() + d.embedding.len() * 8 + 128)
+            .sum()
+    }
+
+    /// The documents matching `query` in rank order, each passed through
+    /// `keep` (what the caller may see, and how it shows it) before the
+    /// first `limit` are taken: a document `keep` refuses is never
+    /// returned, and never counted.
+    pub fn rank<T>(
+        &self,
+        query: &str,
+        limit: usize,
+        mut keep: impl FnMut(&Doc) -> Option<T>,
+    ) -> Vec<Hit<T>> {
+        if self.docs.is_empty() || limit == 0 {
+            return Vec::new();
+        }
+        let embedder = embedder(self.avgdl);
+        let q = embedder.embed(&stems_of(query));
+        let mut out = Vec::new();
+        for scored in self.scorer.matches(&q) {
+            let Some(doc) = self.docs.get(scored.id as usize) else {
+                continue;
+            };
+            if let Some(found) = keep(doc) {
+                out.push(Hit {
+                    found,
+                    score: scored.score,
+                });
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What one re-indexing of a backend changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reindexed {
+    pub added: usize,
+    pub changed: usize,
+    pub removed: usize,
+    pub kept: usize,
+}
+
+/// The index; see the module doc.
+#[derive(Default)]
+pub struct Index {
+    current: ArcSwap<Snapshot>,
+    /// One rebuild at a time (searches never take it).
+    writing: Mutex<()>,
+}
+
+impl Index {
+    /// The snapshot in force.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// Indexes `tools` (under the backend's own names) as all that
+    /// `backend` lists, in place of what it listed before.
+    pub fn reindex(&self, backend: &Arc<str>, tools: &[Entry]) -> Reindexed {
+        let _one = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.current.load_full();
+        let old: HashMap<&str, &Arc<Doc>> = now.of(backend).map(|d| (&*d.name, d)).collect();
+        let mut stats = Reindexed::default();
+        let mut fresh: Vec<Arc<Doc>> = Vec::with_capacity(tools.len());
+        let words = Words::default();
+        for tool in tools {
+            let json = tool.json();
+            let digest = crate::catalog::digest::digest(json)
+                .map(|d| d.to_string())
+                .unwrap_or_default();
+            match old.get(tool.key()) {
+                Some(d) if d.digest == digest => {
+                    stats.kept += 1;
+                    fresh.push((*d).clone());
+                    continue;
+                }
+                Some(_) => stats.changed += 1,
+                None => stats.added += 1,
+            }
+            let stems = words.tokenize(&document(backend, json)).join(" ");
+            let length = stems.split_whitespace().count();
+            fresh.push(Arc::new(Doc {
+                backend: backend.clone(),
+                name: tool.key().to_owned(),
+                digest,
+                stems,
+                length,
+                embedding: Embedding(Vec::new()),
+                avgdl: 0.0,
+                bytes: serde_json::to_vec(json).map_or(0, |v| v.len()),
+            }));
+        }
+        stats.removed = old
+            .keys()
+            .filter(|n| !tools.iter().any(|t| t.key() == **n))
+            .count();
+        let others = now.docs.iter().filter(|d| d.backend != *backend).cloned();
+        self.current
+            .store(Arc::new(build(others.chain(fresh).collect())));
+        stats
+    }
+
+    /// Drops every document of `backend` (it left the config).
+    pub fn remove(&self, backend: &Arc<str>) -> usize {
+        let _one = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.current.load_full();
+        let before = now.docs.len();
+        let kept: Vec<Arc<Doc>> = now
+            .docs
+            .iter()
+            .filter(|d| d.backend != *backend)
+            .cloned()
+            .collect();
+        let removed = before - kept.len();
+        if removed > 0 {
+            self.current.store(Arc::new(build(kept)));
+        }
+        removed
+    }
+}
+
+/// A snapshot of `docs`, each embedded against their average length (a
+/// document embedded against an average close enough is kept as it is).
+fn build(docs: Vec<Arc<Doc>>) -> Snapshot {
+    let avgdl = if docs.is_empty() {
+        1.0
+    } else {
+        (docs.iter().map(|d| d.length).sum::<usize>() as f32 / docs.len() as f32).max(1.0)
+    };
+    let embedder = embedder(avgdl);
+    let mut scorer = Scorer::new();
+    let mut by_backend: HashMap<Arc<str>, Vec<u32>> = HashMap::new();
+    let mut out = Vec::with_capacity(docs.len());
+    for (i, d) in docs.into_iter().enumerate() {
+        let d = if d.avgdl > 0.0 && ((d.avgdl - avgdl) / avgdl).abs() <= AVGDL_DRIFT {
+            d
+        } else {
+            Arc::new(Doc {
+                backend: d.backend.clone(),
+                name: d.name.clone(),
+                digest: d.digest.clone(),
+                stems: d.stems.clone(),
+                length: d.length,
+                embedding: embedder.embed(&d.stems),
+                avgdl,
+                bytes: d.bytes,
+            })
+        };
+        let id = i as u32;
+        scorer.upsert(&id, d.embedding.clone());
+        by_backend.entry(d.backend.clone()).or_default().push(id);
+        out.push(d);
+    }
+    Snapshot {
+        scorer,
+        docs: out,
+        by_backend,
+        avgdl,
+    }
+}
+
+/// An embedder of stems (already tokenized) against `avgdl`.
+fn embedder(avgdl: f32) -> Embedder<u32, Stems> {
+    EmbedderBuilder::<u32, Stems>::with_avgdl(avgdl)
+        .tokenizer(Stems)
+        .build()
+}
+
+/// The stems of `text`, space-separated.
+fn stems_of(text: &str) -> String {
+    Words::default().tokenize(text).join(" ")
+}
+
+/// Text that is stems already.
+#[derive(Debug, Default, Clone, Copy)]
+struct Stems;
+
+impl Tokenizer for Stems {
+    fn tokenize(&self, input_text: &str) -> Vec<String> {
+        input_text.split_whitespace().map(str::to_owned).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::EntryKind;
+    use serde_json::json;
+
+    fn tool(name: &str, description: &str) -> Entry {
+        Entry::from_json(
+            EntryKind::Tool,
+            json!({"name": name, "description": description, "inputSchema": {"type": "object"}}),
+        )
+        .unwrap()
+    }
+
+    fn names(hits: &[Hit<String>]) -> Vec<&str> {
+        hits.iter().map(|h| h.found.as_str()).collect()
+    }
+
+    #[test]
+    fn the_best_match_comes_first_and_filters_apply_before_the_cut() {
+        let index = Index::default();
+        let files: Arc<str> = "files".into();
+        let clock: Arc<str> = "clock".into();
+        index.reindex(
+            &files,
+            &[
+                tool("read_file", "Read the contents of a file"),
+                tool("write_file", "Write contents to a file"),
+                tool("list_directory", "List a directory"),
+            ],
+        );
+        index.reindex(
+            &clock,
+            &[tool("get_time", "The current time in a time zone")],
+        );
+        let snap = index.snapshot();
+        let all = |d: &Doc| Some(d.name.clone());
+        let hits = snap.rank("read a file", 10, all);
+        assert_eq!(names(&hits)[0], "read_file");
+        assert_eq!(names(&snap.rank("what time is it", 10, all)), ["get_time"]);
+        // A document the filter refuses is not counted: the next one fills
+        // its place.
+        let no_read = |d: &Doc| (d.name != "read_file").then(|| d.name.clone());
+        assert_eq!(names(&snap.rank("read a file", 1, no_read)), ["write_file"]);
+        assert!(snap.rank("the of and", 10, all).is_empty());
+    }
+
+    #[test]
+    fn a_backend_is_reindexed_alone_by_digest() {
+        let index = Index::default();
+        let files: Arc<str> = "files".into();
+        let clock: Arc<str> = "clock".into();
+        index.reindex(&clock, &[tool("get_time", "time")]);
+        let first = index.reindex(&files, &[tool("a", "x"), tool("b", "y")]);
+        assert_eq!(
+            first,
+            Reindexed {
+                added: 2,
+                ..Default::default()
+            }
+        );
+        let kept_clock = index.snapshot().of("clock").next().unwrap().clone();
+        let second = index.reindex(
+            &files,
+            &[tool("a", "x"), tool("b", "changed"), tool("c", "z")],
+        );
+        assert_eq!(
+            second,
+            Reindexed {
+                added: 1,
+                changed: 1,
+                removed: 0,
+                kept: 1
+            }
+        );
+        let third = index.reindex(&files, &[tool("c", "z")]);
+        assert_eq!(third.removed, 2);
+        // The other backend's document is kept (embedded again at most,
+        // when the average length drifted: never tokenized again).
+        let clock_now = index.snapshot().of("clock").next().unwrap().clone();
+        assert_eq!(
+            (&clock_now.digest, &clock_now.stems),
+            (&kept_clock.digest, &kept_clock.stems)
+        );
+        assert_eq!(index.remove(&files), 1);
+        assert_eq!(index.snapshot().len(), 1);
+    }
+}

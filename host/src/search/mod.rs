@@ -1,0 +1,14 @@
+//! Tool search: `find_tool` and `call_tool` for clients of large catalogs
+//! (`[tool_search]`, docs/tool-search.md).
+//!
+//! - `text`: the words of definitions and queries;
+//! - `document`: what a tool is ranked by;
+//! - `index`: the keyword index of every backend's tools, re-indexed per
+//!   backend as listings change, and the ranking of a query with the
+//!   caller's filter applied before the cut.
+
+pub mod document;
+pub mod index;
+pub mod text;
+
+pub use index::{Doc, Hit, Index, Reindexed, Snapshot};
