@@ -145,6 +145,14 @@ pub struct Metrics {
     updates: Family<UpdateLabel, Counter>,
     /// Updates waiting for an operator's approval, by backend (0 or 1).
     updates_pending: Family<BackendLabel, Gauge>,
+    /// `find_tool` searches, and how long each took.
+    searches: Counter,
+    search_duration: Histogram,
+    /// Re-indexings of a backend's tools for `find_tool`.
+    reindexed: Family<BackendLabel, Counter>,
+    /// Documents in the tool-search index, and their estimated bytes.
+    index_documents: Gauge,
+    index_bytes: Gauge,
 }
 
 /// The process's metrics.
@@ -185,6 +193,13 @@ pub fn get() -> &'static Metrics {
         pins_withheld: Family::default(),
         updates: Family::default(),
         updates_pending: Family::default(),
+        searches: Counter::default(),
+        search_duration: Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.00005, 2.0, 16),
+        ),
+        reindexed: Family::default(),
+        index_documents: Gauge::default(),
+        index_bytes: Gauge::default(),
     })
 }
 
@@ -352,6 +367,20 @@ impl Metrics {
         self.updates_pending
             .get_or_create(&backend_label(backend))
             .set(i64::from(pending));
+    }
+
+    /// One `find_tool` search took `took`.
+    pub fn tool_search(&self, took: std::time::Duration, _results: usize) {
+        self.searches.inc();
+        self.search_duration.observe(took.as_secs_f64());
+    }
+
+    /// `backend`'s tools were indexed again; the index holds `documents`
+    /// of about `bytes`.
+    pub fn reindexed(&self, backend: &str, documents: usize, bytes: usize) {
+        self.reindexed.get_or_create(&backend_label(backend)).inc();
+        self.index_documents.set(documents as i64);
+        self.index_bytes.set(bytes as i64);
     }
 
     /// Whether this replica holds the supervision lease of `backend`.
@@ -541,6 +570,31 @@ impl Metrics {
             "updates_pending_approval",
             "1 while an update of a backend waits for an operator to approve or abort its catalog change",
             self.updates_pending.clone(),
+        );
+        r.register(
+            "tool_searches",
+            "find_tool searches answered",
+            self.searches.clone(),
+        );
+        r.register(
+            "tool_search_duration_seconds",
+            "How long ranking one find_tool query took (the index's search and the caller's filter)",
+            self.search_duration.clone(),
+        );
+        r.register(
+            "tool_search_reindexed",
+            "Times a backend's tools were indexed again for find_tool (its listing changed)",
+            self.reindexed.clone(),
+        );
+        r.register(
+            "tool_search_index_documents",
+            "Tools in the find_tool index (every backend's last listing, whatever its health)",
+            self.index_documents.clone(),
+        );
+        r.register(
+            "tool_search_index_bytes",
+            "Estimated memory of the find_tool index's documents",
+            self.index_bytes.clone(),
         );
         r.register(
             "lease_held",

@@ -128,6 +128,17 @@ impl App {
             front.resync_all();
             summary.applied.push("policy");
         }
+        if *front.tool_search().settings() != next.tool_search {
+            front.tool_search().set_settings(next.tool_search.clone());
+            tracing::info!(
+                mode = next.tool_search.mode.as_str(),
+                "[tool_search] applied"
+            );
+            // What sessions list may have changed (their mode, the
+            // listed tools).
+            front.resync_all();
+            summary.applied.push("tool_search");
+        }
         if front.audit().configure(next.audit.clone()) {
             tracing::info!(arguments = next.audit.arguments, keep = %humantime::format_duration(next.audit.keep), "[audit] applied");
             summary.applied.push("audit");

@@ -109,6 +109,17 @@ impl Updater {
             .filter(|u| u.catalog.is_some())
             .map(|u| (u.backend.clone(), u.uid))
             .collect();
+        // What tool search indexes: each listing of a backend of the set
+        // (a candidate of an update is not one yet), whatever its health.
+        let to_index: Vec<(Arc<str>, Option<Vec<crate::catalog::Entry>>)> = batch
+            .iter()
+            .filter(|u| u.removed || set.get(&u.backend).is_some_and(|b| b.uid == u.uid))
+            .filter_map(|u| match (&u.catalog, u.removed) {
+                (_, true) => Some((u.backend.clone(), None)),
+                (Some(c), false) => Some((u.backend.clone(), Some(c.tools.clone()))),
+                (None, false) => None,
+            })
+            .collect();
         let applied = self
             .registry
             .apply(set.roster(), batch.into_iter().map(registry_update));
@@ -116,11 +127,34 @@ impl Updater {
         // A listing may be a new instance's: watched resources follow it.
         self.front
             .rewatch(listed.iter().map(|(name, _)| name.clone()));
+        self.reindex(to_index);
         // Who waits for a listing wants to see it in the catalog.
         for (name, uid) in listed {
             if let Some(b) = set.get(&name).filter(|b| b.uid == uid) {
                 b.listing_applied();
             }
+        }
+    }
+
+    /// Indexes each backend's new listing for tool search (`None`: it
+    /// left the config). Each is a new snapshot swapped in whole; a
+    /// search never waits for it.
+    fn reindex(&self, listings: Vec<(Arc<str>, Option<Vec<crate::catalog::Entry>>)>) {
+        let index = self.front.tool_search().index();
+        for (backend, tools) in listings {
+            let stats = match tools {
+                Some(tools) => index.reindex(&backend, &tools),
+                None => crate::search::Reindexed {
+                    removed: index.remove(&backend),
+                    ..Default::default()
+                },
+            };
+            if stats.added + stats.changed + stats.removed == 0 {
+                continue;
+            }
+            let snap = index.snapshot();
+            crate::metrics::get().reindexed(&backend, snap.len(), snap.bytes());
+            tracing::info!(backend = %backend, added = stats.added, changed = stats.changed, removed = stats.removed, kept = stats.kept, documents = snap.len(), "tool search: backend re-indexed");
         }
     }
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 pub use entry::{Entry, EntryError, EntryKind};
 pub use naming::conflicts;
-use naming::expose;
+pub use naming::expose;
 pub use registry::Registry;
 
 use crate::config::Naming;
@@ -300,6 +300,18 @@ impl Catalog {
     /// The hidden backend that exports `exposed`, if any.
     pub fn hidden_owner(&self, exposed: &str) -> Option<&Arc<str>> {
         self.hidden.get(exposed)
+    }
+
+    /// Its lists with `tools` in place of its tools, for comparing what a
+    /// client lists (tool search lists meta-tools): it routes nothing.
+    pub fn listing_with_tools(&self, tools: Vec<Entry>) -> Catalog {
+        Catalog {
+            tools,
+            resources: self.resources.clone(),
+            templates: self.templates.clone(),
+            prompts: self.prompts.clone(),
+            ..Catalog::default()
+        }
     }
 
     pub fn route_tool(&self, exposed: &str) -> Option<&Route> {

@@ -6,7 +6,7 @@ use super::{BackendCatalog, Catalog, Conflict};
 use crate::config::Naming;
 
 /// The name a client sees for `name` exported by `backend`.
-pub(super) fn expose(naming: &Naming, backend: &str, name: &str) -> String {
+pub fn expose(naming: &Naming, backend: &str, name: &str) -> String {
     match naming {
         Naming::Prefix { separator } => format!("{backend}{separator}{name}"),
         Naming::None => name.to_owned(),

@@ -36,6 +36,7 @@ mod session_ids;
 mod sessions;
 pub mod stdio;
 mod streams;
+mod tool_search;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,6 +107,9 @@ pub struct Gateway {
     retry_route: std::sync::OnceLock<Arc<dyn crate::cluster::retry::RetryRoute>>,
     /// Client sessions by their sealed ids (`session_ids.rs`).
     session_book: Arc<dyn crate::cluster::book::SessionBook>,
+    /// `find_tool` / `call_tool` and the index behind them
+    /// (`crate::search`).
+    tool_search: Arc<crate::search::ToolSearch>,
 }
 
 /// A backend's ask to be listed again (its `list_changed`), by name: the
@@ -149,10 +153,15 @@ impl Gateway {
             views: Default::default(),
             instances: crate::backend::instances::Instances::new(config.limits.max_instances),
         });
+        let tool_search = Arc::new(crate::search::ToolSearch::new(
+            config.tool_search.clone(),
+            config.naming.clone(),
+        ));
         let sessions = Sessions::new(
             generations.clone(),
             background.clone(),
             pool_context.clone(),
+            tool_search.clone(),
         );
         let (refresh_tx, refresh_rx) = mpsc::unbounded_channel();
         let downstream: Arc<dyn Downstream> = Arc::new(fanout::Fanout {
@@ -197,6 +206,7 @@ impl Gateway {
             mrtr,
             retry_route: std::sync::OnceLock::new(),
             session_book,
+            tool_search,
         });
         (gw, refresh_rx)
     }
@@ -301,6 +311,12 @@ impl Gateway {
                 watch.follow(&b).await;
             }
         });
+    }
+
+    /// Tool search (`crate::search`): its index follows every backend's
+    /// listing (the update task re-indexes), its settings each reload.
+    pub fn tool_search(&self) -> &Arc<crate::search::ToolSearch> {
+        &self.tool_search
     }
 
     /// Live client sessions.

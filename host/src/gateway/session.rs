@@ -37,6 +37,7 @@ use crate::catalog::{Catalog, Entry, EntryKind, Kind};
 use crate::cluster::book::Change;
 use crate::dataplane::outcome::{CallError, Ended};
 use crate::health::{HealthState, advertisable};
+use crate::search::meta;
 
 /// The per-session handler; dropped (and unregistered) when the session ends.
 pub struct FrontSession {
@@ -194,6 +195,119 @@ impl FrontSession {
             .hold(&conn, uri, &b.name, via)
             .await
             .map_err(|e| self.gw.redactor().mask_error(e.into_mcp()))
+    }
+
+    /// A `tools/call` of `p.name` as routed: admitted, audited and
+    /// forwarded to the backend whose tool it names (`call_tool` of tool
+    /// search comes here with the tool it names).
+    async fn call_routed(
+        &self,
+        generation: &Arc<Generation>,
+        mut p: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let audit = self.admit(generation, ctx, Kind::Tool, &p.name, unknown_tool, || {
+            self.gw.audit().begin(
+                Method::ToolsCall,
+                &p.name,
+                p.arguments.as_ref(),
+                &ctx.extensions,
+            )
+        })?;
+        let catalog = self.catalog(generation, ctx).await;
+        let Some(route) = catalog.route_tool(&p.name).cloned() else {
+            self.forget_stream(ctx);
+            let (e, down) = self.unrouted(&catalog, &p.name, unknown_tool);
+            audit.unrouted(down.as_deref());
+            return Err(e);
+        };
+        p.name = route.name.into();
+        p.meta = forwardable_meta(p.meta);
+        let span = admission::tool_call_span(&route.backend, &p.name);
+        let t0 = tokio::time::Instant::now();
+        let result = tracing::Instrument::instrument(
+            self.forward(
+                generation,
+                &route.backend,
+                ClientRequest::CallToolRequest(CallToolRequest::new(p)),
+                ctx,
+            ),
+            span.clone(),
+        )
+        .await;
+        // Application signal: real traffic's outcome and latency.
+        // A question for the client (MRTR) is no failure of the backend.
+        let ended = Ended::of(&result, true);
+        let b = generation.backends.get(&route.backend);
+        let call = admission::ToolCall {
+            span,
+            took: t0.elapsed(),
+        };
+        admission::settle(audit, &route.backend, b.map(|b| &**b), ended, Some(call));
+        let result = result.map_err(|e| e.error)?;
+        self.links(ctx).learn(&route.backend, &result);
+        let mut r = CallToolResult::success(Vec::new());
+        r.meta = Some(self.gw.answers().keep(result));
+        Ok(CallToolResponse::Complete(r))
+    }
+
+    /// `find_tool` (`search` and `always_listed` modes): ranked over what
+    /// this caller's passthrough `tools/list` would show, audited like a
+    /// call; answered by Vigil, never by a backend.
+    async fn find_tool(
+        &self,
+        generation: &Arc<Generation>,
+        access: &crate::policy::Access,
+        p: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.forget_stream(ctx);
+        let audit = self.gw.audit().begin(
+            Method::ToolsCall,
+            &p.name,
+            p.arguments.as_ref(),
+            &ctx.extensions,
+        );
+        let view = self.visible(generation, ctx).await;
+        let found =
+            super::tool_search::find(&self.gw, generation, access, &view, p.arguments.as_ref());
+        let mut r = CallToolResult::success(Vec::new());
+        match found {
+            Ok(answer) => {
+                audit.finish("", crate::audit::Outcome::Ok);
+                r.meta = Some(
+                    self.gw
+                        .answers()
+                        .keep(super::tool_search::answer_result(&answer)),
+                );
+            }
+            Err(e) => {
+                audit.finish("", crate::audit::Outcome::Error);
+                r = super::tool_search::refused(&e);
+            }
+        }
+        Ok(CallToolResponse::Complete(r))
+    }
+
+    /// Whether `name` is a tool the caller with `access` cannot use: not
+    /// its policy's, or no backend's (as opposed to one of a backend that
+    /// is not serving, which keeps its own error).
+    async fn unknown_to_caller(
+        &self,
+        generation: &Arc<Generation>,
+        access: &crate::policy::Access,
+        ctx: &RequestContext<RoleServer>,
+        name: &str,
+    ) -> bool {
+        if !access.permits(name) {
+            return true;
+        }
+        let catalog = self.catalog(generation, ctx).await;
+        catalog.route_tool(name).is_none()
+            && self
+                .gw
+                .owner_of_unrouted(&catalog, name)
+                .is_none_or(|b| advertisable(b.state()))
     }
 
     fn watches_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
@@ -834,8 +948,18 @@ impl FrontSession {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<MetaObject, McpError> {
         let cursor = p.as_ref().and_then(|p| p.cursor.as_deref());
-        let view = self.visible(&self.gw.generation(), ctx).await;
-        let (items, next) = page(list(&view), cursor, self.gw.config.page_size)?;
+        let generation = self.gw.generation();
+        let view = self.visible(&generation, ctx).await;
+        // The tools its mode of tool search lists (all of them, by default).
+        let tools = (kind == EntryKind::Tool).then(|| {
+            let access = generation.policies.access(&Principal::of(&ctx.extensions));
+            super::tool_search::listed_tools(&self.gw, &generation, &access, &view)
+        });
+        let entries = match &tools {
+            Some(t) => &t[..],
+            None => &list(&view)[..],
+        };
+        let (items, next) = page(entries, cursor, self.gw.config.page_size)?;
         let mut result = Map::new();
         let items = items.iter().map(Entry::to_value).collect();
         result.insert(kind.list_member().into(), Value::Array(items));
@@ -1098,49 +1222,44 @@ impl ServerHandler for FrontSession {
         // routes to a backend of another set, nor is admitted by another
         // set of policies.
         let generation = self.gw.generation();
-        let audit = self.admit(&generation, &ctx, Kind::Tool, &p.name, unknown_tool, || {
-            self.gw.audit().begin(
-                Method::ToolsCall,
-                &p.name,
-                p.arguments.as_ref(),
-                &ctx.extensions,
-            )
-        })?;
-        let catalog = self.catalog(&generation, &ctx).await;
-        let Some(route) = catalog.route_tool(&p.name).cloned() else {
-            self.forget_stream(&ctx);
-            let (e, down) = self.unrouted(&catalog, &p.name, unknown_tool);
-            audit.unrouted(down.as_deref());
-            return Err(e);
-        };
-        p.name = route.name.into();
-        p.meta = forwardable_meta(p.meta);
-        let span = admission::tool_call_span(&route.backend, &p.name);
-        let t0 = tokio::time::Instant::now();
-        let result = tracing::Instrument::instrument(
-            self.forward(
-                &generation,
-                &route.backend,
-                ClientRequest::CallToolRequest(CallToolRequest::new(p)),
-                &ctx,
-            ),
-            span.clone(),
-        )
-        .await;
-        // Application signal: real traffic's outcome and latency.
-        // A question for the client (MRTR) is no failure of the backend.
-        let ended = Ended::of(&result, true);
-        let b = generation.backends.get(&route.backend);
-        let call = admission::ToolCall {
-            span,
-            took: t0.elapsed(),
-        };
-        admission::settle(audit, &route.backend, b.map(|b| &**b), ended, Some(call));
-        let result = result.map_err(|e| e.error)?;
-        self.links(&ctx).learn(&route.backend, &result);
-        let mut r = CallToolResult::success(Vec::new());
-        r.meta = Some(self.gw.answers().keep(result));
-        Ok(CallToolResponse::Complete(r))
+        // The meta-tools of tool search, for a caller that lists them.
+        let access = generation.policies.access(&Principal::of(&ctx.extensions));
+        let mut called_as = None;
+        if self.gw.tool_search().mode(&access).searches() {
+            match &*p.name {
+                meta::FIND => return self.find_tool(&generation, &access, p, &ctx).await,
+                meta::CALL => match meta::CallArgs::parse(p.arguments.as_ref()) {
+                    Ok(call) => {
+                        called_as = Some(call.tool_name.clone());
+                        p.name = call.tool_name.into();
+                        p.arguments = call.arguments;
+                    }
+                    Err(e) => {
+                        self.forget_stream(&ctx);
+                        return Ok(CallToolResponse::Complete(super::tool_search::refused(&e)));
+                    }
+                },
+                _ => {}
+            }
+        }
+        let result = self.call_routed(&generation, p, &ctx).await;
+        match (result, called_as) {
+            // A name this caller cannot use, through `call_tool`: the
+            // unknown-tool error, with the closest names it may use.
+            (Err(_), Some(name))
+                if self
+                    .unknown_to_caller(&generation, &access, &ctx, &name)
+                    .await =>
+            {
+                let view = self.visible(&generation, &ctx).await;
+                Err(super::tool_search::unknown_suggesting(
+                    self.gw.tool_search(),
+                    &view,
+                    &name,
+                ))
+            }
+            (result, _) => result,
+        }
     }
 
     async fn read_resource(

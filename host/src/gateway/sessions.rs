@@ -92,6 +92,8 @@ pub struct Sessions {
     /// What each capability set sees (`backend::views`), for sessions
     /// without a pool of their own.
     context: Arc<pool::Context>,
+    /// What a session lists as its tools in the modes of tool search.
+    tool_search: Arc<crate::search::ToolSearch>,
 }
 
 /// Who a session's lists are for: its principal (`[[policy]]`) and its
@@ -110,9 +112,11 @@ impl Sessions {
         generations: Generations,
         background: Background,
         context: Arc<pool::Context>,
+        tool_search: Arc<crate::search::ToolSearch>,
     ) -> Arc<Self> {
         Arc::new(Self {
             context,
+            tool_search,
             inner: Mutex::default(),
             generations,
             last_diff: Mutex::default(),
@@ -182,7 +186,7 @@ impl Sessions {
             id,
             progress,
             channel: channel.clone(),
-            seen: self.generations.load().policies.view(&principal, base),
+            seen: self.listed(&self.generations.load(), &principal, base),
             principal,
             pool: pool.clone(),
             capset,
@@ -206,6 +210,28 @@ impl Sessions {
                 _worker: stop.drop_guard(),
             },
         );
+    }
+
+    /// What a session of `principal` lists, `base` being what its
+    /// capability set sees: its policy's view, with the tools its mode of
+    /// tool search lists (only its lists count: this is compared, never
+    /// routed by).
+    fn listed(
+        &self,
+        generation: &crate::backend::Generation,
+        principal: &Principal,
+        base: Arc<Catalog>,
+    ) -> Arc<Catalog> {
+        let view = generation.policies.view(principal, base);
+        let access = generation.policies.access(principal);
+        match self.tool_search.tools_listed(
+            &access,
+            generation.backends.iter().map(|b| &b.name),
+            &view,
+        ) {
+            Some(tools) => Arc::new(view.listing_with_tools(tools)),
+            None => view,
+        }
     }
 
     pub fn remove(&self, id: u64) {
@@ -401,7 +427,7 @@ impl Resync {
                 Some(p) => p.derive_for(shared, &self.capset).await,
                 None => registry.context.view(shared, &self.capset).await,
             };
-            let now = generation.policies.view(&self.principal, base);
+            let now = registry.listed(&generation, &self.principal, base);
             let changes = registry.diff(&self.seen, &now);
             drop(registry);
             self.seen = now;
@@ -588,7 +614,13 @@ mod tests {
             views: Default::default(),
             instances: crate::backend::instances::Instances::new(4),
         });
-        Sessions::new(current.clone(), background, context)
+        let search = Arc::new(crate::search::ToolSearch::new(
+            Default::default(),
+            crate::config::Naming::Prefix {
+                separator: "__".into(),
+            },
+        ));
+        Sessions::new(current.clone(), background, context, search)
     }
 
     /// Waits until session `id`'s worker has handled wake-up `asked`, and

@@ -9,6 +9,9 @@
 
 pub mod document;
 pub mod index;
+pub mod meta;
+pub mod service;
 pub mod text;
 
 pub use index::{Doc, Hit, Index, Reindexed, Snapshot};
+pub use service::{Answer, Found, ToolSearch};

@@ -1,0 +1,308 @@
+//! Tool search as the front uses it: which mode a caller lists in, what
+//! it lists then, and `find_tool` over the index with exactly what the
+//! caller's passthrough `tools/list` would show (its view: health,
+//! `[[policy]]`, capability set and held definitions applied) as the
+//! filter.
+//!
+//! The index holds what every backend listed, whatever its health; a
+//! search keeps a document only if the caller's view lists that tool of
+//! that backend, and answers with the view's definition (the name the
+//! caller calls it by). So a health flip, a policy, a hold need no
+//! rebuild, and nothing hidden is ever returned or counted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use arc_swap::ArcSwap;
+use serde_json::{Map, Value};
+
+use super::index::{Index, Snapshot};
+use super::meta::{self, FindArgs, Server};
+use crate::catalog::{Catalog, Entry, expose};
+use crate::config::{Naming, SearchMode, ToolSearchConfig};
+use crate::policy::Access;
+
+/// Views whose passthrough listing size is remembered.
+const SIZES_KEPT: usize = 64;
+
+/// The gateway's tool search; see the module doc.
+pub struct ToolSearch {
+    index: Index,
+    settings: ArcSwap<ToolSearchConfig>,
+    naming: Naming,
+    /// Bytes of each recent view's tools as a passthrough `tools/list`
+    /// would send them.
+    sizes: Mutex<Vec<(Weak<Catalog>, usize)>>,
+}
+
+/// One tool `find_tool` found.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// As the caller's view lists it.
+    pub tool: Entry,
+    pub server: Arc<str>,
+    pub score: f32,
+}
+
+/// What one `find_tool` answers.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub found: Vec<Found>,
+    pub generation: u64,
+    /// Bytes of the caller's full tool list minus bytes of this answer.
+    pub bytes_saved: i64,
+    /// When nothing matched: the servers the caller may use.
+    pub hint: Option<String>,
+}
+
+impl Answer {
+    /// The answer's `structuredContent`.
+    pub fn structured(&self) -> Value {
+        let tools: Vec<Value> = self
+            .found
+            .iter()
+            .map(|f| {
+                let mut def = f.tool.json().clone();
+                def.entry("server")
+                    .or_insert_with(|| Value::String(f.server.to_string()));
+                Value::Object(def)
+            })
+            .collect();
+        let mut out = Map::new();
+        out.insert("tools".into(), Value::Array(tools));
+        out.insert("generation".into(), self.generation.into());
+        out.insert("bytes_saved".into(), self.bytes_saved.into());
+        if let Some(h) = &self.hint {
+            out.insert("hint".into(), Value::String(h.clone()));
+        }
+        Value::Object(out)
+    }
+}
+
+impl ToolSearch {
+    pub fn new(settings: ToolSearchConfig, naming: Naming) -> Self {
+        ToolSearch {
+            index: Index::default(),
+            settings: ArcSwap::from_pointee(settings),
+            naming,
+            sizes: Mutex::default(),
+        }
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    pub fn settings(&self) -> Arc<ToolSearchConfig> {
+        self.settings.load_full()
+    }
+
+    /// A reload's `[tool_search]`.
+    pub fn set_settings(&self, settings: ToolSearchConfig) {
+        self.settings.store(Arc::new(settings));
+    }
+
+    /// How the caller with `access` lists tools: its `[[policy]]` entry's
+    /// `tool_search`, else `[tool_search] mode`.
+    pub fn mode(&self, access: &Access) -> SearchMode {
+        match access {
+            Access::Rule(r) => r.config.tool_search,
+            _ => None,
+        }
+        .unwrap_or(self.settings.load().mode)
+    }
+
+    /// The servers the caller with `access` may use, among `configured`
+    /// (in config order): those with a tool it may call, as last listed
+    /// (health does not count, so this changes only with listings, the
+    /// config and the policy).
+    pub fn servers<'a>(
+        &self,
+        access: &Access,
+        configured: impl IntoIterator<Item = &'a Arc<str>>,
+    ) -> Vec<Server> {
+        let snap = self.index.snapshot();
+        configured
+            .into_iter()
+            .filter_map(|b| {
+                let tools = snap
+                    .of(b)
+                    .filter(|d| access.permits(&expose(&self.naming, b, &d.name)))
+                    .count();
+                (tools > 0).then(|| Server {
+                    name: b.to_string(),
+                    tools,
+                })
+            })
+            .collect()
+    }
+
+    /// What a caller listing in `mode` gets as its tools: `view`'s own in
+    /// passthrough; else the meta-tools (for `servers`), and in
+    /// `always_listed` mode the view's tools `[tool_search]` names.
+    pub fn listed(&self, mode: SearchMode, servers: &[Server], view: &Catalog) -> Vec<Entry> {
+        if !mode.searches() {
+            return view.tools.clone();
+        }
+        let settings = self.settings.load();
+        let mut out = vec![meta::find_tool(servers, settings.limit), meta::call_tool()];
+        if mode == SearchMode::AlwaysListed {
+            // A backend tool named like a meta-tool (`naming = "none"`)
+            // is not listed twice: the meta-tool is served under that name.
+            let listed: Vec<Entry> = view
+                .tools
+                .iter()
+                .filter(|t| {
+                    settings.always_listed.iter().any(|n| n == t.key())
+                        && ![meta::FIND, meta::CALL].contains(&t.key())
+                })
+                .cloned()
+                .collect();
+            out.extend(listed);
+        }
+        out
+    }
+
+    /// What the caller with `access` lists as its tools, `view` being
+    /// what it may see and `configured` the backends in config order:
+    /// `None` in passthrough mode (its view's tools, as they are).
+    pub fn tools_listed<'a>(
+        &self,
+        access: &Access,
+        configured: impl IntoIterator<Item = &'a Arc<str>>,
+        view: &Catalog,
+    ) -> Option<Vec<Entry>> {
+        let mode = self.mode(access);
+        if !mode.searches() {
+            return None;
+        }
+        Some(self.listed(mode, &self.servers(access, configured), view))
+    }
+
+    /// `find_tool` for a caller whose view is `view`, at catalog
+    /// `generation`; `servers`: those it may use (for the hint).
+    pub fn find(
+        &self,
+        view: &Catalog,
+        args: &FindArgs,
+        servers: &[Server],
+        generation: u64,
+    ) -> Answer {
+        let snap = self.index.snapshot();
+        let shown = reverse(view);
+        let found: Vec<Found> = snap
+            .rank(&args.text, args.limit, |d| {
+                if args.server.as_deref().is_some_and(|s| s != &*d.backend) {
+                    return None;
+                }
+                shown
+                    .get(&(&*d.backend, d.name.as_str()))
+                    .map(|e| ((*e).clone(), d.backend.clone()))
+            })
+            .into_iter()
+            .map(|h| Found {
+                tool: h.found.0,
+                server: h.found.1,
+                score: h.score,
+            })
+            .collect();
+        let hint = found.is_empty().then(|| hint(args, servers));
+        let mut answer = Answer {
+            found,
+            generation,
+            bytes_saved: 0,
+            hint,
+        };
+        let own = serde_json::to_vec(&answer.structured()).map_or(0, |v| v.len()) as i64;
+        answer.bytes_saved = self.listing_bytes(view) as i64 - own;
+        answer
+    }
+
+    /// Up to three tools the caller may use whose names and definitions
+    /// are closest to `name` (for an unknown or denied tool's error: the
+    /// same for both, since only what the view lists is considered).
+    pub fn suggest(&self, view: &Catalog, name: &str) -> Vec<String> {
+        let snap = self.index.snapshot();
+        let shown = reverse(view);
+        snap.rank(name, 3, |d| {
+            shown
+                .get(&(&*d.backend, d.name.as_str()))
+                .map(|e| e.key().to_owned())
+        })
+        .into_iter()
+        .map(|h| h.found)
+        .collect()
+    }
+
+    /// Bytes of `view`'s tools as a passthrough `tools/list` result.
+    fn listing_bytes(&self, view: &Catalog) -> usize {
+        let mut sizes = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
+        sizes.retain(|(w, _)| w.strong_count() > 0);
+        if let Some((_, n)) = sizes.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), view)) {
+            return *n;
+        }
+        let n = listing_size(&view.tools);
+        drop(sizes);
+        n
+    }
+
+    /// Remembers the listing size of a view that lives in an `Arc`.
+    pub fn remember(&self, view: &Arc<Catalog>) {
+        let mut sizes = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
+        if sizes
+            .iter()
+            .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(view)))
+        {
+            return;
+        }
+        if sizes.len() >= SIZES_KEPT {
+            sizes.remove(0);
+        }
+        sizes.push((Arc::downgrade(view), listing_size(&view.tools)));
+    }
+
+    /// The snapshot of the index in force.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.index.snapshot()
+    }
+}
+
+/// `{"tools": [...]}` of `tools`, in bytes.
+fn listing_size(tools: &[Entry]) -> usize {
+    let items: usize = tools
+        .iter()
+        .map(|t| serde_json::to_vec(t.json()).map_or(0, |v| v.len()))
+        .sum();
+    // `{"tools":[` + `]}` + the commas.
+    11 + items + tools.len().saturating_sub(1)
+}
+
+/// The view's tools by (backend, the backend's own name).
+fn reverse(view: &Catalog) -> HashMap<(&str, &str), &Entry> {
+    view.tools
+        .iter()
+        .filter_map(|t| {
+            let r = view.route_tool(t.key())?;
+            Some(((&*r.backend, r.name.as_str()), t))
+        })
+        .collect()
+}
+
+/// What to try when nothing matched.
+fn hint(args: &FindArgs, servers: &[Server]) -> String {
+    let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+    let within = match &args.server {
+        Some(s) if !names.contains(&s.as_str()) => {
+            format!("`{s}` is not a server you can use. ")
+        }
+        Some(s) => format!("Nothing of `{s}` matched. "),
+        None => "Nothing matched. ".into(),
+    };
+    if names.is_empty() {
+        return format!("{within}No server offers you tools right now.");
+    }
+    format!(
+        "{within}Rephrase with words a tool's name or description would use, or name a server (`server`): {}.",
+        names.join(", ")
+    )
+}

@@ -1,0 +1,365 @@
+"""Tool search (`[tool_search]`, issue 34): `find_tool` / `call_tool` over an
+index that follows health, policy and every catalog change, with real
+backend processes and real clients:
+
+- `mode = "search"`: a client lists exactly the two meta-tools; `find_tool`
+  for a task in plain words finds the right tool of the right backend
+  (`mcp-server-time`'s `convert_time`) in its top 3; `call_tool` calls it
+  and the result is the server's, byte for byte, compared with a direct
+  call (the raw wire of the differential suite); the audit has the real
+  tool name and the principal;
+- a backend killed with SIGKILL leaves `find_tool`'s results on the next
+  search, with no `list_changed` sent to the search-mode session, and
+  comes back once it recovered; a backend that adds a tool and sends
+  `list_changed` is found once the catalog generation advances, and only
+  that backend was re-indexed (`vigil_tool_search_reindexed_total`);
+- two principals under `[[policy]]`: neither finds the other's tools,
+  even by their exact names; `call_tool` of a denied tool is answered
+  exactly like an unknown one;
+- bad input: an empty query, a 1 MiB one, `limit = 10000`, `call_tool`
+  without `tool_name`, arguments of the wrong type: each a tool error
+  naming the field, and nothing reaches a backend;
+- `always_listed`, a `[[policy]]` choosing passthrough for one principal,
+  and a 2026-07-28 client without a session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import types
+from mcp.shared.exceptions import MCPError
+
+from harness import Gateways, Vigil, demo_stdio_args, stdio_backend
+from reference import wire
+from reference.wire import HttpWire, StdioWire, normalize
+from support import (
+    DEADLINE,
+    ControlApi,
+    Inbox,
+    http_session,
+    is_tools_list_changed,
+    poll,
+    poll_sync,
+    write_tools_file,
+)
+from test_audit import calls
+from test_failures import backend_pids
+
+pytestmark = pytest.mark.anyio
+
+ALICE_KEY = "a1ice-9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b"
+BOB_KEY = "b0b-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+KEYS_ENV: dict[str, str | None] = {"VIGIL_KEY_ALICE": ALICE_KEY, "VIGIL_KEY_BOB": BOB_KEY}
+KEYS = {"keys": [{"name": "alice", "key_env": "VIGIL_KEY_ALICE"}, {"name": "bob", "key_env": "VIGIL_KEY_BOB"}]}
+META = ["find_tool", "call_tool"]
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def time_backend() -> dict[str, Any]:
+    server = wire.time_server()
+    return stdio_backend("time", server.command, server.args)
+
+
+def demo_backend(name: str, demo_bin: Path, tools_file: Path | None = None) -> dict[str, Any]:
+    return stdio_backend(name, demo_bin, demo_stdio_args(name, tools_file))
+
+
+def tool(name: str, description: str) -> dict[str, Any]:
+    return {"name": name, "description": description}
+
+
+# === the raw wire ===
+
+
+def result_of(frame: wire.Frame) -> dict[str, Any]:
+    msg = json.loads(frame.text)
+    assert "result" in msg, f"not a result: {frame.text[:800]}"
+    return msg["result"]
+
+
+def find(w: HttpWire, arguments: dict[str, Any]) -> dict[str, Any]:
+    """`find_tool` with `arguments`: its structuredContent (it must not be an error)."""
+    r = result_of(w.request("tools/call", json.dumps({"name": "find_tool", "arguments": arguments})))
+    assert r.get("isError") is False, r
+    assert json.loads(r["content"][0]["text"]) == r["structuredContent"], "the text is the structured content"
+    return r["structuredContent"]
+
+
+def found_names(w: HttpWire, query: str, **more: Any) -> list[str]:
+    return [t["name"] for t in find(w, {"query": query, **more})["tools"]]
+
+
+def listed(w: HttpWire) -> list[str]:
+    return [t["name"] for t in result_of(w.request("tools/list"))["tools"]]
+
+
+def search_gateway(vigil: Gateways, backends: list[dict[str, Any]], **extra: Any) -> Vigil:
+    extra.setdefault("tool_search", {"mode": "search"})
+    return vigil(backends, api={}, **extra)
+
+
+async def wait_indexed(api: ControlApi, gw: Vigil, backend: str, at_least: int = 1) -> float:
+    """Wait until the index counts `at_least` re-indexings of `backend`; the count."""
+
+    async def count() -> float:
+        return reindexed(await metrics(gw)).get(backend, 0.0)
+
+    return await poll(count, lambda n: n >= at_least, f"{backend} indexed {at_least} time(s)")
+
+
+async def metrics(gw: Vigil) -> str:
+    async with httpx.AsyncClient() as http:
+        r = await http.get(f"{gw.api_base}/metrics")
+        r.raise_for_status()
+        return r.text
+
+
+def reindexed(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vigil_tool_search_reindexed_total{"):
+            labels, value = line.rsplit(" ", 1)
+            backend = labels.split('backend="', 1)[1].split('"', 1)[0]
+            out[backend] = float(value)
+    return out
+
+
+# === 1. search mode: list, find, call ===
+
+
+def test_search_mode_lists_the_meta_tools_finds_a_real_tool_and_calls_it_byte_for_byte(
+    vigil: Gateways, demo_bin: Path, procs: Any, tmp_path: Path
+) -> None:
+    gw = search_gateway(
+        vigil,
+        [time_backend(), demo_backend("demo", demo_bin)],
+        auth=KEYS,
+        env=KEYS_ENV,
+    )
+    anyio.run(lambda: ControlApi(gw.api_base).wait_state("time", "running"))
+    v = HttpWire(gw.url, deadline=DEADLINE, headers=bearer(ALICE_KEY), log=tmp_path / "wire-vigil.log")
+    d = StdioWire(
+        wire.time_server().argv,
+        cwd=tmp_path,
+        stderr=tmp_path / "direct-time.stderr",
+        env=wire.time_server().env,
+        deadline=DEADLINE,
+        log=tmp_path / "wire-direct.log",
+    )
+    try:
+        v.initialize()
+        d.initialize()
+        assert listed(v) == META, "a search-mode client lists exactly the two meta-tools"
+        tools = result_of(v.request("tools/list"))["tools"]
+        assert tools[0]["outputSchema"]["required"] == ["tools", "generation", "bytes_saved"]
+        assert "- time (2 tools)" in tools[0]["description"], tools[0]["description"]
+
+        def ready() -> list[str]:
+            return found_names(v, "convert a time from one timezone to another", limit=3)
+
+        top3 = poll_sync(ready, lambda names: "time__convert_time" in names, "convert_time in the top 3")
+        answer = find(v, {"query": "convert a time from one timezone to another", "limit": 3})
+        [hit] = [t for t in answer["tools"] if t["name"] == "time__convert_time"]
+        assert hit["server"] == "time" and "inputSchema" in hit, hit
+        assert answer["bytes_saved"] > 0 and answer["generation"] > 0, answer
+        assert top3.index("time__convert_time") < 3
+
+        args = '{"source_timezone":"Europe/Paris","time":"16:30","target_timezone":"Asia/Tokyo"}'
+        direct = d.request("tools/call", f'{{"name":"convert_time","arguments":{args}}}')
+        via = v.request(
+            "tools/call", f'{{"name":"call_tool","arguments":{{"tool_name":"time__convert_time","arguments":{args}}}}}'
+        )
+        expected = normalize(direct.text, answers="tools/call")
+        got = normalize(via.text, answers="tools/call")
+        diff = wire.first_difference(expected, got)
+        assert diff is None, f"call_tool's result differs from the server's: {diff}"
+    finally:
+        v.close()
+        d.close()
+
+    async def audited() -> None:
+        rows = await calls(gw)
+        names = [(c["name"], c["principal"], c["backend"], c["outcome"]) for c in rows]
+        assert ("time__convert_time", "key:alice", "time", "ok") in names, names
+        assert ("find_tool", "key:alice", "", "ok") in names, names
+        assert not [n for n in names if n[0] == "call_tool"], "call_tool is audited under the real tool name"
+
+    anyio.run(audited)
+
+
+# === 2. freshness: health flips and new tools ===
+
+
+async def test_a_killed_backend_leaves_the_results_at_once_and_comes_back_without_list_changed(
+    vigil: Gateways, demo_bin: Path, tmp_path: Path
+) -> None:
+    alpha_tools = tmp_path / "alpha.json"
+    write_tools_file(alpha_tools, [tool("forecast_weather", "Forecast the weather for a city")], notify=False)
+    gw = search_gateway(vigil, [demo_backend("alpha", demo_bin, alpha_tools), demo_backend("beta", demo_bin)])
+    api = ControlApi(gw.api_base)
+    await api.wait_state("alpha", "running")
+    await api.wait_state("beta", "running")
+    inbox = Inbox()
+    async with http_session(gw.url, message_handler=inbox) as s:
+
+        async def names(query: str) -> list[str]:
+            r = await s.call_tool("find_tool", {"query": query})
+            assert not r.is_error, r
+            return [t["name"] for t in (r.structured_content or {})["tools"]]
+
+        assert [t.name for t in (await s.list_tools()).tools] == META
+        assert "alpha__forecast_weather" in await names("weather forecast")
+        seen = len(inbox.matching(is_tools_list_changed))
+        before = await api.instance("alpha")
+        [pid] = backend_pids(gw, "alpha", demo_bin)
+        os.kill(pid, signal.SIGKILL)
+        # Once the crash is seen, the next search no longer has it.
+        await poll(lambda: names("weather forecast"), lambda n: "alpha__forecast_weather" not in n, "alpha gone")
+        assert await api.wait_for(
+            "alpha",
+            lambda d: d["state"] == "running" and d["restart_count"] > before["restart_count"],
+            "alpha restarted",
+        )
+        await poll(lambda: names("weather forecast"), lambda n: "alpha__forecast_weather" in n, "alpha back")
+        # A search-mode session lists the meta-tools only: nothing it lists changed.
+        await s.call_tool("find_tool", {"query": "anything"})
+        assert len(inbox.matching(is_tools_list_changed)) == seen, "no list_changed to a search-mode session"
+
+
+async def test_a_tool_added_with_list_changed_is_found_and_only_its_backend_is_reindexed(
+    vigil: Gateways, demo_bin: Path, tmp_path: Path
+) -> None:
+    alpha_tools = tmp_path / "alpha.json"
+    write_tools_file(alpha_tools, [tool("forecast_weather", "Forecast the weather")], notify=False)
+    gw = search_gateway(vigil, [demo_backend("alpha", demo_bin, alpha_tools), demo_backend("beta", demo_bin)])
+    api = ControlApi(gw.api_base)
+    await api.wait_state("alpha", "running")
+    await api.wait_state("beta", "running")
+    await wait_indexed(api, gw, "alpha")
+    await wait_indexed(api, gw, "beta")
+    before = reindexed(await metrics(gw))
+    async with http_session(gw.url) as s:
+
+        async def search(query: str) -> dict[str, Any]:
+            r = await s.call_tool("find_tool", {"query": query})
+            return r.structured_content or {}
+
+        first = await search("translate a sentence into French")
+        assert "alpha__translate_text" not in [t["name"] for t in first["tools"]]
+        write_tools_file(
+            alpha_tools,
+            [
+                tool("forecast_weather", "Forecast the weather"),
+                tool("translate_text", "Translate a sentence into another language"),
+            ],
+        )
+        now = await poll(
+            lambda: search("translate a sentence into French"),
+            lambda a: (
+                a["generation"] > first["generation"] and "alpha__translate_text" in [t["name"] for t in a["tools"]]
+            ),
+            "the new tool found at a later generation",
+        )
+        assert now["tools"][0]["name"] == "alpha__translate_text", now["tools"]
+    after = reindexed(await metrics(gw))
+    assert after["alpha"] == before["alpha"] + 1, (before, after)
+    assert after.get("beta") == before.get("beta"), "beta was not re-indexed"
+
+
+# === 3. policy ===
+
+
+async def test_principals_never_find_each_others_tools_and_a_denied_call_is_an_unknown_one(
+    vigil: Gateways, demo_bin: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.json"
+    write_tools_file(secret, [tool("launch_rockets", "Launch the rockets at a target")], notify=False)
+    gw = search_gateway(
+        vigil,
+        [demo_backend("pub", demo_bin), demo_backend("ops", demo_bin, secret)],
+        auth=KEYS,
+        env=KEYS_ENV,
+        policy=[
+            {"principals": ["key:alice"], "allow": ["*"]},
+            {"principals": ["key:bob"], "allow": ["pub__*"]},
+        ],
+    )
+    api = ControlApi(gw.api_base)
+    await api.wait_state("ops", "running")
+    await wait_indexed(api, gw, "ops")
+    async with (
+        http_session(gw.url, headers=bearer(ALICE_KEY)) as alice,
+        http_session(gw.url, headers=bearer(BOB_KEY)) as bob,
+    ):
+
+        async def names(s: Any, query: str, **more: Any) -> list[str]:
+            r = await s.call_tool("find_tool", {"query": query, **more})
+            assert not r.is_error, r
+            return [t["name"] for t in (r.structured_content or {})["tools"]]
+
+        assert "ops__launch_rockets" in await names(alice, "launch rockets")
+        for query in ["launch rockets", "ops__launch_rockets", "launch_rockets", "ops", "rockets target"]:
+            got = await names(bob, query, limit=20)
+            assert not [n for n in got if n.startswith("ops__")], (query, got)
+        hidden = await names(bob, "echo", server="ops")
+        assert hidden == [], hidden
+        bob_find = (await bob.list_tools()).tools[0]
+        assert "ops" not in (bob_find.description or "").split("Servers:")[1], bob_find.description
+        # Denied and unknown: the same error, suggestions from what bob may use.
+        denied = await bob_call_error(bob, "ops__launch_rockets")
+        unknown = await bob_call_error(bob, "ops__launch_rocketz")
+        assert denied.error.code == unknown.error.code, (denied.error, unknown.error)
+        for e, name in [(denied, "ops__launch_rockets"), (unknown, "ops__launch_rocketz")]:
+            assert e.error.message.startswith(f"unknown tool '{name}'"), e.error.message
+            suggestions = (e.error.data or {}).get("suggestions", [])
+            assert all(n.startswith("pub__") for n in suggestions), suggestions
+        # Alice may use it: her call_tool reaches it.
+        r = await alice.call_tool("call_tool", {"tool_name": "ops__launch_rockets", "arguments": {"target": "moon"}})
+        assert not r.is_error, r
+
+
+async def bob_call_error(s: Any, name: str) -> MCPError:
+    try:
+        await s.call_tool("call_tool", {"tool_name": name, "arguments": {}})
+    except MCPError as e:
+        return e
+    raise AssertionError(f"call_tool of {name} did not fail")
+
+
+# === 5. bad input ===
+
+
+async def test_bad_meta_tool_arguments_get_an_error_naming_the_field_and_reach_no_backend(
+    vigil: Gateways, demo_bin: Path
+) -> None:
+    gw = search_gateway(vigil, [demo_backend("demo", demo_bin)], audit={"arguments": True})
+    await ControlApi(gw.api_base).wait_state("demo", "running")
+    async with http_session(gw.url) as s:
+        cases = [
+            ("find_tool", {"query": ""}, "`query` must not be empty"),
+            ("find_tool", {"query": "x" * (1024 * 1024)}, "at most 4096 are taken"),
+            ("find_tool", {"query": "echo", "limit": 10_000}, "`limit` must be between 1 and 20, not 10000"),
+            ("find_tool", {"query": 5}, "`query` must be a string"),
+            ("find_tool", {}, "`query` is required"),
+            ("call_tool", {"arguments": {"text": "x"}}, "`tool_name` is required"),
+            ("call_tool", {"tool_name": "demo__echo", "arguments": [1, 2]}, "`arguments` must be an object"),
+            ("call_tool", {"tool_name": 7}, "`tool_name` must be a string"),
+        ]
+        for name, args, says in cases:
+            r = await s.call_tool(name, args)
+            assert r.is_error, (name, args, r)
+            text = r.content[0].text if isinstance(r.content[0], types.TextContent) else ""
+            assert says in text, (name, says, text)
+    rows = await calls(gw)
+    assert not [c for c in rows if c["backend"]], f"a bad meta-tool call reached a backend: {rows}"
