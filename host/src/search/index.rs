@@ -112,8 +112,7 @@ impl Snapshot {
         if self.docs.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let embedder = embedder(self.avgdl);
-        let q = embedder.embed(&stems_of(query));
+        let q = embedder(self.avgdl).embed(&stems_of(query));
         let mut out = Vec::new();
         for scored in self.scorer.matches(&q) {
             let Some(doc) = self.docs.get(scored.id as usize) else {
@@ -164,7 +163,7 @@ impl Index {
         let old: HashMap<&str, &Arc<Doc>> = now.of(backend).map(|d| (&*d.name, d)).collect();
         let mut stats = Reindexed::default();
         let mut fresh: Vec<Arc<Doc>> = Vec::with_capacity(tools.len());
-        let words = Words::default();
+        let words = words();
         for tool in tools {
             let json = tool.json();
             let digest = crate::catalog::digest::digest(json)
@@ -270,7 +269,13 @@ fn embedder(avgdl: f32) -> Embedder<u32, Stems> {
 
 /// The stems of `text`, space-separated.
 fn stems_of(text: &str) -> String {
-    Words::default().tokenize(text).join(" ")
+    words().tokenize(text).join(" ")
+}
+
+/// The tokenizer, built once (its stop words and stemmer are tables).
+fn words() -> &'static Words {
+    static WORDS: std::sync::OnceLock<Words> = std::sync::OnceLock::new();
+    WORDS.get_or_init(Words::default)
 }
 
 /// Text that is stems already.

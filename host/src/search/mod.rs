@@ -5,9 +5,14 @@
 //! - `document`: what a tool is ranked by;
 //! - `index`: the keyword index of every backend's tools, re-indexed per
 //!   backend as listings change, and the ranking of a query with the
-//!   caller's filter applied before the cut.
+//!   caller's filter applied before the cut;
+//! - `meta`: the meta-tools' definitions and arguments;
+//! - `service`: what the front asks (a caller's mode, what it lists,
+//!   `find_tool` over its view);
+//! - `eval`: retrieval-quality figures.
 
 pub mod document;
+pub mod eval;
 pub mod index;
 pub mod meta;
 pub mod service;

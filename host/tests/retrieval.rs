@@ -1,0 +1,175 @@
+//! Retrieval quality of `find_tool`'s ranking, on real data (see
+//! tests/retrieval/README.md and docs/tool-search.md):
+//!
+//! - the corpus of 387 tool definitions of 29 MCP servers, as each listed
+//!   them, and 408 queries written as a user would ask, half sharing a
+//!   word with their tool's definition and half paraphrases sharing none,
+//!   split into a tuning half and a held-out half (frozen before any
+//!   tuning);
+//! - the Berkeley Function Calling Leaderboard's single-call categories
+//!   (`bfcl-eval`, installed by tests/retrieval/setup.sh): every function
+//!   pooled into one catalog, each question's gold function its answer.
+//!
+//! Prints Recall@1, Recall@5 and MRR per group, and holds the keyword arm
+//! to its target: Recall@5 ≥ 0.85 on the queries sharing words.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+use vigil::catalog::{Entry, EntryKind};
+use vigil::search::Index;
+use vigil::search::eval::{DEPTH, Scores};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read_json(path: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The first [`DEPTH`] results of `query`: (backend, name).
+fn ranked(index: &Index, query: &str) -> Vec<(Arc<str>, String)> {
+    let snap = index.snapshot();
+    snap.rank(query, DEPTH, |d| Some((d.backend.clone(), d.name.clone())))
+        .into_iter()
+        .map(|h| h.found)
+        .collect()
+}
+
+/// Where the first result `gold` accepts came (1-based).
+fn rank_in(results: &[(Arc<str>, String)], gold: impl Fn(&str, &str) -> bool) -> Option<usize> {
+    results.iter().position(|(b, n)| gold(b, n)).map(|p| p + 1)
+}
+
+#[test]
+fn keyword_ranking_of_real_tools_for_real_questions() {
+    let corpus = read_json(&repo().join("tests/retrieval/corpus.json"));
+    let queries = read_json(&repo().join("tests/retrieval/queries.json"));
+    let index = Index::default();
+    let mut tools = 0;
+    for server in corpus["servers"].as_array().expect("servers") {
+        let name: Arc<str> = server["name"].as_str().expect("name").into();
+        let entries: Vec<Entry> = server["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|t| Entry::from_json(EntryKind::Tool, t.clone()).expect("a tool"))
+            .collect();
+        tools += entries.len();
+        index.reindex(&name, &entries);
+    }
+    let mut groups: BTreeMap<String, Vec<Option<usize>>> = BTreeMap::new();
+    for q in queries.as_array().expect("queries") {
+        let (server, tool) = (q["server"].as_str().unwrap(), q["tool"].as_str().unwrap());
+        let results = ranked(&index, q["query"].as_str().unwrap());
+        let r = rank_in(&results, |b, n| b == server && n == tool);
+        let (kind, split) = (q["kind"].as_str().unwrap(), q["split"].as_str().unwrap());
+        for g in [
+            "all".to_owned(),
+            kind.to_owned(),
+            format!("{kind}/{split}"),
+            split.to_owned(),
+        ] {
+            groups.entry(g).or_default().push(r);
+        }
+    }
+    println!(
+        "keyword ranking over {tools} tools of {} servers",
+        corpus["servers"].as_array().unwrap().len()
+    );
+    let scores: BTreeMap<String, Scores> = groups
+        .into_iter()
+        .map(|(g, ranks)| (g, Scores::of(ranks)))
+        .collect();
+    for (g, s) in &scores {
+        println!("  {g:<20} {s}");
+    }
+    let shared = scores["shared"];
+    assert!(
+        shared.recall_at_5 >= 0.85,
+        "keyword Recall@5 on the queries sharing words is {:.3}, below the 0.85 target",
+        shared.recall_at_5
+    );
+}
+
+/// The BFCL data set the setup extracted (tests/retrieval/setup.sh).
+fn bfcl() -> Value {
+    let dir = std::env::var_os("VIGIL_RETRIEVAL_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/vigil/retrieval"))
+        })
+        .expect("HOME or VIGIL_RETRIEVAL_DIR");
+    let path = dir.join("bfcl.json");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `bash tests/retrieval/setup.sh` (it installs bfcl-eval's data)",
+        path.display()
+    );
+    read_json(&path)
+}
+
+#[test]
+fn keyword_ranking_on_the_berkeley_function_calling_data() {
+    let data = bfcl();
+    let functions = data["functions"].as_array().expect("functions");
+    let entries: Vec<Entry> = functions
+        .iter()
+        .map(|f| {
+            let mut tool = serde_json::Map::new();
+            tool.insert("name".into(), f["id"].clone());
+            tool.insert("description".into(), f["description"].clone());
+            tool.insert("inputSchema".into(), f["parameters"].clone());
+            Entry::from_json(EntryKind::Tool, Value::Object(tool)).expect("a function")
+        })
+        .collect();
+    let names: std::collections::HashMap<&str, &str> = functions
+        .iter()
+        .map(|f| (f["id"].as_str().unwrap(), f["name"].as_str().unwrap()))
+        .collect();
+    let index = Index::default();
+    index.reindex(&Arc::from("bfcl"), &entries);
+    let mut by_id: BTreeMap<String, Vec<Option<usize>>> = BTreeMap::new();
+    let mut by_name: BTreeMap<String, Vec<Option<usize>>> = BTreeMap::new();
+    for q in data["questions"].as_array().expect("questions") {
+        let query = q["query"].as_str().unwrap();
+        let gold: Vec<&str> = q["gold"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let gold_names: Vec<&str> = q["gold_names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let category = q["category"].as_str().unwrap();
+        let family = if category.starts_with("live_") {
+            "live"
+        } else {
+            "non-live"
+        };
+        let results = ranked(&index, query);
+        let id_rank = rank_in(&results, |_, n| gold.contains(&n));
+        let name_rank = rank_in(&results, |_, n| {
+            names.get(n).is_some_and(|n| gold_names.contains(n))
+        });
+        for g in ["all", family] {
+            by_id.entry(g.to_owned()).or_default().push(id_rank);
+            by_name.entry(g.to_owned()).or_default().push(name_rank);
+        }
+    }
+    println!("keyword ranking over {} BFCL functions", entries.len());
+    for (g, ranks) in by_id {
+        println!("  by id   {g:<10} {}", Scores::of(ranks));
+    }
+    for (g, ranks) in by_name {
+        println!("  by name {g:<10} {}", Scores::of(ranks));
+    }
+}
