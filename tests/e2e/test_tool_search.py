@@ -37,7 +37,7 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from harness import Gateways, Vigil, demo_stdio_args, stdio_backend
+from harness import Gateways, Vigil, demo_stdio_args, run_vigil, stdio_backend
 from reference import wire
 from reference.wire import HttpWire, StdioWire, normalize
 from support import (
@@ -363,3 +363,81 @@ async def test_bad_meta_tool_arguments_get_an_error_naming_the_field_and_reach_n
             assert says in text, (name, says, text)
     rows = await calls(gw)
     assert not [c for c in rows if c["backend"]], f"a bad meta-tool call reached a backend: {rows}"
+
+
+# === modes, eras, the operator's preview ===
+
+
+async def test_always_listed_mode_and_a_policy_that_keeps_the_full_list(
+    vigil: Gateways, demo_bin: Path, tmp_path: Path
+) -> None:
+    """`always_listed` lists the meta-tools and the named tools; a
+    `[[policy]] tool_search = "passthrough"` principal lists every tool."""
+    gw = search_gateway(
+        vigil,
+        [demo_backend("demo", demo_bin)],
+        tool_search={"mode": "always_listed", "always_listed": ["demo__echo"]},
+        auth=KEYS,
+        env=KEYS_ENV,
+        policy=[
+            {"principals": ["key:alice"], "allow": ["*"]},
+            {"principals": ["key:bob"], "allow": ["*"], "tool_search": "passthrough"},
+        ],
+    )
+    await ControlApi(gw.api_base).wait_state("demo", "running")
+    async with (
+        http_session(gw.url, headers=bearer(ALICE_KEY)) as alice,
+        http_session(gw.url, headers=bearer(BOB_KEY)) as bob,
+    ):
+        assert [t.name for t in (await alice.list_tools()).tools] == [*META, "demo__echo"]
+        bob_tools = [t.name for t in (await bob.list_tools()).tools]
+        assert "find_tool" not in bob_tools and "demo__echo" in bob_tools and len(bob_tools) > 3, bob_tools
+        # A listed tool is called by its name; a found one too.
+        assert not (await alice.call_tool("demo__echo", {"text": "hi"})).is_error
+        assert not (await alice.call_tool("demo__add", {"a": 1, "b": 2})).is_error
+        # bob's passthrough: find_tool is no tool of his.
+        with pytest.raises(MCPError):
+            await bob.call_tool("find_tool", {"query": "echo"})
+
+
+async def test_a_2026_client_without_a_session_finds_and_calls(vigil: Gateways, demo_bin: Path) -> None:
+    from mcp import Client
+
+    gw = search_gateway(vigil, [demo_backend("demo", demo_bin)])
+    await ControlApi(gw.api_base).wait_state("demo", "running")
+    async with Client(gw.url, mode="2026-07-28") as client:
+        assert [t.name for t in (await client.list_tools()).tools] == META
+        found = await client.call_tool("find_tool", {"query": "add two numbers"})
+        assert not found.is_error
+        names = [t["name"] for t in (found.structured_content or {})["tools"]]
+        assert "demo__add" in names[:3], names
+        r = await client.call_tool("call_tool", {"tool_name": "demo__add", "arguments": {"a": 2, "b": 3}})
+        assert not r.is_error and "5" in json.dumps(r.model_dump(mode="json")), r
+
+
+async def test_vigil_search_shows_what_find_tool_answers_a_principal_with_scores(
+    vigil: Gateways, demo_bin: Path, vigil_bin: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.json"
+    write_tools_file(secret, [tool("launch_rockets", "Launch the rockets at a target")], notify=False)
+    gw = search_gateway(
+        vigil,
+        [demo_backend("pub", demo_bin), demo_backend("ops", demo_bin, secret)],
+        auth=KEYS,
+        env=KEYS_ENV,
+        policy=[{"principals": ["key:bob"], "allow": ["pub__*"]}],
+    )
+    api = ControlApi(gw.api_base)
+    await api.wait_state("ops", "running")
+    await wait_indexed(api, gw, "ops")
+    every = run_vigil(vigil_bin, ["search", "launch rockets", "--api", gw.api_base, "--json"], tmp_path)
+    assert every.returncode == 0, every.stderr
+    report = json.loads(every.stdout)
+    assert report["results"][0]["name"] == "ops__launch_rockets" and report["results"][0]["score"] > 0, report
+    as_bob = run_vigil(
+        vigil_bin, ["search", "launch rockets", "--principal", "key:bob", "--api", gw.api_base], tmp_path
+    )
+    assert as_bob.returncode == 0, as_bob.stderr
+    assert "ops__" not in as_bob.stdout and "as key:bob (mode search)" in as_bob.stdout, as_bob.stdout
+    bad = run_vigil(vigil_bin, ["search", "x", "--limit", "99", "--api", gw.api_base], tmp_path)
+    assert bad.returncode != 0 and "`limit` must be between 1 and 20" in bad.stdout + bad.stderr, bad

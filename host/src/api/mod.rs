@@ -26,7 +26,7 @@ mod ui;
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use auth::{LOCAL, Principal, Tokens};
 pub use error::ApiError;
@@ -114,6 +114,46 @@ pub struct PinsReport {
     pub held: Vec<crate::catalog::pin::Held>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub approved: Vec<crate::catalog::pin::Approved>,
+}
+
+/// `GET /api/v1/search`: what `find_tool` would answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    pub query: String,
+    /// Whose view: `local`, `key:NAME` or `sub:SUBJECT`; none: every tool
+    /// of every serving backend.
+    pub principal: Option<String>,
+    /// With a `sub:` principal: the issuer that vouched for it.
+    pub issuer: Option<String>,
+    /// With a `sub:` principal: its groups, comma-separated.
+    pub groups: Option<String>,
+    pub limit: Option<usize>,
+    pub server: Option<String>,
+}
+
+/// What [`SearchRequest`] found, with each result's score.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchReport {
+    pub principal: Option<String>,
+    /// The principal's mode (`passthrough`, `search`, `always_listed`).
+    pub mode: &'static str,
+    pub generation: u64,
+    /// Tools in the index (every backend's last listing).
+    pub indexed: usize,
+    pub results: Vec<SearchResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+/// One result of [`SearchReport`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResult {
+    pub name: String,
+    pub server: String,
+    pub score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// Why a control action was refused.
@@ -204,6 +244,12 @@ pub trait Control: Send + Sync + 'static {
         let _ = (principal, approve);
         let name = name.to_owned();
         Box::pin(async move { Err(ControlError::NotFound(name)) })
+    }
+    /// What `find_tool` would answer `request` (operators tuning
+    /// descriptions).
+    fn search(&self, request: SearchRequest) -> BoxFuture<'_, Result<SearchReport, ControlError>> {
+        let _ = request;
+        Box::pin(async { Err(ControlError::Invalid("no tool search here".into())) })
     }
     /// The update of `name` in progress, else its last one.
     fn last_update(

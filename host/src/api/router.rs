@@ -190,6 +190,7 @@ fn build(state: ApiState, closing: CancellationToken) -> Router {
             "/api/v1/health/instances/{id}/update/abort",
             post(abort_update),
         )
+        .route("/api/v1/search", get(search))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/audit/calls", get(calls))
         .route("/api/v1/plugins", get(plugins))
@@ -357,6 +358,24 @@ async fn audit(
         .map_err(|e| ApiError::Internal(e.to_string()))?
         .logged("audit log");
     Ok(Json(AuditEntries { entries }))
+}
+
+/// `GET /api/v1/search?query=...[&principal=...&limit=N&server=...]`:
+/// what `find_tool` would answer, with scores; operators only (it shows
+/// what any principal may use).
+async fn search(
+    State(s): St,
+    Extension(who): Extension<Principal>,
+    q: Result<Query<super::SearchRequest>, QueryRejection>,
+) -> Result<Json<super::SearchReport>, ApiError> {
+    who.require_operator()?;
+    let Query(q) = q.map_err(|e| {
+        ApiError::BadRequest(format!(
+            "bad query: {}; use ?query=TEXT[&principal=key:NAME&limit=N&server=NAME]",
+            e.body_text()
+        ))
+    })?;
+    Ok(Json(s.control.search(q).await?))
 }
 
 /// `GET /api/v1/audit/calls`: see [`super::calls`].

@@ -13,6 +13,39 @@ use crate::catalog::pin::Approved;
 use crate::config::{FirstSeen, OnChange};
 use crate::health::Status;
 
+/// The MCP principal a search previews: `local`, `key:NAME`, or
+/// `sub:SUBJECT` with its issuer and groups.
+fn principal(
+    text: &str,
+    request: &crate::api::SearchRequest,
+) -> Result<crate::auth::Principal, ControlError> {
+    use crate::auth::Principal;
+    if text == "local" {
+        return Ok(Principal::local());
+    }
+    if let Some(name) = text.strip_prefix("key:").filter(|n| !n.is_empty()) {
+        return Ok(Principal::key(name));
+    }
+    if let Some(subject) = text.strip_prefix("sub:").filter(|n| !n.is_empty()) {
+        let issuer = request.issuer.as_deref().ok_or_else(|| {
+            ControlError::Invalid(
+                "a `sub:` principal needs `issuer` (the [auth.oauth] issuer that vouches for it)"
+                    .into(),
+            )
+        })?;
+        let groups = request.groups.as_deref().unwrap_or_default();
+        return Ok(Principal::subject(
+            issuer,
+            subject,
+            groups.split(',').map(str::trim).filter(|g| !g.is_empty()),
+            [],
+        ));
+    }
+    Err(ControlError::Invalid(format!(
+        "`{text}` is not a principal: use local, key:NAME or sub:SUBJECT (with issuer)"
+    )))
+}
+
 /// Transitions shown in an instance's detail.
 const HISTORY: usize = 100;
 
@@ -321,6 +354,65 @@ impl Control for App {
             self.decide_update(&name, decision)
                 .await
                 .map_err(control_error)
+        })
+    }
+
+    fn search(
+        &self,
+        request: crate::api::SearchRequest,
+    ) -> BoxFuture<'_, Result<crate::api::SearchReport, ControlError>> {
+        Box::pin(async move {
+            let who = match request.principal.as_deref() {
+                None => None,
+                Some(p) => Some(principal(p, &request)?),
+            };
+            let front = &self.front;
+            let generation = front.generation();
+            let base = front
+                .capset_view(generation.catalog.clone(), &Default::default())
+                .await;
+            let (view, access) = match &who {
+                Some(p) => (
+                    generation.policies.view(p, base),
+                    generation.policies.access(p),
+                ),
+                None => (base, crate::policy::Access::Everything),
+            };
+            let search = front.tool_search();
+            let settings = search.settings();
+            let mut args = serde_json::Map::new();
+            args.insert("query".into(), request.query.clone().into());
+            if let Some(l) = request.limit {
+                args.insert("limit".into(), l.into());
+            }
+            if let Some(s) = &request.server {
+                args.insert("server".into(), s.clone().into());
+            }
+            let args = crate::search::meta::FindArgs::parse(
+                Some(&args),
+                settings.limit,
+                settings.max_query_bytes,
+            )
+            .map_err(|e| ControlError::Invalid(e.to_string()))?;
+            let servers = search.servers(&access, generation.backends.iter().map(|b| &b.name));
+            let answer = search.find(&view, &args, &servers, generation.number);
+            Ok(crate::api::SearchReport {
+                principal: who.map(|p| p.id().to_owned()),
+                mode: search.mode(&access).as_str(),
+                generation: generation.number,
+                indexed: search.snapshot().len(),
+                results: answer
+                    .found
+                    .iter()
+                    .map(|f| crate::api::SearchResult {
+                        name: f.tool.key().to_owned(),
+                        server: f.server.to_string(),
+                        score: f.score,
+                        description: f.tool.str("description").map(str::to_owned),
+                    })
+                    .collect(),
+                hint: answer.hint,
+            })
         })
     }
 

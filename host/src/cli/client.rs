@@ -159,6 +159,13 @@ impl ApiClient {
             .await
     }
 
+    /// `GET /api/v1/search?...`: the raw answer.
+    pub async fn search(&self, query: &[(&str, String)]) -> Result<Value, ClientError> {
+        let mut url = self.url(&["search"]);
+        url.query_pairs_mut().extend_pairs(query);
+        self.send(Method::GET, url, None).await
+    }
+
     /// `GET /api/v1/health/instances/{name}/pins`: the raw answer.
     pub async fn pins(&self, name: &str) -> Result<Value, ClientError> {
         self.send(

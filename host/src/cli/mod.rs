@@ -230,6 +230,31 @@ pub struct UpdateArgs {
     pub api: ApiArgs,
 }
 
+/// `vigil search QUERY [--principal P] [--limit N] [--server S]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SearchArgs {
+    /// The task, in plain words, as a model would ask `find_tool`.
+    pub query: String,
+    /// Whose view: `local`, `key:NAME` or `sub:SUBJECT` (with --issuer);
+    /// without it, every tool of every serving backend.
+    #[arg(long, value_name = "PRINCIPAL")]
+    pub principal: Option<String>,
+    /// With a `sub:` principal: the issuer that vouches for it.
+    #[arg(long, value_name = "URL")]
+    pub issuer: Option<String>,
+    /// With a `sub:` principal: one of its groups (repeat for more).
+    #[arg(long = "group", value_name = "GROUP")]
+    pub groups: Vec<String>,
+    /// How many results (1..=20; default `[tool_search] limit`).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Only tools of this server (backend).
+    #[arg(long, value_name = "NAME")]
+    pub server: Option<String>,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
 /// The control-API commands.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
@@ -266,6 +291,10 @@ pub enum Command {
     /// operator token.
     #[command(after_help = UPDATE_EXIT_CODES)]
     Update(UpdateArgs),
+    /// Show what `find_tool` would answer a query, with each result's
+    /// score: for tuning tool descriptions. Needs an operator token.
+    #[command(after_help = ACTION_EXIT_CODES)]
+    Search(SearchArgs),
     /// Show the gateway's WebAssembly plugins: kind, version, state, calls,
     /// failures, and why one is disabled or rejected.
     #[command(after_help = PLUGINS_EXIT_CODES)]
@@ -450,6 +479,7 @@ pub async fn execute(cmd: &Command, now: SystemTime) -> Output {
         Command::Pins(a) => pins(a).await,
         Command::Approve(a) => approve(a).await,
         Command::Update(a) => update(a).await,
+        Command::Search(a) => search(a).await,
     }
 }
 
@@ -595,6 +625,89 @@ fn held_lines(value: &Value) -> Result<Vec<String>, String> {
             )
         })
         .collect())
+}
+
+async fn search(a: &SearchArgs) -> Output {
+    let mut query = vec![("query", a.query.clone())];
+    query.extend(a.principal.clone().map(|p| ("principal", p)));
+    query.extend(a.issuer.clone().map(|i| ("issuer", i)));
+    if !a.groups.is_empty() {
+        query.push(("groups", a.groups.join(",")));
+    }
+    query.extend(a.limit.map(|l| ("limit", l.to_string())));
+    query.extend(a.server.clone().map(|s| ("server", s)));
+    let value = match with_client(&a.api, async |c| c.search(&query).await).await {
+        Ok(v) => v,
+        Err(e) => return Output::failed(&e, true),
+    };
+    if a.api.json {
+        return Output::ok(Exit::Ok, pretty(&value));
+    }
+    let who = value
+        .get("principal")
+        .and_then(Value::as_str)
+        .map_or_else(|| "every tool".to_owned(), |p| format!("as {p}"));
+    let mut out = format!(
+        "{:?} {who} (mode {}), generation {}, {} tools indexed\n",
+        a.query,
+        value.get("mode").and_then(Value::as_str).unwrap_or("?"),
+        value.get("generation").and_then(Value::as_u64).unwrap_or(0),
+        value.get("indexed").and_then(Value::as_u64).unwrap_or(0),
+    );
+    let results = value.get("results").and_then(Value::as_array);
+    let rows: Vec<Vec<String>> = results
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| {
+            let text = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            let first_line = text("description").lines().next().unwrap_or("").to_owned();
+            vec![
+                (i + 1).to_string(),
+                format!(
+                    "{:.2}",
+                    r.get("score").and_then(Value::as_f64).unwrap_or(0.0)
+                ),
+                text("name"),
+                text("server"),
+                first_line.chars().take(70).collect(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        out.push_str("  nothing matched\n");
+    } else {
+        out.push_str(&columns(
+            &["#", "SCORE", "TOOL", "SERVER", "DESCRIPTION"],
+            &rows,
+        ));
+    }
+    if let Some(h) = value.get("hint").and_then(Value::as_str) {
+        out.push_str(&format!("  {h}\n"));
+    }
+    Output::ok(Exit::Ok, out)
+}
+
+/// `rows` under `header`, each column as wide as its widest cell.
+fn columns(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut l = String::from(" ");
+        for (cell, w) in cells.iter().zip(&widths) {
+            l.push_str(&format!(" {cell:<w$}"));
+        }
+        l.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
 }
 
 async fn pins(a: &PinsArgs) -> Output {

@@ -275,11 +275,11 @@ impl FrontSession {
         match found {
             Ok(answer) => {
                 audit.finish("", crate::audit::Outcome::Ok);
-                r.meta = Some(
-                    self.gw
-                        .answers()
-                        .keep(super::tool_search::answer_result(&answer)),
-                );
+                let mut result = super::tool_search::answer_result(&answer);
+                if let Value::Object(m) = &mut result {
+                    for_client(m, is_modern(ctx), true);
+                }
+                r.meta = Some(self.gw.answers().keep(result));
             }
             Err(e) => {
                 audit.finish("", crate::audit::Outcome::Error);
