@@ -306,3 +306,134 @@ fn hint(args: &FindArgs, servers: &[Server]) -> String {
         names.join(", ")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{BackendCatalog, EntryKind};
+    use serde_json::json;
+
+    /// A small deterministic generator (xorshift), so a failure repeats.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.next() % 100 < percent
+        }
+    }
+
+    const WORDS: [&str; 16] = [
+        "read", "file", "write", "search", "issue", "time", "zone", "page", "click", "query",
+        "table", "send", "message", "list", "branch", "commit",
+    ];
+
+    fn tool(rng: &mut Rng, i: usize) -> Entry {
+        let name = format!("{}_{}_{i}", WORDS[rng.below(16)], WORDS[rng.below(16)]);
+        let description: Vec<&str> = (0..6).map(|_| WORDS[rng.below(16)]).collect();
+        Entry::from_json(
+            EntryKind::Tool,
+            json!({"name": name, "description": description.join(" "), "inputSchema": {"type": "object"}}),
+        )
+        .unwrap()
+    }
+
+    /// For random queries, principals' policies, capability sets' views,
+    /// held definitions and health states: `find_tool` returns only tools
+    /// the same caller's passthrough list shows, each as it shows it, and
+    /// never more than asked for.
+    #[test]
+    fn find_tool_returns_a_subset_of_the_callers_passthrough_list() {
+        let naming = Naming::Prefix {
+            separator: "__".into(),
+        };
+        let search = ToolSearch::new(ToolSearchConfig::default(), naming.clone());
+        let mut rng = Rng(0x5eed_cafe_f00d_1234);
+        let backends: Vec<Arc<str>> = ["alpha", "beta", "gamma", "delta"]
+            .into_iter()
+            .map(Arc::from)
+            .collect();
+        let mut listings: Vec<BackendCatalog> = Vec::new();
+        for b in &backends {
+            let tools: Vec<Entry> = (0..25).map(|i| tool(&mut rng, i)).collect();
+            search.index().reindex(b, &tools);
+            listings.push(BackendCatalog {
+                tools,
+                ..Default::default()
+            });
+        }
+        for trial in 0..300 {
+            // Health: some backends are not shown at all.
+            let mut shown: Vec<(&Arc<str>, BackendCatalog)> = Vec::new();
+            for (b, l) in backends.iter().zip(&listings) {
+                if !rng.chance(75) {
+                    continue;
+                }
+                // Held definitions (the pin guard), and a capability set's
+                // view that lists fewer tools.
+                let tools = l.tools.iter().filter(|_| rng.chance(85)).cloned().collect();
+                shown.push((
+                    b,
+                    BackendCatalog {
+                        tools,
+                        ..Default::default()
+                    },
+                ));
+            }
+            let base = Catalog::build(&naming, shown.iter().map(|(b, c)| (*b, c)));
+            // A principal's policy: some names denied.
+            let denied: Vec<String> = base
+                .tools
+                .iter()
+                .filter(|_| rng.chance(30))
+                .map(|t| t.key().to_owned())
+                .collect();
+            let view = base.filtered(|_, name| !denied.iter().any(|d| d == name));
+            let query = if rng.chance(30) && !denied.is_empty() {
+                // A denied tool's exact name.
+                denied[rng.below(denied.len())].clone()
+            } else {
+                (0..1 + rng.below(3))
+                    .map(|_| WORDS[rng.below(16)])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let limit = 1 + rng.below(20);
+            let server = rng
+                .chance(20)
+                .then(|| backends[rng.below(backends.len())].to_string());
+            let args = FindArgs {
+                text: query.clone(),
+                query_bytes: query.len(),
+                limit,
+                server: server.clone(),
+            };
+            let answer = search.find(&view, &args, &[], 1);
+            assert!(answer.found.len() <= limit, "trial {trial}: over the limit");
+            for f in &answer.found {
+                let listed = view.tools.iter().find(|t| t.key() == f.tool.key());
+                assert_eq!(
+                    listed,
+                    Some(&f.tool),
+                    "trial {trial}: `{}` found for {query:?} is not in the caller's list",
+                    f.tool.key()
+                );
+                assert!(
+                    !denied.contains(&f.tool.key().to_owned()),
+                    "trial {trial}: denied"
+                );
+                if let Some(s) = &server {
+                    assert_eq!(&*f.server, s.as_str(), "trial {trial}: another server");
+                }
+            }
+        }
+    }
+}
