@@ -45,13 +45,13 @@ fn rank_in(results: &[(Arc<str>, String)], gold: impl Fn(&str, &str) -> bool) ->
     results.iter().position(|(b, n)| gold(b, n)).map(|p| p + 1)
 }
 
-#[test]
-fn keyword_ranking_of_real_tools_for_real_questions() {
+/// The corpus indexed, and how many tools and servers it has.
+fn corpus_index() -> (Index, usize, usize) {
     let corpus = read_json(&repo().join("tests/retrieval/corpus.json"));
-    let queries = read_json(&repo().join("tests/retrieval/queries.json"));
     let index = Index::default();
     let mut tools = 0;
-    for server in corpus["servers"].as_array().expect("servers") {
+    let servers = corpus["servers"].as_array().expect("servers");
+    for server in servers {
         let name: Arc<str> = server["name"].as_str().expect("name").into();
         let entries: Vec<Entry> = server["tools"]
             .as_array()
@@ -62,10 +62,17 @@ fn keyword_ranking_of_real_tools_for_real_questions() {
         tools += entries.len();
         index.reindex(&name, &entries);
     }
+    (index, tools, servers.len())
+}
+
+/// Scores of the corpus's queries ranked by `rank`, per group (all, each
+/// kind, each split, each kind in each split).
+fn corpus_scores(rank: impl Fn(&str) -> Vec<(Arc<str>, String)>) -> BTreeMap<String, Scores> {
+    let queries = read_json(&repo().join("tests/retrieval/queries.json"));
     let mut groups: BTreeMap<String, Vec<Option<usize>>> = BTreeMap::new();
     for q in queries.as_array().expect("queries") {
         let (server, tool) = (q["server"].as_str().unwrap(), q["tool"].as_str().unwrap());
-        let results = ranked(&index, q["query"].as_str().unwrap());
+        let results = rank(q["query"].as_str().unwrap());
         let r = rank_in(&results, |b, n| b == server && n == tool);
         let (kind, split) = (q["kind"].as_str().unwrap(), q["split"].as_str().unwrap());
         for g in [
@@ -77,17 +84,27 @@ fn keyword_ranking_of_real_tools_for_real_questions() {
             groups.entry(g).or_default().push(r);
         }
     }
-    println!(
-        "keyword ranking over {tools} tools of {} servers",
-        corpus["servers"].as_array().unwrap().len()
-    );
-    let scores: BTreeMap<String, Scores> = groups
+    groups
         .into_iter()
         .map(|(g, ranks)| (g, Scores::of(ranks)))
-        .collect();
-    for (g, s) in &scores {
+        .collect()
+}
+
+fn print_scores(title: &str, scores: &BTreeMap<String, Scores>) {
+    println!("{title}");
+    for (g, s) in scores {
         println!("  {g:<20} {s}");
     }
+}
+
+#[test]
+fn keyword_ranking_of_real_tools_for_real_questions() {
+    let (index, tools, servers) = corpus_index();
+    let scores = corpus_scores(|q| ranked(&index, q));
+    print_scores(
+        &format!("keyword ranking over {tools} tools of {servers} servers"),
+        &scores,
+    );
     let shared = scores["shared"];
     assert!(
         shared.recall_at_5 >= 0.85,
@@ -96,15 +113,19 @@ fn keyword_ranking_of_real_tools_for_real_questions() {
     );
 }
 
-/// The BFCL data set the setup extracted (tests/retrieval/setup.sh).
-fn bfcl() -> Value {
-    let dir = std::env::var_os("VIGIL_RETRIEVAL_DIR")
+/// Where tests/retrieval/setup.sh put the BFCL data and the model.
+fn retrieval_dir() -> PathBuf {
+    std::env::var_os("VIGIL_RETRIEVAL_DIR")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/vigil/retrieval"))
         })
-        .expect("HOME or VIGIL_RETRIEVAL_DIR");
-    let path = dir.join("bfcl.json");
+        .expect("HOME or VIGIL_RETRIEVAL_DIR")
+}
+
+/// The BFCL data set the setup extracted (tests/retrieval/setup.sh).
+fn bfcl() -> Value {
+    let path = retrieval_dir().join("bfcl.json");
     assert!(
         path.is_file(),
         "{} is missing: run `bash tests/retrieval/setup.sh` (it installs bfcl-eval's data)",
@@ -171,5 +192,70 @@ fn keyword_ranking_on_the_berkeley_function_calling_data() {
     }
     for (g, ranks) in by_name {
         println!("  by name {g:<10} {}", Scores::of(ranks));
+    }
+}
+
+/// The semantic arm and the fused ranking (a build with `--features
+/// semantic`; the model from tests/retrieval/setup.sh).
+#[cfg(feature = "semantic")]
+mod semantic {
+    use super::*;
+    use vigil::search::index::Arms;
+    use vigil::search::vectors::Vectors;
+
+    fn vectors(index: &Index) -> Vectors {
+        let dir = retrieval_dir().join("model");
+        let model = vigil::search::semantic::Model::load(&dir).unwrap_or_else(|e| {
+            panic!("{e}: run `bash tests/retrieval/setup.sh` (it installs the model's files)")
+        });
+        let vectors = Vectors::new(Arc::new(model));
+        let snap = index.snapshot();
+        let docs: Vec<_> = snap.backends().flat_map(|b| snap.of(b)).cloned().collect();
+        vectors
+            .fill(docs.iter().map(|d| (d.meaning_key, d.meaning.as_str())))
+            .expect("embedding the documents");
+        vectors
+    }
+
+    fn ranked_by(
+        index: &Index,
+        vectors: &Vectors,
+        fused: bool,
+        query: &str,
+    ) -> Vec<(Arc<str>, String)> {
+        let q = vectors.query(query).expect("embedding the query");
+        let arms = if fused {
+            Arms::Fused { query: &q, vectors }
+        } else {
+            Arms::Semantic { query: &q, vectors }
+        };
+        index
+            .snapshot()
+            .rank_by(arms, query, DEPTH, |d| {
+                Some((d.backend.clone(), d.name.clone()))
+            })
+            .into_iter()
+            .map(|h| h.found)
+            .collect()
+    }
+
+    #[test]
+    fn semantic_and_fused_ranking_of_real_tools_for_real_questions() {
+        let (index, tools, servers) = corpus_index();
+        let vectors = vectors(&index);
+        let keyword = corpus_scores(|q| ranked(&index, q));
+        let semantic = corpus_scores(|q| ranked_by(&index, &vectors, false, q));
+        let fused = corpus_scores(|q| ranked_by(&index, &vectors, true, q));
+        print_scores(
+            &format!("semantic ranking over {tools} tools of {servers} servers"),
+            &semantic,
+        );
+        print_scores("fused (reciprocal rank) ranking", &fused);
+        println!(
+            "paraphrases: Recall@1 keyword {:.3}, semantic {:.3}, fused {:.3}",
+            keyword["paraphrase"].recall_at_1,
+            semantic["paraphrase"].recall_at_1,
+            fused["paraphrase"].recall_at_1
+        );
     }
 }

@@ -141,6 +141,7 @@ impl Updater {
     /// search never waits for it.
     fn reindex(&self, listings: Vec<(Arc<str>, Option<Vec<crate::catalog::Entry>>)>) {
         let index = self.front.tool_search().index();
+        let mut changed = false;
         for (backend, tools) in listings {
             let stats = match tools {
                 Some(tools) => index.reindex(&backend, &tools),
@@ -155,6 +156,10 @@ impl Updater {
             let snap = index.snapshot();
             crate::metrics::get().reindexed(&backend, snap.len(), snap.bytes());
             tracing::info!(backend = %backend, added = stats.added, changed = stats.changed, removed = stats.removed, kept = stats.kept, documents = snap.len(), "tool search: backend re-indexed");
+            changed = true;
+        }
+        if changed {
+            self.front.fill_vectors();
         }
     }
 

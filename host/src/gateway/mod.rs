@@ -157,6 +157,20 @@ impl Gateway {
             config.tool_search.clone(),
             config.naming.clone(),
         ));
+        #[cfg(feature = "semantic")]
+        if let Some(dir) = &config.tool_search.model_dir {
+            match crate::search::semantic::Model::load(dir) {
+                Ok(model) => {
+                    tracing::info!(model_dir = %dir.display(), "tool search: the semantic arm is on");
+                    tool_search.set_vectors(Arc::new(crate::search::vectors::Vectors::new(
+                        Arc::new(model),
+                    )));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "tool search: the semantic model did not load; find_tool ranks by keywords alone")
+                }
+            }
+        }
         let sessions = Sessions::new(
             generations.clone(),
             background.clone(),
@@ -317,6 +331,29 @@ impl Gateway {
     /// listing (the update task re-indexes), its settings each reload.
     pub fn tool_search(&self) -> &Arc<crate::search::ToolSearch> {
         &self.tool_search
+    }
+
+    /// Embeds, in the background, what the index holds that the semantic
+    /// arm has no vector of yet (after a re-indexing); nothing without a
+    /// model.
+    pub fn fill_vectors(&self) {
+        if self.tool_search.vectors().is_none() {
+            return;
+        }
+        let search = self.tool_search.clone();
+        self.background.spawn_until_shutdown(async move {
+            let filled = tokio::task::spawn_blocking(move || search.fill_vectors()).await;
+            match filled {
+                Ok(Ok(n)) if n > 0 => {
+                    tracing::info!(embedded = n, "tool search: documents embedded for the semantic arm")
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "tool search: could not embed documents; they are ranked by keywords alone")
+                }
+                Err(e) => tracing::warn!(error = %e, "tool search: the embedding task failed"),
+            }
+        });
     }
 
     /// Live client sessions.

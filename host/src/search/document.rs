@@ -47,6 +47,34 @@ pub fn document(server: &str, tool: &Map<String, Value>) -> String {
     out.0
 }
 
+/// What the semantic arm embeds of a tool: its name's words, its title
+/// and its description (a model reads meaning, and parameters' names
+/// would dilute it), at most [`MAX_MEANING_BYTES`].
+pub fn meaning(tool: &Map<String, Value>) -> String {
+    let mut out = Text::default();
+    if let Some(name) = tool.get("name").and_then(Value::as_str) {
+        out.push(&split_identifiers(name));
+    }
+    for member in ["title", "description"] {
+        if let Some(text) = tool.get(member).and_then(Value::as_str) {
+            out.push(text);
+        }
+    }
+    let mut text = out.0;
+    if text.len() > MAX_MEANING_BYTES {
+        let mut end = MAX_MEANING_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// The longest text the semantic arm embeds of a tool (the model reads
+/// 256 tokens at most).
+pub const MAX_MEANING_BYTES: usize = 2048;
+
 /// The names and descriptions of `schema`'s properties, depth first.
 fn parameters(schema: &Value, depth: usize, out: &mut Text) {
     if depth > MAX_DEPTH || out.full() {

@@ -25,6 +25,7 @@ use bm25::{Embedder, EmbedderBuilder, Embedding, Scorer, Tokenizer};
 
 use super::document::document;
 use super::text::Words;
+use super::vectors::{Vectors, cosine};
 use crate::catalog::Entry;
 
 /// How far the average document length may drift from the one documents
@@ -48,6 +49,10 @@ pub struct Doc {
     avgdl: f32,
     /// Bytes of its definition as JSON.
     pub bytes: usize,
+    /// What the semantic arm embeds of it, and that text's key
+    /// (`vectors::key`).
+    pub meaning: String,
+    pub meaning_key: u64,
 }
 
 /// What one search of a snapshot saw.
@@ -132,6 +137,97 @@ impl Snapshot {
     }
 }
 
+/// Which arms rank a query.
+#[derive(Clone, Copy)]
+pub enum Arms<'a> {
+    /// BM25 alone.
+    Keyword,
+    /// The semantic arm alone (for measuring it).
+    Semantic {
+        query: &'a [f32],
+        vectors: &'a Vectors,
+    },
+    /// Both, fused by reciprocal rank.
+    Fused {
+        query: &'a [f32],
+        vectors: &'a Vectors,
+    },
+}
+
+/// How deep each arm's ranking goes into the fusion.
+const FUSION_DEPTH: usize = 50;
+
+impl Snapshot {
+    /// [`Snapshot::rank`] by `arms`: with the semantic arm, the documents
+    /// closest to the query's vector (those with a vector yet) are ranked
+    /// too, and the arms' rankings fused ([`super::fusion`]); `keep`
+    /// applies to both before either is cut.
+    pub fn rank_by<T>(
+        &self,
+        arms: Arms<'_>,
+        query: &str,
+        limit: usize,
+        mut keep: impl FnMut(&Doc) -> Option<T>,
+    ) -> Vec<Hit<T>> {
+        let (qvec, vectors, keyword) = match arms {
+            Arms::Keyword => return self.rank(query, limit, keep),
+            Arms::Semantic { query, vectors } => (query, vectors, false),
+            Arms::Fused { query, vectors } => (query, vectors, true),
+        };
+        if self.docs.is_empty() || limit == 0 {
+            return Vec::new();
+        }
+        let depth = FUSION_DEPTH.max(limit);
+        let mut kept: HashMap<u32, Option<T>> = HashMap::new();
+        let mut allowed = |id: u32, keep: &mut dyn FnMut(&Doc) -> Option<T>| {
+            kept.entry(id)
+                .or_insert_with(|| self.docs.get(id as usize).and_then(|d| keep(d)))
+                .is_some()
+        };
+        let mut by_keyword: Vec<u32> = Vec::new();
+        if keyword {
+            let q = embedder(self.avgdl).embed(&stems_of(query));
+            for scored in self.scorer.matches(&q) {
+                if allowed(scored.id, &mut keep) {
+                    by_keyword.push(scored.id);
+                    if by_keyword.len() == depth {
+                        break;
+                    }
+                }
+            }
+        }
+        let mut by_meaning: Vec<(u32, f32)> = self
+            .docs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| {
+                let v = vectors.get(d.meaning_key)?;
+                Some((i as u32, cosine(qvec, &v)))
+            })
+            .collect();
+        by_meaning.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut semantic: Vec<u32> = Vec::new();
+        for (id, _) in by_meaning {
+            if allowed(id, &mut keep) {
+                semantic.push(id);
+                if semantic.len() == depth {
+                    break;
+                }
+            }
+        }
+        super::fusion::fuse(&[&by_keyword, &semantic])
+            .into_iter()
+            .take(limit)
+            .filter_map(|(id, score)| {
+                kept.remove(&id).flatten().map(|found| Hit {
+                    found,
+                    score: score as f32,
+                })
+            })
+            .collect()
+    }
+}
+
 /// What one re-indexing of a backend changed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Reindexed {
@@ -180,6 +276,7 @@ impl Index {
             }
             let stems = words.tokenize(&document(backend, json)).join(" ");
             let length = stems.split_whitespace().count();
+            let meaning = super::document::meaning(json);
             fresh.push(Arc::new(Doc {
                 backend: backend.clone(),
                 name: tool.key().to_owned(),
@@ -189,6 +286,8 @@ impl Index {
                 embedding: Embedding(Vec::new()),
                 avgdl: 0.0,
                 bytes: serde_json::to_vec(json).map_or(0, |v| v.len()),
+                meaning_key: super::vectors::key(&meaning),
+                meaning,
             }));
         }
         stats.removed = old
@@ -245,6 +344,8 @@ fn build(docs: Vec<Arc<Doc>>) -> Snapshot {
                 embedding: embedder.embed(&d.stems),
                 avgdl,
                 bytes: d.bytes,
+                meaning: d.meaning.clone(),
+                meaning_key: d.meaning_key,
             })
         };
         let id = i as u32;

@@ -13,10 +13,12 @@
 
 pub mod document;
 pub mod eval;
+pub mod fusion;
 pub mod index;
 pub mod meta;
 pub mod service;
 pub mod text;
+pub mod vectors;
 
 pub use index::{Doc, Hit, Index, Reindexed, Snapshot};
 pub use service::{Answer, Found, ToolSearch};

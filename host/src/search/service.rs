@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, Weak};
 use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
 
-use super::index::{Index, Snapshot};
+use super::index::{Arms, Index, Snapshot};
 use super::meta::{self, FindArgs, Server};
+use super::vectors::Vectors;
 use crate::catalog::{Catalog, Entry, expose};
 use crate::config::{Naming, SearchMode, ToolSearchConfig};
 use crate::policy::Access;
@@ -33,6 +34,8 @@ pub struct ToolSearch {
     /// Bytes of each recent view's tools as a passthrough `tools/list`
     /// would send them.
     sizes: Mutex<Vec<(Weak<Catalog>, usize)>>,
+    /// The semantic arm, when a model is configured and loaded.
+    vectors: std::sync::OnceLock<Arc<Vectors>>,
 }
 
 /// One tool `find_tool` found.
@@ -86,7 +89,33 @@ impl ToolSearch {
             settings: ArcSwap::from_pointee(settings),
             naming,
             sizes: Mutex::default(),
+            vectors: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Turns the semantic arm on with `vectors` (once).
+    pub fn set_vectors(&self, vectors: Arc<Vectors>) {
+        let _ = self.vectors.set(vectors);
+    }
+
+    /// The semantic arm's vectors, if it is on.
+    pub fn vectors(&self) -> Option<&Arc<Vectors>> {
+        self.vectors.get()
+    }
+
+    /// Embeds the documents of the index in force that have no vector
+    /// yet, and forgets those of documents gone; blocking (the model runs
+    /// here): call it off every request path. How many were embedded.
+    pub fn fill_vectors(&self) -> Result<usize, String> {
+        let Some(vectors) = self.vectors.get() else {
+            return Ok(0);
+        };
+        let snap = self.index.snapshot();
+        let docs: Vec<_> = snap.backends().flat_map(|b| snap.of(b)).cloned().collect();
+        let live: std::collections::HashSet<u64> = docs.iter().map(|d| d.meaning_key).collect();
+        let n = vectors.fill(docs.iter().map(|d| (d.meaning_key, d.meaning.as_str())))?;
+        vectors.retain(&live);
+        Ok(n)
     }
 
     pub fn index(&self) -> &Index {
@@ -190,8 +219,24 @@ impl ToolSearch {
     ) -> Answer {
         let snap = self.index.snapshot();
         let shown = reverse(view);
+        // With the semantic arm: the query's vector (a failure ranks by
+        // keywords alone, and says so).
+        let qvec = self.vectors.get().and_then(|v| match v.query(&args.text) {
+            Ok(q) => Some((q, v)),
+            Err(e) => {
+                tracing::warn!(error = %e, "find_tool: the query could not be embedded; ranking by keywords alone");
+                None
+            }
+        });
+        let arms = match &qvec {
+            Some((q, v)) => Arms::Fused {
+                query: q,
+                vectors: v,
+            },
+            None => Arms::Keyword,
+        };
         let found: Vec<Found> = snap
-            .rank(&args.text, args.limit, |d| {
+            .rank_by(arms, &args.text, args.limit, |d| {
                 if args.server.as_deref().is_some_and(|s| s != &*d.backend) {
                     return None;
                 }
