@@ -27,7 +27,7 @@ impl Scores {
         let (mut at1, mut at5, mut rr) = (0usize, 0usize, 0.0f64);
         for r in ranks {
             s.queries += 1;
-            if let Some(r) = r.filter(|&r| r >= 1 && r <= DEPTH) {
+            if let Some(r) = r.filter(|r| (1..=DEPTH).contains(r)) {
                 at1 += usize::from(r == 1);
                 at5 += usize::from(r <= 5);
                 rr += 1.0 / r as f64;
