@@ -75,6 +75,7 @@ mod probes;
 mod procs;
 mod report;
 mod stats;
+mod tool_search;
 
 use std::path::{Path, PathBuf};
 
@@ -168,6 +169,11 @@ enum Command {
     /// one shared process (`share = "all"`), one stdio backend: first-call
     /// latency, memory per instance, sessions opening and closing.
     Instances(instances::InstancesArgs),
+    /// find_tool in process (no network), over catalogs of real tool
+    /// definitions: latency at 500 and 5,000 tools and where it goes,
+    /// re-indexing a backend while searches run, tools/list bytes in
+    /// search mode against passthrough, index memory per 1,000 tools.
+    ToolSearch(tool_search::ToolSearchArgs),
 }
 
 // The options of the tools/call benchmark (no doc comment: clap would take
@@ -318,6 +324,13 @@ fn main() -> std::process::ExitCode {
         Some(Command::Eras(args)) => run_async(None, eras::run(&args)),
         Some(Command::Capsets(args)) => run_async(None, capsets::run(&args)),
         Some(Command::Instances(args)) => run_async(None, instances::run(&args)),
+        Some(Command::ToolSearch(args)) => match tool_search::run(&args) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -294,6 +294,11 @@ impl Index {
             .keys()
             .filter(|n| !tools.iter().any(|t| t.key() == **n))
             .count();
+        // A listing like the last one (the poller's, most of the time):
+        // the snapshot in force is it.
+        if stats.added + stats.changed + stats.removed == 0 {
+            return stats;
+        }
         let others = now.docs.iter().filter(|d| d.backend != *backend).cloned();
         self.current
             .store(Arc::new(build(others.chain(fresh).collect())));
