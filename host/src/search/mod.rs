@@ -16,6 +16,8 @@ pub mod eval;
 pub mod fusion;
 pub mod index;
 pub mod meta;
+#[cfg(feature = "semantic")]
+pub mod semantic;
 pub mod service;
 pub mod text;
 pub mod vectors;

@@ -1,0 +1,773 @@
+//! The semantic arm of tool search: a small sentence-embedding model run
+//! in-process, so that "read a file from disk" finds `read_text_file`
+//! ("Read the complete contents of a file from the file system") though
+//! the two share almost no word.
+//!
+//! The model is all-MiniLM-L6-v2 (sentence-transformers): a 6-layer BERT
+//! of 384 dimensions, about 90 MB of f32 weights. It runs on the CPU with
+//! candle, from three files an operator installs in one directory
+//! (`[tool_search.semantic] model_dir`): `config.json` (the BERT
+//! configuration), `tokenizer.json` (its WordPiece tokenizer) and
+//! `model.safetensors` (the weights). Nothing is downloaded, ever.
+//!
+//! A text's embedding is what sentence-transformers computes for this
+//! model (its `modules.json`: Transformer, Pooling, Normalize): the last
+//! hidden states of its tokens, averaged with the attention mask as
+//! weights (padding counts for nothing), then scaled to unit length.
+//! Texts are cut at the model's `max_seq_length` of 256 tokens, the two
+//! special ones included.
+//!
+//! Two things of `tokenizer.json` are overridden: it was saved with
+//! truncation at 128 tokens and fixed padding to 128, neither of which is
+//! how the model is used. Truncation is set to 256 (or fewer when the
+//! model has fewer positions), and padding is off: a batch is padded here,
+//! to its longest text, with a mask.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use tokenizers::{Encoding, PostProcessor, Tokenizer, TruncationParams};
+
+/// The model's `max_seq_length` (its `sentence_bert_config.json`): the
+/// most tokens of a text it reads, `[CLS]` and `[SEP]` included; it was
+/// trained on no longer ones.
+pub const MAX_TOKENS: usize = 256;
+
+/// How many texts go through the model at once. Texts are sorted by
+/// length first, so that a batch pads little; its attention scores take
+/// `BATCH × heads × tokens² × 4` bytes (50 MB for 16 texts of 256 tokens).
+const BATCH: usize = 16;
+
+/// One of the model directory's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelFile {
+    /// `config.json`: the BERT configuration (sizes, layers).
+    Config,
+    /// `tokenizer.json`: the tokenizer, as Hugging Face `tokenizers` saves it.
+    Tokenizer,
+    /// `model.safetensors`: the weights.
+    Weights,
+}
+
+impl ModelFile {
+    /// Its name in the model directory.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelFile::Config => "config.json",
+            ModelFile::Tokenizer => "tokenizer.json",
+            ModelFile::Weights => "model.safetensors",
+        }
+    }
+}
+
+impl fmt::Display for ModelFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What failed: a model file (which, where, what is wrong with it), or
+/// embedding. The message always names the file's path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SemanticError {
+    /// A model file is missing or cannot be read.
+    #[error("{}: cannot read the model's {file}: {error}", path.display())]
+    Unreadable {
+        file: ModelFile,
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// A model file was read but is not a model this module runs: not
+    /// JSON, not a BERT configuration, weights missing or of the wrong
+    /// shape for the configuration, a tokenizer whose tokens the model
+    /// has no embedding for.
+    #[error("{}: {what}", path.display())]
+    Invalid {
+        file: ModelFile,
+        path: PathBuf,
+        what: String,
+    },
+    /// The model failed on a batch of texts (a model that loaded is not
+    /// expected to).
+    #[error("embedding failed: {what}")]
+    Embed { what: String },
+}
+
+impl SemanticError {
+    /// The model file at fault, if one is.
+    pub fn file(&self) -> Option<ModelFile> {
+        match self {
+            SemanticError::Unreadable { file, .. } | SemanticError::Invalid { file, .. } => {
+                Some(*file)
+            }
+            SemanticError::Embed { .. } => None,
+        }
+    }
+
+    fn invalid(dir: &Path, file: ModelFile, what: impl Into<String>) -> Self {
+        SemanticError::Invalid {
+            file,
+            path: dir.join(file.name()),
+            what: what.into(),
+        }
+    }
+
+    fn embed(error: candle_core::Error) -> Self {
+        SemanticError::Embed {
+            what: candle_message(&error),
+        }
+    }
+}
+
+/// A candle error's message without the backtrace candle appends to it
+/// when `RUST_BACKTRACE` is set (dozens of lines in one log line).
+fn candle_message(error: &candle_core::Error) -> String {
+    match error {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_message(inner),
+        candle_core::Error::Context { inner, context } => {
+            format!("{context}: {}", candle_message(inner))
+        }
+        candle_core::Error::WithPath { inner, .. } => candle_message(inner),
+        other => other.to_string(),
+    }
+}
+
+/// A loaded sentence-embedding model: its tokenizer and its weights, in
+/// memory (about 90 MB). Immutable, so one is shared by every search.
+///
+/// [`embed`](Model::embed) computes on the calling thread (and candle's
+/// worker threads) for milliseconds to seconds: call it from blocking
+/// code (`spawn_blocking`), not from an async task.
+pub struct Model {
+    bert: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    dims: usize,
+    pad_id: u32,
+}
+
+impl fmt::Debug for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Model")
+            .field("dims", &self.dims)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `Model` is shared across threads by the search service.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Model>();
+};
+
+impl Model {
+    /// Loads the model from `dir` (config.json, tokenizer.json,
+    /// model.safetensors), in that order; an error names the file and
+    /// what is wrong with it. The weights are read whole into memory (not
+    /// mapped: a mapped file truncated while read would crash the
+    /// process), so loading briefly takes twice their size.
+    pub fn load(dir: &Path) -> Result<Model, SemanticError> {
+        let read = |file: ModelFile| {
+            let path = dir.join(file.name());
+            std::fs::read(&path).map_err(|error| SemanticError::Unreadable { file, path, error })
+        };
+
+        let config: Config = serde_json::from_slice(&read(ModelFile::Config)?).map_err(|e| {
+            SemanticError::invalid(
+                dir,
+                ModelFile::Config,
+                format!("not a BERT configuration: {e}"),
+            )
+        })?;
+        check_config(&config)
+            .map_err(|what| SemanticError::invalid(dir, ModelFile::Config, what))?;
+        // Both fit in u32: checked against the configuration's vocabulary.
+        let pad_id = u32::try_from(config.pad_token_id).unwrap_or(0);
+
+        let tokenizer = read(ModelFile::Tokenizer)?;
+        let tokenizer = prepare_tokenizer(&tokenizer, &config)
+            .map_err(|what| SemanticError::invalid(dir, ModelFile::Tokenizer, what))?;
+
+        let weights = read(ModelFile::Weights)?;
+        let weights_error = |e: candle_core::Error| {
+            SemanticError::invalid(dir, ModelFile::Weights, candle_message(&e))
+        };
+        let device = Device::Cpu;
+        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
+            .map_err(weights_error)?;
+        // `BertModel::load` takes the tensors with or without the `bert.`
+        // prefix of a `BertForMaskedLM` checkpoint: this model's have none.
+        // A missing tensor or one of another shape than the configuration
+        // says is an error, not a panic.
+        let bert = BertModel::load(vb, &config).map_err(|e| {
+            SemanticError::invalid(
+                dir,
+                ModelFile::Weights,
+                format!(
+                    "does not hold the model {} describes: {}",
+                    ModelFile::Config,
+                    candle_message(&e)
+                ),
+            )
+        })?;
+
+        Ok(Model {
+            bert,
+            tokenizer,
+            device,
+            dims: config.hidden_size,
+            pad_id,
+        })
+    }
+
+    /// Unit-length embeddings of `texts` ([`dims`](Model::dims) long
+    /// each, in the order of `texts`), batched; texts longer than
+    /// [`MAX_TOKENS`] tokens are truncated. A text's embedding does not
+    /// depend on the others it is batched with (up to float rounding).
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, SemanticError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let encodings = self
+            .tokenizer
+            .encode_batch_fast(texts.to_vec(), true)
+            .map_err(|e| SemanticError::Embed {
+                what: format!("tokenizing: {e}"),
+            })?;
+        let mut order: Vec<usize> = (0..encodings.len()).collect();
+        order.sort_by_key(|&i| encodings[i].get_ids().len());
+        let mut out = vec![Vec::new(); texts.len()];
+        for chunk in order.chunks(BATCH) {
+            let batch: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
+            let vectors = self.forward(&batch).map_err(SemanticError::embed)?;
+            for (&i, v) in chunk.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// How long an embedding is: the model's hidden size (384).
+    pub fn dims(&self) -> usize {
+        self.dims
+    }
+
+    /// One batch through the model, padded to its longest text; the
+    /// masked mean of the last hidden states, L2-normalized.
+    fn forward(&self, batch: &[&Encoding]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let n = batch.len();
+        let len = batch.iter().map(|e| e.get_ids().len()).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(n * len);
+        let mut mask = Vec::with_capacity(n * len);
+        for e in batch {
+            let own = e.get_ids();
+            ids.extend_from_slice(own);
+            ids.resize(ids.len() + (len - own.len()), self.pad_id);
+            mask.resize(mask.len() + own.len(), 1u32);
+            mask.resize(mask.len() + (len - own.len()), 0u32);
+        }
+        let ids = Tensor::from_vec(ids, (n, len), &self.device)?;
+        let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
+        let types = ids.zeros_like()?;
+        // (n, len, dims)
+        let hidden = self.bert.forward(&ids, &types, Some(&mask))?;
+        // Mean over the real tokens: padding weighs 0. At least [CLS] and
+        // [SEP] are real, so no count is 0 (clamped all the same, as
+        // sentence-transformers does).
+        let weights = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let sum = hidden.broadcast_mul(&weights)?.sum(1)?;
+        let count = weights.sum(1)?.clamp(1e-9f32, f32::MAX)?;
+        let mean = sum.broadcast_div(&count)?;
+        // L2 normalization (torch's `F.normalize`: eps 1e-12).
+        let norm = mean
+            .sqr()?
+            .sum_keepdim(1)?
+            .sqrt()?
+            .clamp(1e-12f32, f32::MAX)?;
+        mean.broadcast_div(&norm)?.to_vec2::<f32>()
+    }
+}
+
+/// Cosine similarity of two unit vectors (their dot product), as
+/// [`Model::embed`] returns them: 1 for the same direction, about 0 for
+/// unrelated texts. Vectors of different lengths are compared over the
+/// shorter.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// What in a configuration would make candle panic or misbehave rather
+/// than fail (a division by zero heads, positions fewer than tokens).
+fn check_config(c: &Config) -> Result<(), String> {
+    if c.hidden_size == 0 || c.num_attention_heads == 0 || c.num_hidden_layers == 0 {
+        return Err(format!(
+            "hidden_size {}, num_attention_heads {}, num_hidden_layers {}: none may be 0",
+            c.hidden_size, c.num_attention_heads, c.num_hidden_layers
+        ));
+    }
+    if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
+        return Err(format!(
+            "hidden_size {} is not a multiple of num_attention_heads {}",
+            c.hidden_size, c.num_attention_heads
+        ));
+    }
+    if c.max_position_embeddings < 3 || c.type_vocab_size == 0 {
+        return Err(format!(
+            "max_position_embeddings {} (at least 3) or type_vocab_size {} (at least 1) too small",
+            c.max_position_embeddings, c.type_vocab_size
+        ));
+    }
+    if c.vocab_size > u32::MAX as usize || c.pad_token_id >= c.vocab_size {
+        return Err(format!(
+            "pad_token_id {} is not within vocab_size {}",
+            c.pad_token_id, c.vocab_size
+        ));
+    }
+    Ok(())
+}
+
+/// The tokenizer of `json`, set up for [`Model::embed`]: truncation at
+/// [`MAX_TOKENS`] (or the model's positions), no padding. Checked against
+/// the configuration: every token it yields has an embedding.
+fn prepare_tokenizer(json: &[u8], config: &Config) -> Result<Tokenizer, String> {
+    let mut tokenizer = Tokenizer::from_bytes(json).map_err(|e| format!("not a tokenizer: {e}"))?;
+    let vocab = tokenizer.get_vocab_size(true);
+    if vocab > config.vocab_size {
+        return Err(format!(
+            "has {vocab} tokens, more than the {} of {}'s vocab_size",
+            config.vocab_size,
+            ModelFile::Config
+        ));
+    }
+    let max_length = MAX_TOKENS.min(config.max_position_embeddings);
+    // `with_truncation` subtracts the special tokens from the length
+    // unchecked: more of them than the length would underflow.
+    let special = tokenizer
+        .get_post_processor()
+        .map_or(0, |p| p.added_tokens(false));
+    if special >= max_length {
+        return Err(format!(
+            "adds {special} special tokens to a text, not fewer than its {max_length} tokens"
+        ));
+    }
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length,
+            ..TruncationParams::default()
+        }))
+        .map_err(|e| format!("cannot truncate at {max_length} tokens: {e}"))?;
+    tokenizer.with_padding(None);
+    Ok(tokenizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::OnceLock;
+
+    /// The model directory: `VIGIL_MODEL_DIR`, else where
+    /// `tests/retrieval/setup.sh` links it.
+    fn model_dir() -> PathBuf {
+        if let Some(dir) = std::env::var_os("VIGIL_MODEL_DIR") {
+            return PathBuf::from(dir);
+        }
+        let home = std::env::var_os("HOME").expect("HOME is not set (nor VIGIL_MODEL_DIR)");
+        Path::new(&home).join(".cache/vigil/retrieval/model")
+    }
+
+    /// The model, loaded once for all tests. Its absence fails them: a
+    /// test that passed without a model would say nothing.
+    fn model() -> &'static Model {
+        static MODEL: OnceLock<Model> = OnceLock::new();
+        MODEL.get_or_init(|| {
+            let dir = model_dir();
+            for file in [ModelFile::Config, ModelFile::Tokenizer, ModelFile::Weights] {
+                assert!(
+                    dir.join(file.name()).is_file(),
+                    "the model's {file} is not in {}: run `bash tests/retrieval/setup.sh` \
+                     (or set VIGIL_MODEL_DIR to a directory holding config.json, \
+                     tokenizer.json and model.safetensors)",
+                    dir.display()
+                );
+            }
+            Model::load(&dir).unwrap_or_else(|e| panic!("loading the model: {e}"))
+        })
+    }
+
+    fn one(text: &str) -> Vec<f32> {
+        let mut v = model().embed(&[text]).expect("embed");
+        v.pop().expect("one embedding")
+    }
+
+    fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    /// A directory of its own under the system's temporary one, removed
+    /// when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir =
+                std::env::temp_dir().join(format!("vigil-semantic-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("create scratch dir");
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn embeddings_are_unit_vectors_of_the_model_size() {
+        let m = model();
+        assert_eq!(m.dims(), 384);
+        let texts = [
+            "read a file from disk",
+            "",
+            "Get the current time in a specific timezone",
+            "🦀 ünïcödé, CJK 文件 and symbols <>&\u{0}",
+        ];
+        let vs = m.embed(&texts).expect("embed");
+        assert_eq!(vs.len(), texts.len());
+        for (t, v) in texts.iter().zip(&vs) {
+            assert_eq!(v.len(), 384, "{t:?}");
+            let norm = cosine(v, v).sqrt();
+            assert!((norm - 1.0).abs() < 1e-5, "{t:?}: norm {norm}");
+            assert!(v.iter().all(|x| x.is_finite()), "{t:?}");
+        }
+        assert!(m.embed(&[]).expect("embed none").is_empty());
+    }
+
+    #[test]
+    fn matches_the_reference_model() {
+        // The similarities the sentence-transformers README prints for
+        // this model (rounded to 4 places).
+        let v = model()
+            .embed(&[
+                "The weather is lovely today.",
+                "It's so sunny outside!",
+                "He drove to the stadium.",
+            ])
+            .expect("embed");
+        for (i, j, expected) in [(0, 1, 0.6660f32), (0, 2, 0.1046), (1, 2, 0.1411)] {
+            let got = cosine(&v[i], &v[j]);
+            assert!(
+                (got - expected).abs() < 2e-4,
+                "similarity {i}-{j}: {got:.5}, expected {expected}"
+            );
+        }
+        // Token ids and the ends of one embedding, as a float64 NumPy
+        // re-implementation of the model (BERT forward, masked mean, L2;
+        // its WordPiece from vocab.txt) computes them from the same files;
+        // it reproduces the similarities above to 4 places.
+        let text = "read a file from disk";
+        let ids = model().tokenizer.encode(text, true).expect("encode");
+        assert_eq!(ids.get_ids(), [101, 3191, 1037, 5371, 2013, 9785, 102]);
+        let v = one(text);
+        let head = [
+            0.0207207f32,
+            0.0205949,
+            -0.0904893,
+            -0.0022263,
+            -0.0119044,
+            -0.0588306,
+            0.0520554,
+            0.1003548,
+        ];
+        let tail = [
+            0.0356420f32,
+            -0.0083982,
+            -0.0569644,
+            0.0830490,
+            0.0253028,
+            0.0943004,
+            0.0172877,
+            0.0544462,
+        ];
+        let d = max_diff(&v[..8], &head).max(max_diff(&v[376..], &tail));
+        assert!(d < 1e-5, "{text:?} differs from the reference by {d}");
+    }
+
+    #[test]
+    fn related_texts_are_closer_than_unrelated_ones() {
+        // (query, the description it is about, a description it is not).
+        let cases = [
+            (
+                "read a file from disk",
+                "Read the complete contents of a file from the file system",
+                "Get the current time in a specific timezone",
+            ),
+            (
+                "what time is it in Tokyo",
+                "Get the current time in a specific timezone",
+                "Read the complete contents of a file from the file system",
+            ),
+            (
+                "open a pull request",
+                "Create a new pull request in a GitHub repository",
+                "Execute a read-only SQL query against the database",
+            ),
+            (
+                "run a select statement on postgres",
+                "Execute a read-only SQL query against the database",
+                "Create a new pull request in a GitHub repository",
+            ),
+        ];
+        for (query, about, other) in cases {
+            let v = model().embed(&[query, about, other]).expect("embed");
+            let (near, far) = (cosine(&v[0], &v[1]), cosine(&v[0], &v[2]));
+            assert!(
+                near > far + 0.1,
+                "{query:?}: {near} to {about:?}, {far} to {other:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn batching_and_padding_do_not_change_an_embedding() {
+        // Lengths from 3 tokens to past MAX_TOKENS, so each shorter text
+        // is padded in the batch.
+        let long = "list the open issues of a repository with their labels ".repeat(30);
+        let texts = [
+            "ping",
+            "Read the complete contents of a file from the file system",
+            "Get the current time in a specific timezone, given as an IANA name such as Europe/Paris",
+            long.as_str(),
+        ];
+        let batch = model().embed(&texts).expect("embed batch");
+        for (t, b) in texts.iter().zip(&batch) {
+            let alone = one(t);
+            let d = max_diff(&alone, b);
+            assert!(d < 1e-5, "{t:?}: batched differs from alone by {d}");
+        }
+        // More texts than one batch holds, in an order that sorting by
+        // length changes: each comes back in its own place.
+        let many: Vec<String> = (0..BATCH * 2 + 3)
+            .map(|i| format!("tool number {} {}", i, "word ".repeat((i * 7) % 23)))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let vs = model().embed(&many).expect("embed many");
+        assert_eq!(vs.len(), many.len());
+        for i in [0, 5, BATCH, many.len() - 1] {
+            let d = max_diff(&vs[i], &one(many[i]));
+            assert!(d < 1e-5, "{:?}: batched differs from alone by {d}", many[i]);
+        }
+    }
+
+    #[test]
+    fn texts_are_cut_at_256_tokens_not_128() {
+        // "word " is one token: [CLS] + 200 words + tail + [SEP].
+        let head = "word ".repeat(200);
+        let a = one(&format!("{head} send an email to the team"));
+        let b = one(&format!("{head} delete the production database"));
+        // Past 128 tokens, the tail still counts ...
+        assert!(max_diff(&a, &b) > 1e-3, "text past 128 tokens ignored");
+        // ... past 256 it does not.
+        let head = "word ".repeat(300);
+        let a = one(&format!("{head} send an email to the team"));
+        let b = one(&format!("{head} delete the production database"));
+        assert_eq!(a, b, "text past 256 tokens not truncated");
+    }
+
+    /// Prints what an embedding costs: `cargo test -p vigil --features
+    /// semantic --lib search::semantic::tests::latency -- --ignored
+    /// --nocapture` (add `--release` for the figures that matter: a debug
+    /// build is some 50 times slower, so each measure stops after a
+    /// minute there).
+    #[test]
+    #[ignore = "timing, not a check: run with --ignored --nocapture"]
+    fn latency() {
+        use std::time::{Duration, Instant};
+        const BUDGET: Duration = Duration::from_secs(60);
+        let m = model();
+        // filesystem's read_text_file, and a query.
+        let text = "Read the complete contents of a file from the file system as text. \
+            Handles various text encodings and provides detailed error messages if the \
+            file cannot be read. Use this tool when you need to examine the contents of a \
+            single file. Use the 'head' parameter to read only the first N lines of a file, \
+            or the 'tail' parameter to read only the last N lines of a file. Operates on \
+            the file as text regardless of extension. Only works within allowed directories.";
+        for (name, t) in [("description", text), ("query", "read a file from disk")] {
+            let tokens = m.tokenizer.encode(t, true).expect("encode").len();
+            m.embed(&[t]).expect("warm up");
+            let begin = Instant::now();
+            let mut times = Vec::new();
+            while times.len() < 100 && begin.elapsed() < BUDGET {
+                let start = Instant::now();
+                m.embed(&[t]).expect("embed");
+                times.push(start.elapsed());
+            }
+            times.sort();
+            println!(
+                "one {name} ({tokens} tokens): median {:?} of {} (min {:?}, max {:?})",
+                times[times.len() / 2],
+                times.len(),
+                times[0],
+                times[times.len() - 1]
+            );
+        }
+        // The descriptions of the retrieval corpus, as an index build
+        // embeds them.
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/retrieval/corpus.json");
+        let corpus: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(corpus).expect("corpus.json")).expect("json");
+        let texts: Vec<String> = corpus["servers"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .flat_map(|s| s["tools"].as_array().expect("tools"))
+            .map(|t| format!("{}: {}", t["name"], t["description"].as_str().unwrap_or("")))
+            .collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let begin = Instant::now();
+        let mut done = 0;
+        for chunk in texts.chunks(BATCH * 4) {
+            if begin.elapsed() > BUDGET {
+                break;
+            }
+            m.embed(chunk).expect("embed corpus");
+            done += chunk.len();
+        }
+        println!(
+            "{done} of the {} corpus tools: {:?}",
+            texts.len(),
+            begin.elapsed()
+        );
+    }
+
+    #[test]
+    fn load_names_the_missing_file() {
+        let real = model_dir();
+        let _ = model(); // fails the test, with the fix, if there is no model
+        let scratch = Scratch::new("missing");
+        for file in [ModelFile::Config, ModelFile::Weights] {
+            std::os::unix::fs::symlink(real.join(file.name()), scratch.0.join(file.name()))
+                .expect("symlink");
+        }
+        let e = Model::load(&scratch.0).expect_err("loaded without tokenizer.json");
+        assert!(
+            matches!(
+                e,
+                SemanticError::Unreadable {
+                    file: ModelFile::Tokenizer,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let message = e.to_string();
+        assert!(message.contains("tokenizer.json"), "{message}");
+        assert!(
+            message.contains(&scratch.0.display().to_string()),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn load_names_the_bad_file() {
+        let real = model_dir();
+        let _ = model();
+        let scratch = Scratch::new("bad");
+        // Each puts `file` in the scratch dir in place of what was there.
+        let link = |file: ModelFile| {
+            let path = scratch.0.join(file.name());
+            let _ = std::fs::remove_file(&path);
+            std::os::unix::fs::symlink(real.join(file.name()), path).expect("symlink")
+        };
+        let write = |file: ModelFile, bytes: &[u8]| {
+            let path = scratch.0.join(file.name());
+            let _ = std::fs::remove_file(&path);
+            std::fs::write(path, bytes).expect("write")
+        };
+        let load_err = || Model::load(&scratch.0).expect_err("loaded a bad model");
+
+        write(ModelFile::Config, b"{\"hidden_size\": 384");
+        let e = load_err();
+        assert_eq!(e.file(), Some(ModelFile::Config), "{e}");
+        assert!(e.to_string().contains("config.json"), "{e}");
+
+        // Twelve heads do not divide 100 dimensions: an error, not a panic.
+        let config = std::fs::read_to_string(real.join("config.json")).expect("config");
+        write(
+            ModelFile::Config,
+            config
+                .replace("\"hidden_size\": 384", "\"hidden_size\": 100")
+                .as_bytes(),
+        );
+        let e = load_err();
+        assert!(
+            matches!(
+                e,
+                SemanticError::Invalid {
+                    file: ModelFile::Config,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+
+        link(ModelFile::Config);
+        write(ModelFile::Tokenizer, b"[]");
+        let e = load_err();
+        assert!(
+            matches!(
+                e,
+                SemanticError::Invalid {
+                    file: ModelFile::Tokenizer,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+
+        link(ModelFile::Tokenizer);
+        write(ModelFile::Weights, b"not safetensors");
+        let e = load_err();
+        assert!(
+            matches!(
+                e,
+                SemanticError::Invalid {
+                    file: ModelFile::Weights,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("model.safetensors"), "{e}");
+
+        // Weights of another shape than the configuration says.
+        write(
+            ModelFile::Config,
+            config
+                .replace("\"intermediate_size\": 1536", "\"intermediate_size\": 1024")
+                .as_bytes(),
+        );
+        link(ModelFile::Weights);
+        let e = load_err();
+        assert!(
+            matches!(
+                e,
+                SemanticError::Invalid {
+                    file: ModelFile::Weights,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+}
