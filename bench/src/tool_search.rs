@@ -36,7 +36,6 @@
 //! It measures; it never fails on a threshold. It exits non-zero only when
 //! it cannot run (the corpus missing, a query refused).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +48,7 @@ use vigil::catalog::{BackendCatalog, Catalog, Entry, EntryKind};
 use vigil::config::{Naming, SearchMode, ToolSearchConfig};
 use vigil::policy::Access;
 use vigil::search::meta::{FindArgs, Server};
+use vigil::search::service::reverse;
 use vigil::search::{Answer, Index, ToolSearch};
 
 use crate::machine::Machine;
@@ -274,18 +274,6 @@ fn find_args(queries: &[String], settings: &ToolSearchConfig) -> anyhow::Result<
             args.insert("query".into(), Value::String(q.clone()));
             FindArgs::parse(Some(&args), settings.limit, settings.max_query_bytes)
                 .with_context(|| format!("query {q:?} refused"))
-        })
-        .collect()
-}
-
-/// The view's tools by (backend, the backend's own name): a copy of what
-/// `ToolSearch::find` builds per call to filter and name what it ranks.
-fn reverse(view: &Catalog) -> HashMap<(&str, &str), &Entry> {
-    view.tools
-        .iter()
-        .filter_map(|t| {
-            let r = view.route_tool(t.key())?;
-            Some(((&*r.backend, r.name.as_str()), t))
         })
         .collect()
 }

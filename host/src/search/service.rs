@@ -322,8 +322,9 @@ fn listing_size(tools: &[Entry]) -> usize {
     11 + items + tools.len().saturating_sub(1)
 }
 
-/// The view's tools by (backend, the backend's own name).
-fn reverse(view: &Catalog) -> HashMap<(&str, &str), &Entry> {
+/// The view's tools by (backend, the backend's own name): what a search
+/// keeps of the index, under the names the caller calls them by.
+pub fn reverse(view: &Catalog) -> HashMap<(&str, &str), &Entry> {
     view.tools
         .iter()
         .filter_map(|t| {
