@@ -69,13 +69,13 @@ impl fmt::Display for ModelFile {
     }
 }
 
-/// What failed: a model file (which, where, what is wrong with it), or
-/// embedding. The message always names the file's path.
+/// What failed: a model file (which, where, what is wrong with it: the
+/// message starts with its path), or embedding.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SemanticError {
     /// A model file is missing or cannot be read.
-    #[error("{}: cannot read the model's {file}: {error}", path.display())]
+    #[error("{}: cannot read: {error}", path.display())]
     Unreadable {
         file: ModelFile,
         path: PathBuf,
@@ -185,7 +185,7 @@ impl Model {
         })?;
         check_config(&config)
             .map_err(|what| SemanticError::invalid(dir, ModelFile::Config, what))?;
-        // Both fit in u32: checked against the configuration's vocabulary.
+        // Fits in u32: `check_config` bounds it by the vocabulary size.
         let pad_id = u32::try_from(config.pad_token_id).unwrap_or(0);
 
         let tokenizer = read(ModelFile::Tokenizer)?;
@@ -244,6 +244,17 @@ impl Model {
         for chunk in order.chunks(BATCH) {
             let batch: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
             let vectors = self.forward(&batch).map_err(SemanticError::embed)?;
+            if vectors.len() != chunk.len() || vectors.iter().any(|v| v.len() != self.dims) {
+                return Err(SemanticError::Embed {
+                    what: format!(
+                        "the model returned {} vectors ({} long) for {} texts ({} expected)",
+                        vectors.len(),
+                        vectors.first().map_or(0, Vec::len),
+                        chunk.len(),
+                        self.dims
+                    ),
+                });
+            }
             for (&i, v) in chunk.iter().zip(vectors) {
                 out[i] = v;
             }
@@ -335,10 +346,11 @@ fn check_config(c: &Config) -> Result<(), String> {
 /// the configuration: every token it yields has an embedding.
 fn prepare_tokenizer(json: &[u8], config: &Config) -> Result<Tokenizer, String> {
     let mut tokenizer = Tokenizer::from_bytes(json).map_err(|e| format!("not a tokenizer: {e}"))?;
-    let vocab = tokenizer.get_vocab_size(true);
-    if vocab > config.vocab_size {
+    // An id past the embeddings would fail every text that has it.
+    let top = tokenizer.get_vocab(true).into_values().max().unwrap_or(0);
+    if top as usize >= config.vocab_size {
         return Err(format!(
-            "has {vocab} tokens, more than the {} of {}'s vocab_size",
+            "has token id {top}, past the {} of {}'s vocab_size",
             config.vocab_size,
             ModelFile::Config
         ));
@@ -734,7 +746,27 @@ mod tests {
             "{e}"
         );
 
+        // Token ids past the configuration's vocabulary.
         link(ModelFile::Tokenizer);
+        write(
+            ModelFile::Config,
+            config
+                .replace("\"vocab_size\": 30522", "\"vocab_size\": 1000")
+                .as_bytes(),
+        );
+        let e = load_err();
+        assert!(
+            matches!(
+                e,
+                SemanticError::Invalid {
+                    file: ModelFile::Tokenizer,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+
+        link(ModelFile::Config);
         write(ModelFile::Weights, b"not safetensors");
         let e = load_err();
         assert!(
