@@ -14,7 +14,8 @@
 #    tests start their own in front of the replicas), the Python venv
 #    (~/.cache/vigil/venv: pytest + the official MCP Python SDK) and the
 #    retrieval data (tests/retrieval/setup.sh: bfcl-eval's data and the
-#    embedding model's files), then `cargo test --workspace`, then
+#    embedding model's files), then `cargo test --workspace`, then the
+#    semantic arm's tests (a build with `--features semantic`), then
 #    the unit tests of the guest SDK and the first-party plugins (workspaces
 #    of their own)
 # 3. setup: the other MCP clients of the clients × revisions matrix
@@ -291,6 +292,10 @@ if [ "${results[-1]}" = PASS ]; then
   # (pip --no-deps from PyPI, with the venv's Python).
   step retrieval-env bash tests/retrieval/setup.sh
   step cargo-test cargo test --workspace
+  # The semantic arm of find_tool (feature `semantic`: candle, not in the
+  # default build): its embeddings against the reference model's, and the
+  # fused ranking's retrieval quality on the real-tools corpus.
+  step semantic cargo test -p vigil --features semantic --lib --test retrieval -- semantic
   step guest-tests guest_tests
   step browser-env browser_env
   step oauth-env oauth_env
@@ -314,7 +319,7 @@ if [ "${results[-1]}" = PASS ]; then
     record conformance-client SKIPPED
   fi
 else
-  for name in demo-check fmt structure clippy container-engine postgres-env nginx-env cargo-test guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
+  for name in demo-check fmt structure clippy container-engine postgres-env nginx-env cargo-test semantic guest-tests browser-env python-env oauth-env clients-env reference-env plugins-env e2e conformance conformance-client; do record "$name" SKIPPED; done
 fi
 
 banner "summary"

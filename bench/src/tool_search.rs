@@ -98,6 +98,14 @@ pub struct ToolSearchArgs {
     /// Also write every figure as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+
+    /// The embedding model's directory (config.json, tokenizer.json,
+    /// model.safetensors; tests/retrieval/setup.sh installs them): also
+    /// time the fused ranking, the query's embedding included. Needs a
+    /// build with `--features semantic`.
+    #[cfg(feature = "semantic")]
+    #[arg(long, value_name = "DIR")]
+    model_dir: Option<PathBuf>,
 }
 
 /// The real tools, by server, and the queries.
@@ -413,6 +421,86 @@ fn latencies(corpus: &Corpus, n: usize, rounds: usize) -> anyhow::Result<Latenci
         matched_max: sorted.last().copied().unwrap_or(0),
         slowest: slowest(&corpus.queries, &find, &matched),
     })
+}
+
+/// Section 5 at one catalog size: the fused ranking.
+#[cfg(feature = "semantic")]
+#[derive(Debug, Clone, Serialize)]
+struct Fused {
+    tools: usize,
+    /// Embedding every tool's text (from an empty cache), s.
+    embed_all_s: f64,
+    /// `ToolSearch::find` with the semantic arm on, the query's
+    /// embedding included.
+    find: Dist,
+    /// The query's embedding alone.
+    query_embedding: Dist,
+    /// The same calls by keywords alone.
+    keyword: Dist,
+}
+
+/// Section 5 at `n` tools.
+#[cfg(feature = "semantic")]
+fn fused(
+    corpus: &Corpus,
+    n: usize,
+    rounds: usize,
+    model: &Arc<dyn vigil::search::vectors::Embed>,
+) -> anyhow::Result<Fused> {
+    use vigil::search::vectors::Vectors;
+    let fleet = Fleet::of(corpus, n);
+    let plain = Setup::new(&fleet);
+    let s = Setup::new(&fleet);
+    let vectors = Arc::new(Vectors::new(model.clone()));
+    s.search.set_vectors(vectors.clone());
+    let t0 = Instant::now();
+    s.search
+        .fill_vectors()
+        .map_err(|e| anyhow::anyhow!("embedding the catalog: {e}"))?;
+    let embed_all_s = t0.elapsed().as_secs_f64();
+    let args = find_args(&corpus.queries, &s.search.settings())?;
+    let find = time_each(&args, rounds, |a| s.find(&s.view, a));
+    let query_embedding = time_each(&args, rounds, |a| vectors.query(&a.text).map(|v| v.len()));
+    let keyword = time_each(&args, rounds, |a| plain.find(&plain.view, a));
+    Ok(Fused {
+        tools: fleet.tools(),
+        embed_all_s,
+        find: Dist::of(&find),
+        query_embedding: Dist::of(&query_embedding),
+        keyword: Dist::of(&keyword),
+    })
+}
+
+#[cfg(feature = "semantic")]
+fn print_fused(all: &[Fused], rounds: usize, queries: usize) {
+    println!(
+        "## 5. find_tool latency, fused (keyword + semantic by reciprocal rank, limit 8)\n\n{queries} queries x {rounds} rounds = {} calls per row, after one unrecorded round; µs per call, one thread; the model all-MiniLM-L6-v2 on the CPU.\n",
+        queries * rounds
+    );
+    println!(
+        "| tools | embedding the catalog s | part | p50 µs | p99 µs | max µs | mean µs |\n|---:|---:|---|---:|---:|---:|---:|"
+    );
+    for f in all {
+        for (label, d) in [
+            ("`find` fused (query embedding included)", &f.find),
+            ("- the query's embedding alone", &f.query_embedding),
+            ("`find` by keywords alone", &f.keyword),
+        ] {
+            println!(
+                "| {} | {:.1} {}",
+                f.tools,
+                f.embed_all_s,
+                dist_row(label, d)
+            );
+        }
+    }
+    if let [.., last] = all {
+        println!(
+            "\nfused / keyword p99 at {} tools: {:.1}x\n",
+            last.tools,
+            last.find.p99_us / last.keyword.p99_us
+        );
+    }
 }
 
 /// The [`SLOWEST`] queries by the median of their calls (`ns` round by
@@ -879,6 +967,17 @@ pub fn run(args: &ToolSearchArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     print_listings(&listings);
     print_memory(&memory);
+    #[cfg(feature = "semantic")]
+    if let Some(dir) = &args.model_dir {
+        let model: Arc<dyn vigil::search::vectors::Embed> =
+            Arc::new(vigil::search::semantic::Model::load(dir)?);
+        let fused: Vec<Fused> = args
+            .tools
+            .iter()
+            .map(|&n| fused(&corpus, n, rounds, &model))
+            .collect::<anyhow::Result<_>>()?;
+        print_fused(&fused, rounds, corpus.queries.len());
+    }
 
     if let Some(path) = &args.json {
         let report = Report {

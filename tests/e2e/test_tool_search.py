@@ -194,6 +194,13 @@ def test_search_mode_lists_the_meta_tools_finds_a_real_tool_and_calls_it_byte_fo
         assert ("time__convert_time", "key:alice", "time", "ok") in names, names
         assert ("find_tool", "key:alice", "", "ok") in names, names
         assert not [n for n in names if n[0] == "call_tool"], "call_tool is audited under the real tool name"
+        # Each find_tool is recorded with its query's length and its result
+        # count, never its text (no `[audit] arguments` here).
+        searches = [c for c in rows if c["name"] == "find_tool"]
+        query = "convert a time from one timezone to another"
+        assert {"query_bytes": len(query), "results": len(answer["tools"])} in [c.get("search") for c in searches]
+        assert all("arguments" not in c for c in searches), searches
+        assert all("search" not in c for c in rows if c["name"] != "find_tool"), rows
 
     anyio.run(audited)
 
@@ -363,6 +370,11 @@ async def test_bad_meta_tool_arguments_get_an_error_naming_the_field_and_reach_n
             assert says in text, (name, says, text)
     rows = await calls(gw)
     assert not [c for c in rows if c["backend"]], f"a bad meta-tool call reached a backend: {rows}"
+    # A refused find_tool is recorded with its query's length and no result;
+    # with `[audit] arguments = true` its text is kept too.
+    [huge] = [c for c in rows if c.get("search", {}).get("query_bytes") == 1024 * 1024]
+    assert huge["search"]["results"] == 0 and huge["outcome"] == "error", huge
+    assert huge["arguments"]["query"] == "x" * (1024 * 1024)
 
 
 # === modes, eras, the operator's preview ===

@@ -1072,6 +1072,7 @@ fn call(
         outcome,
         duration_us: 1000 + n,
         arguments: None,
+        search: None,
     }
 }
 

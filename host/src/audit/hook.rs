@@ -17,7 +17,7 @@ use std::time::SystemTime;
 use rmcp::model::{Extensions, JsonObject};
 use tokio::time::Instant;
 
-use super::{CallAudit, CallRecord, Method, Outcome};
+use super::{CallAudit, CallRecord, Method, Outcome, Searched};
 use crate::auth::Principal;
 
 /// A call received and not yet recorded; see the module doc. Dropping it
@@ -38,6 +38,7 @@ struct Started {
     method: Method,
     name: String,
     arguments: Option<serde_json::Value>,
+    search: Option<Searched>,
 }
 
 /// The client session of a call, as a call path has it at hand.
@@ -108,6 +109,7 @@ impl CallAudit {
             method,
             name: name.to_owned(),
             arguments,
+            search: None,
         })))
     }
 }
@@ -119,6 +121,15 @@ impl PendingCall {
         if let Some(s) = self.0 {
             s.record(backend, outcome);
         }
+    }
+
+    /// The call was a `find_tool`, which asked and found `searched`
+    /// (recorded with the outcome `finish` is then given).
+    pub fn searched(mut self, searched: Searched) -> Self {
+        if let Some(s) = &mut self.0 {
+            s.search = Some(searched);
+        }
+        self
     }
 
     /// A call no audit record is kept of (`completion/complete`).
@@ -161,6 +172,7 @@ impl Started {
             outcome,
             duration_us,
             arguments: self.arguments,
+            search: self.search,
         });
     }
 }

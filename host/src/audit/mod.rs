@@ -53,4 +53,4 @@ mod tests;
 pub use handle::{CallAudit, QUEUE};
 pub use hook::{CallSession, PendingCall};
 pub use query::{CallQuery, DEFAULT_LIMIT, MAX_LIMIT, RawCallQuery, parse_since};
-pub use record::{CallRecord, Method, Outcome, StoredCall};
+pub use record::{CallRecord, Method, Outcome, Searched, StoredCall};

@@ -161,6 +161,20 @@ pub struct CallRecord {
     /// configured secret in them is masked (`***`) before they are stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<serde_json::Value>,
+    /// For a `find_tool`: how long its query was and how many tools it
+    /// returned (the query's text is in `arguments` only with `[audit]
+    /// arguments = true`); absent for every other call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<Searched>,
+}
+
+/// What one `find_tool` asked and found, as the audit keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Searched {
+    /// Bytes of its `query` (keywords not counted); 0 when it had none.
+    pub query_bytes: u32,
+    /// Tools returned; 0 when it was refused.
+    pub results: u32,
 }
 
 /// A [`CallRecord`] read back from the store, with its row id: ids grow
@@ -220,6 +234,7 @@ mod tests {
                 outcome: Outcome::Ok,
                 duration_us: 1500,
                 arguments: None,
+                search: None,
             },
         };
         assert_eq!(

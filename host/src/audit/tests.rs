@@ -91,6 +91,7 @@ fn record(n: usize) -> CallRecord {
         outcome: Outcome::Ok,
         duration_us: 10,
         arguments: None,
+        search: None,
     }
 }
 

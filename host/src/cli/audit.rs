@@ -67,6 +67,9 @@ pub struct CallRow {
     pub outcome: String,
     #[serde(default)]
     pub duration_us: u64,
+    /// A `find_tool`'s figures.
+    #[serde(default)]
+    pub search: Option<crate::audit::Searched>,
 }
 
 /// Runs `vigil audit`: prints the first page, then (`--follow`) what comes
@@ -213,7 +216,13 @@ fn cells(r: &CallRow) -> [String; 8] {
         or_dash(&r.outcome),
         duration(r.duration_us),
         or_dash(r.session.as_deref().unwrap_or("")),
-        or_dash(&r.name),
+        match r.search {
+            Some(s) => one_line(&format!(
+                "{} ({}-byte query, {} found)",
+                r.name, s.query_bytes, s.results
+            )),
+            None => or_dash(&r.name),
+        },
     ]
 }
 
@@ -284,7 +293,22 @@ mod tests {
             name: "files__read\nnow".into(),
             outcome: "ok".into(),
             duration_us: us,
+            search: None,
         }
+    }
+
+    #[test]
+    fn a_search_shows_its_figures_after_its_name() {
+        let mut r = row(1, "local", None, 850);
+        r.name = "find_tool".into();
+        r.backend = String::new();
+        r.search = Some(crate::audit::Searched {
+            query_bytes: 23,
+            results: 3,
+        });
+        let c = cells(&r);
+        assert_eq!(c[2], "-");
+        assert_eq!(c[7], "find_tool (23-byte query, 3 found)");
     }
 
     #[test]

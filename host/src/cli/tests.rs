@@ -1257,6 +1257,7 @@ fn call_record(
         outcome,
         duration_us: 1_200,
         arguments: None,
+        search: None,
     }
 }
 

@@ -271,10 +271,17 @@ impl FrontSession {
         let view = self.visible(generation, ctx).await;
         let found =
             super::tool_search::find(&self.gw, generation, access, &view, p.arguments.as_ref());
+        let searched = |results: usize| crate::audit::Searched {
+            query_bytes: u32::try_from(crate::search::meta::query_bytes(p.arguments.as_ref()))
+                .unwrap_or(u32::MAX),
+            results: u32::try_from(results).unwrap_or(u32::MAX),
+        };
         let mut r = CallToolResult::success(Vec::new());
         match found {
             Ok(answer) => {
-                audit.finish("", crate::audit::Outcome::Ok);
+                audit
+                    .searched(searched(answer.found.len()))
+                    .finish("", crate::audit::Outcome::Ok);
                 let mut result = super::tool_search::answer_result(&answer);
                 if let Value::Object(m) = &mut result {
                     for_client(m, is_modern(ctx), true);
@@ -282,7 +289,9 @@ impl FrontSession {
                 r.meta = Some(self.gw.answers().keep(result));
             }
             Err(e) => {
-                audit.finish("", crate::audit::Outcome::Error);
+                audit
+                    .searched(searched(0))
+                    .finish("", crate::audit::Outcome::Error);
                 r = super::tool_search::refused(&e);
             }
         }

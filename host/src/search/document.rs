@@ -47,10 +47,16 @@ pub fn document(server: &str, tool: &Map<String, Value>) -> String {
     out.0
 }
 
-/// What the semantic arm embeds of a tool: its name's words, its title
-/// and its description (a model reads meaning, and parameters' names
-/// would dilute it), at most [`MAX_MEANING_BYTES`].
-pub fn meaning(tool: &Map<String, Value>) -> String {
+/// What the semantic arm embeds of a tool of backend `server`: the
+/// server's name, the tool's name's words, its title and its description
+/// (a model reads meaning, and parameters' names would dilute it), at
+/// most [`MAX_MEANING_BYTES`].
+///
+/// The server's name comes first because it is often the one word that
+/// says what a tool acts on (`github`, `google-calendar`): with it, the
+/// semantic arm's Recall@1 on the retrieval corpus rose from 0.44 to
+/// 0.51 (docs/tool-search.md).
+pub fn meaning(server: &str, tool: &Map<String, Value>) -> String {
     let mut out = Text::default();
     if let Some(name) = tool.get("name").and_then(Value::as_str) {
         out.push(&split_identifiers(name));
@@ -60,7 +66,7 @@ pub fn meaning(tool: &Map<String, Value>) -> String {
             out.push(text);
         }
     }
-    let mut text = out.0;
+    let mut text = format!("{server}: {}", out.0);
     if text.len() > MAX_MEANING_BYTES {
         let mut end = MAX_MEANING_BYTES;
         while !text.is_char_boundary(end) {
@@ -123,6 +129,20 @@ impl Text {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_meaning_is_the_server_then_the_name_title_and_description() {
+        let tool = json!({
+            "name": "delete-event",
+            "title": "Delete event",
+            "description": "Delete an event",
+            "inputSchema": {"type": "object", "properties": {"eventId": {"type": "string"}}}
+        });
+        assert_eq!(
+            meaning("google-calendar", tool.as_object().unwrap()),
+            "google-calendar: delete event\nDelete event\nDelete an event"
+        );
+    }
 
     #[test]
     fn a_document_has_the_name_server_texts_and_parameters() {

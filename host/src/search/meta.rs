@@ -155,6 +155,15 @@ pub enum ArgError {
     Limit(String),
 }
 
+/// The length in bytes of `args`' `query`, whatever else is wrong with
+/// them (0 without a string there): what the audit records of a
+/// `find_tool`, refused or not.
+pub fn query_bytes(args: Option<&Map<String, Value>>) -> usize {
+    args.and_then(|a| a.get("query"))
+        .and_then(Value::as_str)
+        .map_or(0, str::len)
+}
+
 /// `find_tool`'s arguments, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FindArgs {

@@ -731,12 +731,16 @@ async fn append_calls(client: &deadpool_postgres::Client, calls: &[CallRecord]) 
     let stmt = client
         .prepare_cached(
             "INSERT INTO calls
-                 (at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer)
-             SELECT at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer
+                 (at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer,
+                  search_query_bytes, search_results)
+             SELECT at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer,
+                    search_query_bytes, search_results
              FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
-                         $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[])
+                         $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[],
+                         $11::bigint[], $12::bigint[])
                   WITH ORDINALITY AS c (at, principal, session, backend, method, name, outcome,
-                                        duration_us, arguments, issuer, n)
+                                        duration_us, arguments, issuer,
+                                        search_query_bytes, search_results, n)
              ORDER BY n",
         )
         .await?;
@@ -759,6 +763,14 @@ async fn append_calls(client: &deadpool_postgres::Client, calls: &[CallRecord]) 
         .map(|c| c.arguments.as_ref().map(|a| a.to_string()))
         .collect();
     let issuer = column(|c| c.issuer.as_deref());
+    let search = |f: fn(&crate::audit::Searched) -> u32| -> Vec<Option<i64>> {
+        calls
+            .iter()
+            .map(|c| c.search.as_ref().map(|s| i64::from(f(s))))
+            .collect()
+    };
+    let query_bytes = search(|s| s.query_bytes);
+    let results = search(|s| s.results);
     client
         .execute(
             &stmt,
@@ -773,6 +785,8 @@ async fn append_calls(client: &deadpool_postgres::Client, calls: &[CallRecord]) 
                 &duration_us,
                 &arguments,
                 &issuer,
+                &query_bytes,
+                &results,
             ],
         )
         .await?;
@@ -858,6 +872,10 @@ impl read::StoredRow for Row {
     }
 
     fn integer(&self, idx: usize) -> PgResult<i64> {
+        self.try_get(idx)
+    }
+
+    fn maybe_integer(&self, idx: usize) -> PgResult<Option<i64>> {
         self.try_get(idx)
     }
 }

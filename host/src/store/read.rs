@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{AuditEntry, InstanceRecord, Rows, SkippedRow};
-use crate::audit::{CallRecord, Method, Outcome, StoredCall};
+use crate::audit::{CallRecord, Method, Outcome, Searched, StoredCall};
 use crate::health::{HealthState, Transition};
 
 /// A row as a store's driver returns it: raw values by column index.
@@ -23,6 +23,7 @@ pub trait StoredRow {
     fn text(&self, idx: usize) -> Result<String, Self::Error>;
     fn maybe_text(&self, idx: usize) -> Result<Option<String>, Self::Error>;
     fn integer(&self, idx: usize) -> Result<i64, Self::Error>;
+    fn maybe_integer(&self, idx: usize) -> Result<Option<i64>, Self::Error>;
 }
 
 /// What one table's rows are read as.
@@ -199,7 +200,7 @@ impl Stored for AuditEntry {
 /// The `calls` table: `method` and `outcome` by their JSON names
 /// (`tools/call`, `rate_limited`), `arguments` JSON text or NULL.
 impl Stored for StoredCall {
-    const COLUMNS: &'static str = "id, at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer";
+    const COLUMNS: &'static str = "id, at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer, search_query_bytes, search_results";
 
     fn read<R: StoredRow>(row: &R) -> Result<Self, Unread<R::Error>> {
         Ok(StoredCall {
@@ -215,6 +216,7 @@ impl Stored for StoredCall {
                 outcome: parsed::<Outcome, _>(row.text(7)?, "outcome")?,
                 duration_us: int(row.integer(8)?, "duration_us")?,
                 arguments: arguments(row.maybe_text(9)?)?,
+                search: searched(row.maybe_integer(11)?, row.maybe_integer(12)?)?,
             },
         })
     }
@@ -253,6 +255,21 @@ fn parsed<T: FromStr, E>(value: String, column: &'static str) -> Result<T, Unrea
         value,
         why: "is not a value this build knows (written by a newer Vigil?)",
     })
+}
+
+/// A `find_tool`'s figures: both columns set, or neither (every other
+/// call).
+fn searched<E>(
+    query_bytes: Option<i64>,
+    results: Option<i64>,
+) -> Result<Option<Searched>, Unread<E>> {
+    match (query_bytes, results) {
+        (Some(q), Some(r)) => Ok(Some(Searched {
+            query_bytes: int(q, "search_query_bytes")?,
+            results: int(r, "search_results")?,
+        })),
+        _ => Ok(None),
+    }
 }
 
 /// A count or duration, narrowed to its type.

@@ -152,6 +152,10 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (backend, id)
      ) STRICT;
      CREATE INDEX updates_phase ON updates (phase);",
+    // 6: what each `find_tool` asked and found (`audit::Searched`); NULL
+    // for every other call.
+    "ALTER TABLE calls ADD COLUMN search_query_bytes INTEGER;
+     ALTER TABLE calls ADD COLUMN search_results INTEGER;",
 ];
 
 /// The embedded store, serving [`HealthStore`], [`CallStore`] and
@@ -748,6 +752,10 @@ impl read::StoredRow for Row<'_> {
     }
 
     fn integer(&self, idx: usize) -> rusqlite::Result<i64> {
+        self.get(idx)
+    }
+
+    fn maybe_integer(&self, idx: usize) -> rusqlite::Result<Option<i64>> {
         self.get(idx)
     }
 }

@@ -121,6 +121,7 @@ pub(crate) fn call(n: u64, principal: &str, backend: &str, outcome: Outcome) -> 
         outcome,
         duration_us: 100 + n,
         arguments: None,
+        search: None,
     }
 }
 
@@ -333,10 +334,17 @@ pub(crate) async fn calls_round_trip_and_survive_reopening(f: &impl Fixture) {
     let mut second = call(2, "local", "search", Outcome::RateLimited);
     second.session = None;
     second.method = Method::PromptsGet;
+    // A find_tool, with its figures.
+    let mut third = call(3, "key:alice", "", Outcome::Ok);
+    third.name = "find_tool".into();
+    third.search = Some(crate::audit::Searched {
+        query_bytes: 42,
+        results: 8,
+    });
     {
         let s = f.open().await;
         s.calls
-            .append(vec![first.clone(), second.clone()])
+            .append(vec![first.clone(), second.clone(), third.clone()])
             .await
             .unwrap();
     }
@@ -344,7 +352,7 @@ pub(crate) async fn calls_round_trip_and_survive_reopening(f: &impl Fixture) {
     let rows = s.calls.query(&CallQuery::default()).await.unwrap();
     assert!(rows.skipped.is_empty());
     let got: Vec<&CallRecord> = rows.rows.iter().map(|r| &r.call).collect();
-    assert_eq!(got, [&second, &first], "newest first");
+    assert_eq!(got, [&third, &second, &first], "newest first");
     assert!(rows.rows[0].id > rows.rows[1].id, "{:?}", rows.rows);
 }
 

@@ -145,6 +145,10 @@ pub const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (backend, id)
      );
      CREATE INDEX updates_phase ON updates (phase);",
+    // 8: what each `find_tool` asked and found (`audit::Searched`); NULL
+    // for every other call.
+    "ALTER TABLE calls ADD COLUMN search_query_bytes bigint;
+     ALTER TABLE calls ADD COLUMN search_results bigint;",
 ];
 
 /// Brings the schema up to date in one transaction, holding [`LOCK`]:

@@ -25,8 +25,9 @@ pub(super) fn append(conn: &mut Connection, calls: &[CallRecord]) -> rusqlite::R
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
-            "INSERT INTO calls (at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO calls (at, principal, session, backend, method, name, outcome, duration_us, arguments, issuer,
+                                search_query_bytes, search_results)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )?;
         for c in calls {
             let arguments = c.arguments.as_ref().map(|a| a.to_string());
@@ -42,6 +43,8 @@ pub(super) fn append(conn: &mut Connection, calls: &[CallRecord]) -> rusqlite::R
                 i64::try_from(c.duration_us).unwrap_or(i64::MAX),
                 arguments,
                 c.issuer,
+                c.search.map(|s| s.query_bytes),
+                c.search.map(|s| s.results),
             ])?;
         }
     }
