@@ -56,11 +56,13 @@ requirements="tests/e2e/requirements.txt"
 
 steps=()
 results=()
+took=()
 failed=0
 
-record() { # record NAME STATUS
+record() { # record NAME STATUS [SECONDS]
   steps+=("$1")
   results+=("$2")
+  took+=("${3:-}")
   if [ "$2" = FAIL ]; then failed=1; fi
 }
 
@@ -71,12 +73,13 @@ step() { # step NAME COMMAND...
   local name=$1
   shift
   banner "$name: $*"
+  local t0=$SECONDS
   if "$@"; then
-    record "$name" PASS
+    record "$name" PASS "$((SECONDS - t0))s"
   else
     local status=$?
     echo "!! $name failed (exit $status)" >&2
-    record "$name" FAIL
+    record "$name" FAIL "$((SECONDS - t0))s"
   fi
 }
 
@@ -324,7 +327,7 @@ fi
 
 banner "summary"
 for i in "${!steps[@]}"; do
-  printf '  %-12s %s\n' "${steps[$i]}" "${results[$i]}"
+  printf '  %-18s %-8s %s\n' "${steps[$i]}" "${results[$i]}" "${took[$i]}"
 done
 if [ "$failed" -ne 0 ]; then
   echo "scripts/test.sh: FAILED"
