@@ -13,9 +13,10 @@
 //!    default limit 8) with a view of the whole catalog, as many rounds as
 //!    it takes to reach `--queries` calls, after one unrecorded round; each
 //!    call timed on its own (`Instant`). Beside it, the same calls split
-//!    into their parts: the index's `rank` alone, the view's reverse map
-//!    (which `find` builds per call), the answer's JSON, and the servers
-//!    list the gateway computes per call besides `find` (for the hint).
+//!    into their parts: the index's `rank` alone, the answer's JSON, and
+//!    the servers list the gateway computes per call besides `find` (for
+//!    the hint). What `find` needs of the view is worked out once per view
+//!    (`remember`), before the rounds.
 //! 2. **re-indexing under searches**: one thread searches in a loop while
 //!    another re-indexes a backend of 100 tools (`r100`, every description
 //!    changed each round) `--reindexes` times; the searches' latency
@@ -48,7 +49,6 @@ use vigil::catalog::{BackendCatalog, Catalog, Entry, EntryKind};
 use vigil::config::{Naming, SearchMode, ToolSearchConfig};
 use vigil::policy::Access;
 use vigil::search::meta::{FindArgs, Server};
-use vigil::search::service::reverse;
 use vigil::search::{Answer, Index, ToolSearch};
 
 use crate::machine::Machine;
@@ -373,8 +373,6 @@ struct Latencies {
     find: Dist,
     /// `Snapshot::rank` alone, keeping every document.
     rank: Dist,
-    /// The view's reverse map, which `find` builds per call.
-    reverse: Dist,
     /// The answer's `structuredContent` built and serialized.
     answer_json: Dist,
     /// `ToolSearch::servers`, which the gateway computes per `find_tool`
@@ -395,7 +393,6 @@ fn latencies(corpus: &Corpus, n: usize, rounds: usize) -> anyhow::Result<Latenci
     let rank = time_each(&args, rounds, |a| {
         s.search.snapshot().rank(&a.text, a.limit, |_| Some(()))
     });
-    let reverse_ns = time_each(&args, rounds, |_| reverse(&s.view).len());
     let answers: Vec<Answer> = args.iter().map(|a| s.find(&s.view, a)).collect();
     let answer_json = time_each(&answers, rounds, |a| json_bytes(&a.structured()));
     let servers = time_each(&args, rounds, |_| {
@@ -414,7 +411,6 @@ fn latencies(corpus: &Corpus, n: usize, rounds: usize) -> anyhow::Result<Latenci
         index_ms: s.index_ms,
         find: Dist::of(&find),
         rank: Dist::of(&rank),
-        reverse: Dist::of(&reverse_ns),
         answer_json: Dist::of(&answer_json),
         servers: Dist::of(&servers),
         matched_p50: sorted[sorted.len() / 2],
@@ -1020,7 +1016,6 @@ fn print_latencies(all: &[Latencies], rounds: usize, queries: usize) {
         for (label, d) in [
             ("`ToolSearch::find` (all of it)", &l.find),
             ("- `Snapshot::rank` alone", &l.rank),
-            ("- the view's reverse map (built per call)", &l.reverse),
             (
                 "- the answer's JSON (`structured` + serialize)",
                 &l.answer_json,

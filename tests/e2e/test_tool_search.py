@@ -37,7 +37,7 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from harness import Gateways, Vigil, demo_stdio_args, run_vigil, stdio_backend
+from harness import Gateways, Procs, Vigil, demo_stdio_args, run_vigil, stdio_backend
 from reference import wire
 from reference.wire import HttpWire, StdioWire, normalize
 from support import (
@@ -375,6 +375,41 @@ async def test_bad_meta_tool_arguments_get_an_error_naming_the_field_and_reach_n
     [huge] = [c for c in rows if c.get("search", {}).get("query_bytes") == 1024 * 1024]
     assert huge["search"]["results"] == 0 and huge["outcome"] == "error", huge
     assert huge["arguments"]["query"] == "x" * (1024 * 1024)
+
+
+async def test_each_session_searches_its_own_listing_of_a_credential_forwarding_backend(
+    vigil: Gateways, procs: Procs, tmp_path: Path
+) -> None:
+    """A `forward_auth` backend lists each caller's own tools (Vigil alone
+    sees none): each session's `find_tool` finds the tools its own listing
+    has, and never another caller's."""
+    from test_forward_auth import ALICE, BOB, start_per_user
+
+    _, _, backend = start_per_user(procs, tmp_path, {"Bearer alice": ["alpha", "gamma"], "Bearer bob": ["beta"]})
+    gw = search_gateway(vigil, [backend])
+    await ControlApi(gw.api_base).wait_state("per", "running")
+
+    async def found(s: Any, query: str) -> list[str]:
+        r = await s.call_tool("find_tool", {"query": query})
+        assert not r.is_error, r
+        return [t["name"] for t in (r.structured_content or {})["tools"]]
+
+    async with (
+        http_session(gw.url, headers=ALICE) as alice,
+        http_session(gw.url, headers=BOB) as bob,
+    ):
+        assert [t.name for t in (await alice.list_tools()).tools] == META
+        # Each finds what its own listing has (both of alice's tools are
+        # "(per user)"), ...
+        mine = await found(alice, "alpha per user")
+        assert mine[0] == "per__alpha" and sorted(mine) == ["per__alpha", "per__gamma"], mine
+        assert await found(alice, "gamma") == ["per__gamma"]
+        assert await found(bob, "beta per user") == ["per__beta"]
+        # ... and never another caller's, even by its exact name.
+        assert await found(bob, "per__alpha alpha gamma") == ["per__beta"]
+        assert await found(alice, "beta") == []
+        r = await alice.call_tool("call_tool", {"tool_name": "per__gamma", "arguments": {}})
+        assert not r.is_error and "gamma for Bearer alice" in str(r.content), r
 
 
 # === modes, eras, the operator's preview ===

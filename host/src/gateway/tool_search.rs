@@ -90,7 +90,7 @@ pub(super) fn refused(e: &ArgError) -> CallToolResult {
 
 /// The unknown-tool error for `name`, with up to three tools the caller
 /// may use whose definitions are closest to it.
-pub(super) fn unknown_suggesting(search: &ToolSearch, view: &Catalog, name: &str) -> McpError {
+pub(super) fn unknown_suggesting(search: &ToolSearch, view: &Arc<Catalog>, name: &str) -> McpError {
     let near = search.suggest(view, name);
     let mut e = super::route::unknown_tool(name);
     if !near.is_empty() {

@@ -36,8 +36,14 @@ const AVGDL_DRIFT: f32 = 0.2;
 #[derive(Debug)]
 pub struct Doc {
     pub backend: Arc<str>,
+    /// The listing it is filed under: the backend's name for what the
+    /// backend lists to everyone, another key for a listing only some
+    /// sessions see (`Index::reindex_listing`).
+    pub listing: Arc<str>,
     /// Its name as the backend lists it.
     pub name: String,
+    /// The definition indexed, under that name.
+    pub entry: Entry,
     /// Of its definition's canonical JSON.
     pub digest: String,
     /// Its stems, space-separated.
@@ -67,7 +73,7 @@ pub struct Hit<T> {
 pub struct Snapshot {
     scorer: Scorer<u32>,
     docs: Vec<Arc<Doc>>,
-    by_backend: HashMap<Arc<str>, Vec<u32>>,
+    by_listing: HashMap<Arc<str>, Vec<u32>>,
     avgdl: f32,
 }
 
@@ -81,15 +87,17 @@ impl Snapshot {
         self.docs.is_empty()
     }
 
-    /// The backends it holds documents of.
+    /// The listings it holds documents of: each backend's name, and the
+    /// keys of listings only some sessions see.
     pub fn backends(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.by_backend.keys()
+        self.by_listing.keys()
     }
 
-    /// The documents of `backend`.
-    pub fn of(&self, backend: &str) -> impl Iterator<Item = &Arc<Doc>> {
-        self.by_backend
-            .get(backend)
+    /// The documents of `listing` (a backend's name: what it lists to
+    /// everyone).
+    pub fn of(&self, listing: &str) -> impl Iterator<Item = &Arc<Doc>> {
+        self.by_listing
+            .get(listing)
             .into_iter()
             .flatten()
             .filter_map(|&i| self.docs.get(i as usize))
@@ -272,9 +280,22 @@ impl Index {
     /// Indexes `tools` (under the backend's own names) as all that
     /// `backend` lists, in place of what it listed before.
     pub fn reindex(&self, backend: &Arc<str>, tools: &[Entry]) -> Reindexed {
+        self.reindex_listing(backend, backend, tools)
+    }
+
+    /// Indexes `tools` of `backend` (under its own names) as all of
+    /// `listing`, in place of what it held before: `listing` is the
+    /// backend's name for what it lists to everyone, or the key of a
+    /// listing only some sessions see.
+    pub fn reindex_listing(
+        &self,
+        listing: &Arc<str>,
+        backend: &Arc<str>,
+        tools: &[Entry],
+    ) -> Reindexed {
         let _one = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.current.load_full();
-        let old: HashMap<&str, &Arc<Doc>> = now.of(backend).map(|d| (&*d.name, d)).collect();
+        let old: HashMap<&str, &Arc<Doc>> = now.of(listing).map(|d| (&*d.name, d)).collect();
         let mut stats = Reindexed::default();
         let mut fresh: Vec<Arc<Doc>> = Vec::with_capacity(tools.len());
         let words = words();
@@ -297,7 +318,9 @@ impl Index {
             let meaning = super::document::meaning(backend, json);
             fresh.push(Arc::new(Doc {
                 backend: backend.clone(),
+                listing: listing.clone(),
                 name: tool.key().to_owned(),
+                entry: tool.clone(),
                 digest,
                 stems,
                 length,
@@ -317,21 +340,22 @@ impl Index {
         if stats.added + stats.changed + stats.removed == 0 {
             return stats;
         }
-        let others = now.docs.iter().filter(|d| d.backend != *backend).cloned();
+        let others = now.docs.iter().filter(|d| d.listing != *listing).cloned();
         self.current
             .store(Arc::new(build(others.chain(fresh).collect())));
         stats
     }
 
-    /// Drops every document of `backend` (it left the config).
-    pub fn remove(&self, backend: &Arc<str>) -> usize {
+    /// Drops every document of `listing` (a backend that left the config,
+    /// a listing no session sees any more).
+    pub fn remove(&self, listing: &Arc<str>) -> usize {
         let _one = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.current.load_full();
         let before = now.docs.len();
         let kept: Vec<Arc<Doc>> = now
             .docs
             .iter()
-            .filter(|d| d.backend != *backend)
+            .filter(|d| d.listing != *listing)
             .cloned()
             .collect();
         let removed = before - kept.len();
@@ -352,7 +376,7 @@ fn build(docs: Vec<Arc<Doc>>) -> Snapshot {
     };
     let embedder = embedder(avgdl);
     let mut scorer = Scorer::new();
-    let mut by_backend: HashMap<Arc<str>, Vec<u32>> = HashMap::new();
+    let mut by_listing: HashMap<Arc<str>, Vec<u32>> = HashMap::new();
     let mut out = Vec::with_capacity(docs.len());
     for (i, d) in docs.into_iter().enumerate() {
         let d = if d.avgdl > 0.0 && ((d.avgdl - avgdl) / avgdl).abs() <= AVGDL_DRIFT {
@@ -360,7 +384,9 @@ fn build(docs: Vec<Arc<Doc>>) -> Snapshot {
         } else {
             Arc::new(Doc {
                 backend: d.backend.clone(),
+                listing: d.listing.clone(),
                 name: d.name.clone(),
+                entry: d.entry.clone(),
                 digest: d.digest.clone(),
                 stems: d.stems.clone(),
                 length: d.length,
@@ -373,13 +399,13 @@ fn build(docs: Vec<Arc<Doc>>) -> Snapshot {
         };
         let id = i as u32;
         scorer.upsert(&id, d.embedding.clone());
-        by_backend.entry(d.backend.clone()).or_default().push(id);
+        by_listing.entry(d.listing.clone()).or_default().push(id);
         out.push(d);
     }
     Snapshot {
         scorer,
         docs: out,
-        by_backend,
+        by_listing,
         avgdl,
     }
 }

@@ -9,6 +9,15 @@
 //! that backend, and answers with the view's definition (the name the
 //! caller calls it by). So a health flip, a policy, a hold need no
 //! rebuild, and nothing hidden is ever returned or counted.
+//!
+//! A view may list a backend's tools otherwise than the backend lists
+//! them to everyone: a credential-forwarding backend's listing for one
+//! caller, the extras of a client's own backend session, a capability
+//! set's variant. Those tools are indexed as a listing of their own, under
+//! a key made of the backend and a hash of the definitions, once per
+//! distinct listing (sessions seeing the same one share it), and dropped
+//! when no view remembered here uses it any more. So a session searches
+//! exactly what its passthrough `tools/list` shows, by the text it shows.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -23,19 +32,45 @@ use crate::catalog::{Catalog, Entry, expose};
 use crate::config::{Naming, SearchMode, ToolSearchConfig};
 use crate::policy::Access;
 
-/// Views whose passthrough listing size is remembered.
-const SIZES_KEPT: usize = 64;
+/// Views whose search facts are remembered.
+const VIEWS_KEPT: usize = 64;
 
 /// The gateway's tool search; see the module doc.
 pub struct ToolSearch {
     index: Index,
     settings: ArcSwap<ToolSearchConfig>,
     naming: Naming,
-    /// Bytes of each recent view's tools as a passthrough `tools/list`
-    /// would send them.
-    sizes: Mutex<Vec<(Weak<Catalog>, usize)>>,
+    /// What `find` needs of each recent view.
+    views: Mutex<Vec<Arc<Seen>>>,
     /// The semantic arm, when a model is configured and loaded.
     vectors: std::sync::OnceLock<Arc<Vectors>>,
+}
+
+/// What `find` needs of one view, worked out once per view (and again
+/// when the index changed since).
+struct Seen {
+    view: Weak<Catalog>,
+    /// The snapshot in force once its listings were indexed.
+    snapshot: Weak<Snapshot>,
+    /// Bytes of the view's tools as a passthrough `tools/list`.
+    bytes: usize,
+    /// The view's tools by the listing their document is filed under and
+    /// the backend's own name: their place in the view's `tools`.
+    shown: HashMap<Arc<str>, HashMap<String, usize>>,
+    /// The listings of its own it had indexed.
+    listings: Vec<Arc<str>>,
+}
+
+impl Seen {
+    fn is_of(&self, view: &Catalog) -> bool {
+        std::ptr::eq(self.view.as_ptr(), view)
+    }
+
+    /// Where in the view the tool of `doc` is, if the view lists it as
+    /// indexed.
+    fn place(&self, doc: &super::Doc) -> Option<usize> {
+        self.shown.get(&*doc.listing)?.get(&doc.name).copied()
+    }
 }
 
 /// One tool `find_tool` found.
@@ -88,7 +123,7 @@ impl ToolSearch {
             index: Index::default(),
             settings: ArcSwap::from_pointee(settings),
             naming,
-            sizes: Mutex::default(),
+            views: Mutex::default(),
             vectors: std::sync::OnceLock::new(),
         }
     }
@@ -217,8 +252,8 @@ impl ToolSearch {
         servers: &[Server],
         generation: u64,
     ) -> Answer {
+        let seen = self.seen(view);
         let snap = self.index.snapshot();
-        let shown = reverse(view);
         // With the semantic arm: the query's vector (a failure ranks by
         // keywords alone, and says so).
         let qvec = self.vectors.get().and_then(|v| match v.query(&args.text) {
@@ -240,9 +275,8 @@ impl ToolSearch {
                 if args.server.as_deref().is_some_and(|s| s != &*d.backend) {
                     return None;
                 }
-                shown
-                    .get(&(&*d.backend, d.name.as_str()))
-                    .map(|e| ((*e).clone(), d.backend.clone()))
+                let i = seen.place(d)?;
+                Some((view.tools.get(i)?.clone(), d.backend.clone()))
             })
             .into_iter()
             .map(|h| Found {
@@ -259,57 +293,157 @@ impl ToolSearch {
             hint,
         };
         let own = serde_json::to_vec(&answer.structured()).map_or(0, |v| v.len()) as i64;
-        answer.bytes_saved = self.listing_bytes(view) as i64 - own;
+        answer.bytes_saved = seen.bytes as i64 - own;
         answer
     }
 
     /// Up to three tools the caller may use whose names and definitions
     /// are closest to `name` (for an unknown or denied tool's error: the
     /// same for both, since only what the view lists is considered).
-    pub fn suggest(&self, view: &Catalog, name: &str) -> Vec<String> {
+    pub fn suggest(&self, view: &Arc<Catalog>, name: &str) -> Vec<String> {
+        let seen = self.seen_of(view, Some(view));
         let snap = self.index.snapshot();
-        let shown = reverse(view);
         snap.rank(name, 3, |d| {
-            shown
-                .get(&(&*d.backend, d.name.as_str()))
-                .map(|e| e.key().to_owned())
+            let i = seen.place(d)?;
+            view.tools.get(i).map(|e| e.key().to_owned())
         })
         .into_iter()
         .map(|h| h.found)
         .collect()
     }
 
-    /// Bytes of `view`'s tools as a passthrough `tools/list` result.
-    fn listing_bytes(&self, view: &Catalog) -> usize {
-        let mut sizes = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
-        sizes.retain(|(w, _)| w.strong_count() > 0);
-        if let Some((_, n)) = sizes.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), view)) {
-            return *n;
-        }
-        let n = listing_size(&view.tools);
-        drop(sizes);
-        n
+    /// Works out what `find` needs of `view` and keeps it while the view
+    /// lives (the gateway's views live in `Arc`s and are shared by every
+    /// caller they fit): call it before `find` with the same view.
+    pub fn remember(&self, view: &Arc<Catalog>) {
+        self.seen_of(view, Some(view));
     }
 
-    /// Remembers the listing size of a view that lives in an `Arc`.
-    pub fn remember(&self, view: &Arc<Catalog>) {
-        let mut sizes = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
-        if sizes
-            .iter()
-            .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(view)))
+    /// What `find` needs of `view`: remembered, or worked out now.
+    fn seen(&self, view: &Catalog) -> Arc<Seen> {
+        self.seen_of(view, None)
+    }
+
+    /// [`ToolSearch::seen`], remembered when `held` is the `Arc` that
+    /// holds `view`.
+    fn seen_of(&self, view: &Catalog, held: Option<&Arc<Catalog>>) -> Arc<Seen> {
+        let now = self.index.snapshot();
         {
-            return;
+            let views = self.views_lock();
+            if let Some(s) = views.iter().find(|s| s.is_of(view))
+                && std::ptr::eq(s.snapshot.as_ptr(), Arc::as_ptr(&now))
+            {
+                return s.clone();
+            }
         }
-        if sizes.len() >= SIZES_KEPT {
-            sizes.remove(0);
+        let mut seen = self.work_out(view, &now);
+        // Kept only for a view an `Arc` holds, by a `Weak` of it (a bare
+        // address could be another view's later).
+        if let Some(held) = held {
+            seen.view = Arc::downgrade(held);
         }
-        sizes.push((Arc::downgrade(view), listing_size(&view.tools)));
+        let seen = Arc::new(seen);
+        let mut views = self.views_lock();
+        views.retain(|s| !s.is_of(view) && s.view.strong_count() > 0);
+        if views.len() >= VIEWS_KEPT {
+            views.remove(0);
+        }
+        if held.is_some() {
+            views.push(seen.clone());
+        }
+        let live: std::collections::HashSet<&Arc<str>> = views
+            .iter()
+            .flat_map(|s| &s.listings)
+            .chain(&seen.listings)
+            .collect();
+        let snap = self.index.snapshot();
+        let stale: Vec<Arc<str>> = snap
+            .backends()
+            .filter(|l| !live.contains(l) && snap.of(l).any(|d| d.listing != d.backend))
+            .cloned()
+            .collect();
+        drop(views);
+        for listing in stale {
+            self.index.remove(&listing);
+        }
+        seen
+    }
+
+    fn views_lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Seen>>> {
+        self.views.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`Seen`] of `view` against `snap`: each tool the view lists as its
+    /// backend lists it to everyone is found by that document; the others
+    /// are indexed as a listing of the view's own per backend.
+    fn work_out(&self, view: &Catalog, snap: &Snapshot) -> Seen {
+        let mut shown: HashMap<Arc<str>, HashMap<String, usize>> = HashMap::new();
+        let mut own: HashMap<Arc<str>, Vec<(usize, Entry)>> = HashMap::new();
+        for (i, t) in view.tools.iter().enumerate() {
+            let Some(route) = view.route_tool(t.key()) else {
+                continue;
+            };
+            let indexed = snap
+                .of(&route.backend)
+                .find(|d| d.name == route.name)
+                .is_some_and(|d| same_but_name(t.json(), d.entry.json()));
+            if indexed {
+                shown
+                    .entry(route.backend.clone())
+                    .or_default()
+                    .insert(route.name.clone(), i);
+            } else {
+                own.entry(route.backend.clone())
+                    .or_default()
+                    .push((i, t.named(crate::catalog::EntryKind::Tool, &route.name)));
+            }
+        }
+        let mut listings = Vec::new();
+        for (backend, tools) in own {
+            let listing = listing_key(&backend, tools.iter().map(|(_, e)| e));
+            let entries: Vec<Entry> = tools.iter().map(|(_, e)| e.clone()).collect();
+            let stats = self.index.reindex_listing(&listing, &backend, &entries);
+            if stats.added + stats.changed + stats.removed > 0 {
+                tracing::debug!(%backend, %listing, tools = entries.len(), "tool search: a listing of some sessions' own indexed");
+            }
+            shown.insert(
+                listing.clone(),
+                tools
+                    .into_iter()
+                    .map(|(i, e)| (e.key().to_owned(), i))
+                    .collect(),
+            );
+            listings.push(listing);
+        }
+        Seen {
+            view: Weak::new(),
+            snapshot: Arc::downgrade(&self.index.snapshot()),
+            bytes: listing_size(&view.tools),
+            shown,
+            listings,
+        }
     }
 
     /// The snapshot of the index in force.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.index.snapshot()
     }
+}
+
+/// Whether two definitions are the same but for their `name`.
+fn same_but_name(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    a.len() == b.len() && a.iter().all(|(k, v)| k == "name" || b.get(k) == Some(v))
+}
+
+/// The key of a listing of `backend`'s `tools` some sessions see: the
+/// backend's name and a hash of the definitions (the same listing gets
+/// the same key, whoever sees it).
+fn listing_key<'a>(backend: &str, tools: impl Iterator<Item = &'a Entry>) -> Arc<str> {
+    let mut texts: Vec<String> = tools
+        .map(|t| Value::Object(t.json().clone()).to_string())
+        .collect();
+    texts.sort_unstable();
+    format!("{backend}#{:016x}", super::vectors::key(&texts.join("\n"))).into()
 }
 
 /// `{"tools": [...]}` of `tools`, in bytes.
@@ -320,18 +454,6 @@ fn listing_size(tools: &[Entry]) -> usize {
         .sum();
     // `{"tools":[` + `]}` + the commas.
     11 + items + tools.len().saturating_sub(1)
-}
-
-/// The view's tools by (backend, the backend's own name): what a search
-/// keeps of the index, under the names the caller calls them by.
-pub fn reverse(view: &Catalog) -> HashMap<(&str, &str), &Entry> {
-    view.tools
-        .iter()
-        .filter_map(|t| {
-            let r = view.route_tool(t.key())?;
-            Some(((&*r.backend, r.name.as_str()), t))
-        })
-        .collect()
 }
 
 /// What to try when nothing matched.
@@ -423,9 +545,20 @@ mod tests {
                 if !rng.chance(75) {
                     continue;
                 }
-                // Held definitions (the pin guard), and a capability set's
-                // view that lists fewer tools.
-                let tools = l.tools.iter().filter(|_| rng.chance(85)).cloned().collect();
+                // Held definitions (the pin guard), a capability set's
+                // view that lists fewer tools, and listings of some
+                // sessions' own that describe a tool otherwise.
+                let mut tools = Vec::new();
+                for t in &l.tools {
+                    if !rng.chance(85) {
+                        continue;
+                    }
+                    tools.push(if rng.chance(5) {
+                        def(t.key(), "zebra crossing")
+                    } else {
+                        t.clone()
+                    });
+                }
                 shown.push((
                     b,
                     BackendCatalog {
@@ -443,7 +576,10 @@ mod tests {
                 .map(|t| t.key().to_owned())
                 .collect();
             let view = base.filtered(|_, name| !denied.iter().any(|d| d == name));
-            let query = if rng.chance(30) && !denied.is_empty() {
+            let query = if rng.chance(15) {
+                // Words only the sessions' own listings have.
+                "zebra crossing".to_owned()
+            } else if rng.chance(30) && !denied.is_empty() {
                 // A denied tool's exact name.
                 denied[rng.below(denied.len())].clone()
             } else {
@@ -480,6 +616,138 @@ mod tests {
                     assert_eq!(&*f.server, s.as_str(), "trial {trial}: another server");
                 }
             }
+            if query == "zebra crossing" && server.is_none() {
+                let own = view
+                    .tools
+                    .iter()
+                    .filter(|t| t.str("description") == Some("zebra crossing"))
+                    .count();
+                assert_eq!(
+                    answer.found.len(),
+                    own.min(limit),
+                    "trial {trial}: the caller's own definitions are what it searches"
+                );
+            }
         }
+    }
+
+    fn def(name: &str, description: &str) -> Entry {
+        Entry::from_json(
+            EntryKind::Tool,
+            json!({"name": name, "description": description, "inputSchema": {"type": "object"}}),
+        )
+        .unwrap()
+    }
+
+    fn names(answer: &Answer) -> Vec<&str> {
+        answer.found.iter().map(|f| f.tool.key()).collect()
+    }
+
+    fn ask(query: &str) -> FindArgs {
+        FindArgs {
+            text: query.into(),
+            query_bytes: query.len(),
+            limit: 5,
+            server: None,
+        }
+    }
+
+    /// A view that lists a backend's tools otherwise than the backend
+    /// lists them to everyone (a forwarded credential's listing, a client's
+    /// own backend session) is searched by its own text, tools only it
+    /// has included; views with the same listing share its documents,
+    /// which go when no view uses them.
+    #[test]
+    fn a_session_searches_its_own_listing_by_its_own_text() {
+        let naming = Naming::Prefix {
+            separator: "__".into(),
+        };
+        let search = ToolSearch::new(ToolSearchConfig::default(), naming.clone());
+        let files: Arc<str> = "files".into();
+        let shared = vec![
+            def("read_file", "Read the contents of a file from disk"),
+            def("list_directory", "List a directory"),
+        ];
+        search.index().reindex(&files, &shared);
+        let everyone = Arc::new(Catalog::build(
+            &naming,
+            [(
+                &files,
+                &BackendCatalog {
+                    tools: shared.clone(),
+                    ..Default::default()
+                },
+            )],
+        ));
+        let own = BackendCatalog {
+            tools: vec![
+                def("read_file", "Fetch a document from storage"),
+                def("list_directory", "List a directory"),
+                def("quarterly_report", "Revenue figures of the quarter"),
+            ],
+            ..Default::default()
+        };
+        let alice = Arc::new(Catalog::build(&naming, [(&files, &own)]));
+        let bob = Arc::new(Catalog::build(&naming, [(&files, &own)]));
+        for v in [&everyone, &alice, &bob] {
+            search.remember(v);
+        }
+        // Only the sessions' listing has the report.
+        assert_eq!(
+            names(&search.find(&alice, &ask("revenue figures"), &[], 1)),
+            ["files__quarterly_report"]
+        );
+        assert!(
+            search
+                .find(&everyone, &ask("revenue figures"), &[], 1)
+                .found
+                .is_empty()
+        );
+        // Each view's read_file is found by its own text, and answered as
+        // that view lists it.
+        let found = search.find(&alice, &ask("fetch a document from storage"), &[], 1);
+        assert_eq!(names(&found)[0], "files__read_file");
+        let listed = alice.tools.iter().find(|t| t.key() == "files__read_file");
+        assert_eq!(Some(&found.found[0].tool), listed);
+        assert!(
+            !names(&search.find(&alice, &ask("contents disk"), &[], 1))
+                .contains(&"files__read_file"),
+            "alice's read_file was found by the text everyone else sees"
+        );
+        assert_eq!(
+            names(&search.find(&everyone, &ask("contents disk"), &[], 1)),
+            ["files__read_file"]
+        );
+        // A tool listed as everyone sees it keeps the shared document.
+        assert_eq!(
+            names(&search.find(&alice, &ask("list a directory"), &[], 1))[0],
+            "files__list_directory"
+        );
+        // alice and bob share one listing of their own.
+        let own_listings = |s: &ToolSearch| {
+            let snap = s.snapshot();
+            snap.backends()
+                .filter(|l| snap.of(l).any(|d| d.listing != d.backend))
+                .count()
+        };
+        assert_eq!(own_listings(&search), 1);
+        assert_eq!(
+            search.snapshot().len(),
+            2 + 2,
+            "the shared two and the two that differ"
+        );
+        // Gone with the last view that used it.
+        drop(alice);
+        drop(bob);
+        search.remember(&Arc::new(
+            Catalog::build(&naming, [(&files, &own)])
+                .filtered(|_, n| n != "files__quarterly_report"),
+        ));
+        let left: Vec<String> = {
+            let snap = search.snapshot();
+            snap.backends().map(|l| l.to_string()).collect()
+        };
+        assert_eq!(own_listings(&search), 1, "{left:?}");
+        assert_eq!(search.snapshot().len(), 2 + 1, "{left:?}");
     }
 }
