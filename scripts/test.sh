@@ -298,7 +298,7 @@ if [ "${results[-1]}" = PASS ]; then
   # The semantic arm of find_tool (feature `semantic`: candle, not in the
   # default build): its embeddings against the reference model's, and the
   # fused ranking's retrieval quality on the real-tools corpus.
-  step semantic cargo test -p vigil --features semantic --lib --test retrieval -- semantic
+  step semantic cargo test -p vigil --features semantic --test semantic --test retrieval
   step guest-tests guest_tests
   step browser-env browser_env
   step oauth-env oauth_env
