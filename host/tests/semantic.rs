@@ -353,30 +353,12 @@ fn load_names_the_bad_file() {
             .as_bytes(),
     );
     let e = load_err();
-    assert!(
-        matches!(
-            e,
-            SemanticError::Invalid {
-                file: ModelFile::Config,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_invalid(&e, ModelFile::Config);
 
     link(ModelFile::Config);
     write(ModelFile::Tokenizer, b"[]");
     let e = load_err();
-    assert!(
-        matches!(
-            e,
-            SemanticError::Invalid {
-                file: ModelFile::Tokenizer,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_invalid(&e, ModelFile::Tokenizer);
 
     // Token ids past the configuration's vocabulary.
     link(ModelFile::Tokenizer);
@@ -387,30 +369,12 @@ fn load_names_the_bad_file() {
             .as_bytes(),
     );
     let e = load_err();
-    assert!(
-        matches!(
-            e,
-            SemanticError::Invalid {
-                file: ModelFile::Tokenizer,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_invalid(&e, ModelFile::Tokenizer);
 
     link(ModelFile::Config);
     write(ModelFile::Weights, b"not safetensors");
     let e = load_err();
-    assert!(
-        matches!(
-            e,
-            SemanticError::Invalid {
-                file: ModelFile::Weights,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_invalid(&e, ModelFile::Weights);
     assert!(e.to_string().contains("model.safetensors"), "{e}");
 
     // Weights of another shape than the configuration says.
@@ -422,15 +386,14 @@ fn load_names_the_bad_file() {
     );
     link(ModelFile::Weights);
     let e = load_err();
-    assert!(
-        matches!(
-            e,
-            SemanticError::Invalid {
-                file: ModelFile::Weights,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_invalid(&e, ModelFile::Weights);
     assert!(!e.to_string().contains('\n'), "{e}");
+}
+
+/// `e` says `file` is invalid.
+fn assert_invalid(e: &SemanticError, file: ModelFile) {
+    assert!(
+        matches!(e, SemanticError::Invalid { file: f, .. } if *f == file),
+        "expected {file} to be refused as invalid: {e}"
+    );
 }

@@ -597,29 +597,18 @@ mod tests {
         let query = "cancel the dentist appointment on friday";
         let all = |d: &Doc| Some(d.name.clone());
         assert_eq!(names(&snap.rank(query, 3, all)), ["merge_pull_request"]);
-        let q = vectors.query(query).unwrap();
-        let fused = snap.rank_by(
-            Arms::Fused {
+        let fused = |query: &str| {
+            let q = vectors.query(query).unwrap();
+            let arms = Arms::Fused {
                 query: &q,
                 vectors: &vectors,
-            },
-            query,
-            3,
-            all,
-        );
-        assert_eq!(names(&fused)[0], "delete-event", "{:?}", names(&fused));
+            };
+            snap.rank_by(arms, query, 3, all)
+        };
+        let first = fused(query);
+        assert_eq!(names(&first)[0], "delete-event", "{:?}", names(&first));
         // A document that covers the query keeps the keyword arm's vote.
         let query = "merge the pull request";
-        let q = vectors.query(query).unwrap();
-        let fused = snap.rank_by(
-            Arms::Fused {
-                query: &q,
-                vectors: &vectors,
-            },
-            query,
-            3,
-            all,
-        );
-        assert_eq!(names(&fused)[0], "merge_pull_request");
+        assert_eq!(names(&fused(query))[0], "merge_pull_request");
     }
 }
