@@ -42,6 +42,8 @@ pub struct ToolSearch {
     naming: Naming,
     /// What `find` needs of each recent view.
     views: Mutex<Vec<Arc<Seen>>>,
+    /// Held while a view is worked out (see `seen_of`).
+    working: Mutex<()>,
     /// The semantic arm, when a model is configured and loaded.
     vectors: std::sync::OnceLock<Arc<Vectors>>,
 }
@@ -124,6 +126,7 @@ impl ToolSearch {
             settings: ArcSwap::from_pointee(settings),
             naming,
             views: Mutex::default(),
+            working: Mutex::default(),
             vectors: std::sync::OnceLock::new(),
         }
     }
@@ -328,43 +331,52 @@ impl ToolSearch {
     /// holds `view`.
     fn seen_of(&self, view: &Catalog, held: Option<&Arc<Catalog>>) -> Arc<Seen> {
         let now = self.index.snapshot();
-        {
+        // A view remembered before is remembered again when the index
+        // changed since: the `Arc` its entry holds a `Weak` of.
+        let remembered = {
             let views = self.views_lock();
-            if let Some(s) = views.iter().find(|s| s.is_of(view))
+            let known = views.iter().find(|s| s.is_of(view));
+            if let Some(s) = known
                 && std::ptr::eq(s.snapshot.as_ptr(), Arc::as_ptr(&now))
             {
                 return s.clone();
             }
-        }
-        let mut seen = self.work_out(view, &now);
+            known.and_then(|s| s.view.upgrade())
+        };
+        let held = held.or(remembered.as_ref());
+        // One view worked out at a time: a sweep must never drop the
+        // listing another view has just indexed and not yet remembered.
+        let _one = self.working.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.work_out(view, &self.index.snapshot());
         // Kept only for a view an `Arc` holds, by a `Weak` of it (a bare
         // address could be another view's later).
         if let Some(held) = held {
             seen.view = Arc::downgrade(held);
         }
-        let seen = Arc::new(seen);
-        let mut views = self.views_lock();
-        views.retain(|s| !s.is_of(view) && s.view.strong_count() > 0);
-        if views.len() >= VIEWS_KEPT {
-            views.remove(0);
-        }
-        if held.is_some() {
-            views.push(seen.clone());
-        }
-        let live: std::collections::HashSet<&Arc<str>> = views
-            .iter()
-            .flat_map(|s| &s.listings)
-            .chain(&seen.listings)
-            .collect();
-        let snap = self.index.snapshot();
-        let stale: Vec<Arc<str>> = snap
-            .backends()
-            .filter(|l| !live.contains(l) && snap.of(l).any(|d| d.listing != d.backend))
-            .cloned()
-            .collect();
-        drop(views);
+        let stale: Vec<Arc<str>> = {
+            let mut views = self.views_lock();
+            views.retain(|s| !s.is_of(view) && s.view.strong_count() > 0);
+            if views.len() >= VIEWS_KEPT {
+                views.remove(0);
+            }
+            let live: std::collections::HashSet<&Arc<str>> = views
+                .iter()
+                .flat_map(|s| &s.listings)
+                .chain(&seen.listings)
+                .collect();
+            let snap = self.index.snapshot();
+            snap.backends()
+                .filter(|l| !live.contains(l) && snap.of(l).any(|d| d.listing != d.backend))
+                .cloned()
+                .collect()
+        };
         for listing in stale {
             self.index.remove(&listing);
+        }
+        seen.snapshot = Arc::downgrade(&self.index.snapshot());
+        let seen = Arc::new(seen);
+        if held.is_some() {
+            self.views_lock().push(seen.clone());
         }
         seen
     }
