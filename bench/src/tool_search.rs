@@ -585,8 +585,9 @@ struct Flip {
     /// The view without the backend, built (`Catalog::build`: the gateway
     /// builds it on any flip, tool search or not), median ms.
     view_build_ms: f64,
-    /// Its passthrough listing size computed (`ToolSearch::remember`: the
-    /// first `find_tool` on a new view), median ms.
+    /// What `find` needs of it worked out (`ToolSearch::remember`: its
+    /// map to the index and its passthrough size, once per view, at the
+    /// first `find_tool` on it), median ms.
     remember_ms: f64,
 }
 
@@ -1087,7 +1088,7 @@ fn print_reindexing(r: &Reindexing) {
         dist_row(&format!("without `{}`", f.hidden), &f.find_without)
     );
     println!(
-        "\nWhat the flip costs instead: the new view (`Catalog::build`, built by the gateway on any flip) {:.2} ms; its passthrough size for `bytes_saved` (`remember`, the first find_tool on the view) {:.2} ms.\n",
+        "\nWhat the flip costs instead: the new view (`Catalog::build`, built by the gateway on any flip) {:.2} ms; working out what find needs of it (`remember`, once per view, at its first find_tool) {:.2} ms.\n",
         f.view_build_ms, f.remember_ms
     );
 }
