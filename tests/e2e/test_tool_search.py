@@ -29,6 +29,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -37,12 +38,14 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from harness import Gateways, Procs, Vigil, demo_stdio_args, run_vigil, stdio_backend
+from harness import DemoHttp, Gateways, Procs, Vigil, demo_stdio_args, http_backend, run_vigil, stdio_backend
 from reference import wire
 from reference.wire import HttpWire, StdioWire, normalize
 from support import (
     DEADLINE,
     ControlApi,
+    forwarded_of,
+    moved,
     Inbox,
     http_session,
     is_tools_list_changed,
@@ -381,8 +384,8 @@ async def test_each_session_searches_its_own_listing_of_a_credential_forwarding_
     vigil: Gateways, procs: Procs, tmp_path: Path
 ) -> None:
     """A `forward_auth` backend lists each caller's own tools (Vigil alone
-    sees none): each session's `find_tool` finds the tools its own listing
-    has, and never another caller's."""
+    sees none): each session's `find_tool` names it with, and finds, the
+    tools its own listing has, and never another caller's."""
     from test_forward_auth import ALICE, BOB, start_per_user
 
     _, _, backend = start_per_user(procs, tmp_path, {"Bearer alice": ["alpha", "gamma"], "Bearer bob": ["beta"]})
@@ -399,6 +402,11 @@ async def test_each_session_searches_its_own_listing_of_a_credential_forwarding_
         http_session(gw.url, headers=BOB) as bob,
     ):
         assert [t.name for t in (await alice.list_tools()).tools] == META
+        # find_tool's description names the backend with the tools the
+        # caller's own listing has.
+        for s, line in [(alice, "- per (2 tools)"), (bob, "- per (1 tool)")]:
+            described = (await s.list_tools()).tools[0].description or ""
+            assert described.endswith(f"Servers:\n{line}"), described
         # Each finds what its own listing has (both of alice's tools are
         # "(per user)"), ...
         mine = await found(alice, "alpha per user")
@@ -460,6 +468,113 @@ async def test_a_2026_client_without_a_session_finds_and_calls(vigil: Gateways, 
         assert "demo__add" in names[:3], names
         r = await client.call_tool("call_tool", {"tool_name": "demo__add", "arguments": {"a": 2, "b": 3}})
         assert not r.is_error and "5" in json.dumps(r.model_dump(mode="json")), r
+
+
+# === call_tool on the raw path ===
+
+
+def test_a_call_tool_goes_the_way_a_direct_call_of_its_tool_goes_and_answers_as_the_backend_did(
+    vigil: Gateways, demo_http: Callable[..., DemoHttp], tmp_path: Path
+) -> None:
+    """To an HTTP backend, `call_tool` in its plain form is forwarded raw
+    (`vigil_requests_forwarded_total{path="raw"}`), its progress with the
+    client's token; the frames are the backend's, byte for byte, against
+    the same calls sent to it directly. The other forms, a name the caller
+    may not use and a 2026-07-28 client take the typed path, with the same
+    answers."""
+    web = demo_http("web")
+    gw = search_gateway(
+        vigil,
+        [http_backend("web", web.url)],
+        auth=KEYS,
+        env=KEYS_ENV,
+        policy=[
+            {"principals": ["key:alice"], "allow": ["*"]},
+            {"principals": ["key:bob"], "allow": ["web__echo"]},
+        ],
+    )
+    anyio.run(lambda: ControlApi(gw.api_base).wait_state("web", "running"))
+    v = HttpWire(gw.url, deadline=DEADLINE, headers=bearer(ALICE_KEY), log=tmp_path / "wire-vigil.log")
+    d = HttpWire(web.url, deadline=DEADLINE, log=tmp_path / "wire-direct.log")
+
+    def paths() -> dict[tuple[str, str], float]:
+        return forwarded_of(anyio.run(metrics, gw))
+
+    def call_tool(w: HttpWire, arguments: str, meta: str = "") -> list[str]:
+        """`call_tool` with `arguments` (JSON as written): what came back, normalized."""
+        since = w.count_received()
+        w.request("tools/call", f'{{{meta}"name":"call_tool","arguments":{arguments}}}')
+        return [normalize(f.text, answers="tools/call") for f in w.received()[since:]]
+
+    def direct(name: str, arguments: str, meta: str = "") -> list[str]:
+        since = d.count_received()
+        d.request("tools/call", f'{{{meta}"name":"{name}","arguments":{arguments}}}')
+        return [normalize(f.text, answers="tools/call") for f in d.received()[since:]]
+
+    def same(expected: list[str], got: list[str], what: str) -> None:
+        assert len(expected) == len(got), (what, expected, got)
+        for e, g in zip(expected, got, strict=True):
+            diff = wire.first_difference(e, g)
+            assert diff is None, f"{what}: {diff}"
+
+    try:
+        v.initialize()
+        d.initialize()
+        echo = '{"text":"hi \\"there\\" \\u00e9"}'
+        before = paths()
+        same(direct("echo", echo), call_tool(v, f'{{"tool_name":"web__echo","arguments":{echo}}}'), "echo")
+        same(direct("echo", echo), call_tool(v, f'{{"parameters":{echo},"tool_name":"web__echo"}}'), "parameters")
+        assert moved(before, paths()) == {("tools/call", "raw"): 2}, "the plain forms go raw"
+
+        # Progress, relayed while the call runs with the client's own token.
+        before = paths()
+        token = '"_meta":{"progressToken":"tok-7"},'
+        since = v.count_received()
+        got = call_tool(v, '{"tool_name":"web__progress","arguments":{"steps":2}}', token)
+        same(direct("progress", '{"steps":2}', token), got, "progress")
+        notes = [json.loads(f.text) for f in v.received()[since:] if "notifications/progress" in f.text]
+        assert [n["params"]["progressToken"] for n in notes] == ["tok-7", "tok-7"], notes
+        assert moved(before, paths()) == {("tools/call", "raw"): 1}
+
+        # The name inside the arguments: typed, the same call.
+        before = paths()
+        inside = call_tool(v, '{"arguments":{"tool_name":"web__echo","text":"x"}}')
+        same(direct("echo", '{"text":"x"}'), inside, "tool_name inside the arguments")
+        assert moved(before, paths()) == {("tools/call", "typed"): 1}
+    finally:
+        v.close()
+        d.close()
+
+    async def bob_and_a_2026_client() -> None:
+        from mcp import Client
+
+        async with http_session(gw.url, headers=bearer(BOB_KEY)) as bob:
+            before = forwarded_of(await metrics(gw))
+            ok = await bob.call_tool("call_tool", {"tool_name": "web__echo", "arguments": {"text": "b"}})
+            assert not ok.is_error and ok.content[0].text == "b", ok  # type: ignore[union-attr]
+            denied = await bob_call_error(bob, "web__progress")
+            assert denied.error.message.startswith("unknown tool 'web__progress': did you mean"), denied.error
+            assert (denied.error.data or {}).get("suggestions") == ["web__echo"], denied.error.data
+            assert moved(before, forwarded_of(await metrics(gw))) == {("tools/call", "raw"): 1}
+
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers=bearer(ALICE_KEY), timeout=DEADLINE)
+        async with Client(streamable_http_client(gw.url, http_client=http), mode="2026-07-28") as modern:
+            before = forwarded_of(await metrics(gw))
+            r = await modern.call_tool("call_tool", {"tool_name": "web__echo", "arguments": {"text": "m"}})
+            assert not r.is_error and r.content[0].text == "m", r  # type: ignore[union-attr]
+            assert moved(before, forwarded_of(await metrics(gw))) == {("tools/call", "typed"): 1}
+
+        rows = await calls(gw)
+        names = [(c["name"], c["principal"], c["outcome"]) for c in rows]
+        assert names.count(("web__echo", "key:alice", "ok")) == 4, names
+        assert ("web__progress", "key:alice", "ok") in names, names
+        assert ("web__progress", "key:bob", "denied") in names, names
+        assert not [n for n in names if n[0] == "call_tool"], "call_tool is audited under the real tool name"
+
+    anyio.run(bob_and_a_2026_client)
 
 
 async def test_vigil_search_shows_what_find_tool_answers_a_principal_with_scores(

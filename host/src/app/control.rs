@@ -394,7 +394,13 @@ impl Control for App {
                 settings.max_query_bytes,
             )
             .map_err(|e| ControlError::Invalid(e.to_string()))?;
-            let servers = search.servers(&access, generation.backends.iter().map(|b| &b.name));
+            // The operator's preview has no listing of its own: a
+            // `forward_auth` backend is named as its shared listing has it.
+            let servers = search.servers(
+                &access,
+                generation.backends.iter().map(|b| &b.name),
+                &Default::default(),
+            );
             let answer = search.find(&view, &args, &servers, generation.number);
             Ok(crate::api::SearchReport {
                 principal: who.map(|p| p.id().to_owned()),

@@ -553,6 +553,29 @@ impl Pool {
         self.view(shared)
     }
 
+    /// What this client last listed itself of each backend whose catalog
+    /// it sees only through its own listing (`forward_auth`, its own
+    /// instance), whatever that backend's health now: the tool search
+    /// names such a backend by it (`search::ToolSearch::servers`).
+    pub fn own_listings(&self) -> HashMap<Arc<str>, Arc<BackendCatalog>> {
+        let set = self.ctx.generations.backends();
+        lock(&self.slots)
+            .iter()
+            .filter(|(name, slot)| {
+                set.get(name).is_some_and(|b| {
+                    b.uid == slot.uid && (b.forwards_auth() || b.owns_instances())
+                })
+            })
+            .filter_map(|(name, slot)| {
+                let listed = match &*lock(&slot.lease) {
+                    Some(lease) => lease.catalog(),
+                    None => lock(&slot.catalog).clone(),
+                };
+                Some((name.clone(), listed?))
+            })
+            .collect()
+    }
+
     /// `shared` with this client's own listings in place: a
     /// `forward_auth` backend's or its own instance's replace the shared
     /// entry; what its own backend session of an HTTP backend (or its

@@ -76,6 +76,10 @@ pub struct Request<'a> {
     id_span: (usize, usize),
     /// `params.arguments`, as written (for the audit).
     pub arguments: Option<&'a RawValue>,
+    /// Whether this is a `call_tool` the executor turned into the call of
+    /// the tool it names ([`Request::retarget`]): set by the executor,
+    /// never read from a body.
+    pub retargeted: bool,
     /// `params._meta.progressToken`, as written, and where it sits.
     pub progress: Option<(&'a RawValue, (usize, usize))>,
     /// What `params._meta` says of the client↔gateway hop.
@@ -303,6 +307,7 @@ impl<'a> Request<'a> {
             name_span,
             id_span: span(body, id.get())?,
             arguments,
+            retargeted: false,
             progress,
             meta,
             request_state,
@@ -323,6 +328,21 @@ impl<'a> Request<'a> {
             spans.push((self.name_span, n.as_str()));
         }
         splice(body, spans)
+    }
+}
+
+impl Request<'_> {
+    /// The body of this `tools/call` calling `name` with `arguments` (JSON
+    /// as written) instead: a `call_tool` turned into the call of the tool
+    /// it names. Only the name and the arguments change; `None` for any
+    /// other request, or one without arguments.
+    pub fn retarget(&self, body: &str, name: &str, arguments: &str) -> Option<String> {
+        if self.method != RawMethod::ToolsCall {
+            return None;
+        }
+        let at = span(body, self.arguments?.get())?;
+        let name = serde_json::Value::from(name).to_string();
+        Some(splice(body, vec![(self.name_span, &name), (at, arguments)]))
     }
 }
 
@@ -528,6 +548,28 @@ mod tests {
         // Without naming, only the id changes.
         let out = r.rewrite(CALL, r#""vr-1""#, None);
         assert_eq!(out, CALL.replacen("7", r#""vr-1""#, 1));
+    }
+
+    #[test]
+    fn a_call_tool_is_retargeted_to_the_tool_it_names_and_read_again() {
+        let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":{"progressToken":"p"},"arguments":{"tool_name":"demo__echo","arguments":{"text":"x"}},"name":"call_tool"}}"#;
+        let r = Request::parse(body).unwrap();
+        let out = r
+            .retarget(body, "demo__\"echo\"", r#"{"text":"x"}"#)
+            .unwrap();
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":{"progressToken":"p"},"arguments":{"text":"x"},"name":"demo__\"echo\""}}"#
+        );
+        let again = Request::parse(&out).unwrap();
+        assert_eq!(again.name, "demo__\"echo\"");
+        assert_eq!(again.arguments.unwrap().get(), r#"{"text":"x"}"#);
+        assert!(!again.retargeted, "set by the executor, never read");
+        // Only a tools/call with arguments.
+        let bare = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"call_tool"}}"#;
+        assert!(Request::parse(bare).unwrap().retarget(bare, "a", "{}").is_none());
+        let prompt = r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p","arguments":{}}}"#;
+        assert!(Request::parse(prompt).unwrap().retarget(prompt, "a", "{}").is_none());
     }
 
     #[test]

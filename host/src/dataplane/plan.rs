@@ -20,7 +20,7 @@
 //! | answers | accepts JSON and SSE ([`Why::Accept`]) | the same |
 //! | client | declared no sampling, elicitation or roots, set no log level ([`Why::SessionCapabilities`]) | — (its capabilities and level travel in its own `_meta`) |
 //! | message | one request of `tools/call`, `resources/read`, `prompts/get`, `completion/complete` that the envelope reads ([`Why::Unreadable`]) | the same |
-//! | metadata | no `io.modelcontextprotocol/` entry, no `requestState` ([`Why::HopMeta`]) | `Mcp-Method` / `Mcp-Name` agree with the body ([`Why::StandardHeaders`]); a `requestState` that is not Vigil's own ([`Why::Bridged`]) |
+//! | metadata | no `io.modelcontextprotocol/` entry, no `requestState` ([`Why::HopMeta`]) | `Mcp-Method` / `Mcp-Name` agree with the body ([`Why::StandardHeaders`]); a `requestState` that is not Vigil's own ([`Why::Bridged`]); not a `call_tool` retargeted to its tool ([`Why::Retargeted`]) |
 //! | route | the name routes ([`Why::Unrouted`]) to a backend that is serving ([`Why::NotServing`]), over HTTP ([`Why::Stdio`]), not `forward_auth` ([`Why::ForwardsAuth`]) | the same |
 //! | backend's era | a session carries the lane: not a backend that speaks only 2026-07-28 ([`Why::NoLane`]) | the backend answers 2026-07-28 without a session ([`Why::Bridge`]) |
 
@@ -147,6 +147,11 @@ pub enum Why {
     /// The retry of a call Vigil bridged across the eras (its
     /// `requestState` is Vigil's own): the parked call is on the typed path.
     Bridged,
+    /// A `call_tool` of tool search, turned into the call of the tool it
+    /// names, to a 2026-07-28 backend: the client derived its `Mcp-Param-*`
+    /// headers from `call_tool`'s schema, not the tool's, and rmcp's client
+    /// on the typed path derives the tool's.
+    Retargeted,
     /// The name routes nowhere in the shared catalog (a session's own
     /// listing, or the unknown-name error, is the typed path's).
     Unrouted,
@@ -214,6 +219,9 @@ fn decide(
             }
             if r.resumes_bridged_call() {
                 return Err(Why::Bridged);
+            }
+            if r.retargeted {
+                return Err(Why::Retargeted);
             }
         }
     }

@@ -269,8 +269,14 @@ impl FrontSession {
             &ctx.extensions,
         );
         let view = self.visible(generation, ctx).await;
-        let found =
-            super::tool_search::find(&self.gw, generation, access, &view, p.arguments.as_ref());
+        let own = self.own_listings(ctx);
+        let found = super::tool_search::find(
+            &self.gw,
+            generation,
+            (access, &own),
+            &view,
+            p.arguments.as_ref(),
+        );
         let searched = |results: usize| crate::audit::Searched {
             query_bytes: u32::try_from(crate::search::meta::query_bytes(p.arguments.as_ref()))
                 .unwrap_or(u32::MAX),
@@ -389,6 +395,14 @@ impl FrontSession {
             return Some(self.pool.clone());
         }
         self.modern_pool(ctx)
+    }
+
+    /// What the client of `ctx` listed itself (`Pool::own_listings`):
+    /// nothing without a pool of its own.
+    fn own_listings(&self, ctx: &RequestContext<RoleServer>) -> crate::search::OwnListings {
+        self.own_pool(ctx)
+            .map(|p| p.own_listings())
+            .unwrap_or_default()
     }
 
     /// The pool of a 2026-07-28 request (`None` for another): over HTTP
@@ -962,7 +976,8 @@ impl FrontSession {
         // The tools its mode of tool search lists (all of them, by default).
         let tools = (kind == EntryKind::Tool).then(|| {
             let access = generation.policies.access(&Principal::of(&ctx.extensions));
-            super::tool_search::listed_tools(&self.gw, &generation, &access, &view)
+            let own = self.own_listings(ctx);
+            super::tool_search::listed_tools(&self.gw, &generation, &access, &own, &view)
         });
         let entries = match &tools {
             Some(t) => &t[..],

@@ -186,7 +186,7 @@ impl Sessions {
             id,
             progress,
             channel: channel.clone(),
-            seen: self.listed(&self.generations.load(), &principal, base),
+            seen: self.listed(&self.generations.load(), &principal, pool.as_ref(), base),
             principal,
             pool: pool.clone(),
             capset,
@@ -220,13 +220,16 @@ impl Sessions {
         &self,
         generation: &crate::backend::Generation,
         principal: &Principal,
+        pool: Option<&Arc<Pool>>,
         base: Arc<Catalog>,
     ) -> Arc<Catalog> {
         let view = generation.policies.view(principal, base);
         let access = generation.policies.access(principal);
+        let own = pool.map(|p| p.own_listings()).unwrap_or_default();
         match self.tool_search.tools_listed(
             &access,
             generation.backends.iter().map(|b| &b.name),
+            &own,
             &view,
         ) {
             Some(tools) => Arc::new(view.listing_with_tools(tools)),
@@ -427,7 +430,7 @@ impl Resync {
                 Some(p) => p.derive_for(shared, &self.capset).await,
                 None => registry.context.view(shared, &self.capset).await,
             };
-            let now = registry.listed(&generation, &self.principal, base);
+            let now = registry.listed(&generation, &self.principal, self.pool.as_ref(), base);
             let changes = registry.diff(&self.seen, &now);
             drop(registry);
             self.seen = now;

@@ -14,40 +14,45 @@ use crate::backend::Generation;
 use crate::catalog::Catalog;
 use crate::policy::Access;
 use crate::search::meta::{self, ArgError, FindArgs};
-use crate::search::{Answer, ToolSearch};
+use crate::search::{Answer, OwnListings, ToolSearch};
 
-/// The servers the caller with `access` may use, in config order.
+/// The servers the caller with `access` may use, in config order; `own`:
+/// what it listed itself.
 pub(super) fn servers(
     search: &ToolSearch,
     generation: &Generation,
     access: &Access,
+    own: &OwnListings,
 ) -> Vec<meta::Server> {
-    search.servers(access, generation.backends.iter().map(|b| &b.name))
+    search.servers(access, generation.backends.iter().map(|b| &b.name), own)
 }
 
 /// What the caller with `access` lists as its tools, `view` being what
-/// it may see.
+/// it may see and `own` what it listed itself.
 pub(super) fn listed_tools<'v>(
     gw: &Gateway,
     generation: &Generation,
     access: &Access,
+    own: &OwnListings,
     view: &'v Catalog,
 ) -> std::borrow::Cow<'v, [crate::catalog::Entry]> {
-    match gw
-        .tool_search()
-        .tools_listed(access, generation.backends.iter().map(|b| &b.name), view)
-    {
+    match gw.tool_search().tools_listed(
+        access,
+        generation.backends.iter().map(|b| &b.name),
+        own,
+        view,
+    ) {
         Some(tools) => std::borrow::Cow::Owned(tools),
         None => std::borrow::Cow::Borrowed(&view.tools),
     }
 }
 
-/// `find_tool` with `args` for the caller with `access` and `view`: the
-/// answer, or the refusal of its arguments.
+/// `find_tool` with `args` for the caller with `access`, `view` and
+/// `own` listings: the answer, or the refusal of its arguments.
 pub(super) fn find(
     gw: &Gateway,
     generation: &Generation,
-    access: &Access,
+    (access, own): (&Access, &OwnListings),
     view: &Arc<Catalog>,
     args: Option<&Map<String, Value>>,
 ) -> Result<Answer, ArgError> {
@@ -59,7 +64,7 @@ pub(super) fn find(
     let answer = search.find(
         view,
         &args,
-        &servers(search, generation, access),
+        &servers(search, generation, access, own),
         generation.number,
     );
     crate::metrics::get().tool_search(t0.elapsed(), answer.found.len());

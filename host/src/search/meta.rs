@@ -329,6 +329,47 @@ impl CallArgs {
     }
 }
 
+/// `call_tool`'s arguments in the one form the raw path forwards as bytes
+/// (`gateway::raw`): a non-blank `tool_name` and an object of `arguments`
+/// (or `parameters`), nothing else. Every other form [`CallArgs::parse`]
+/// takes (the name inside the arguments, arguments written as a JSON
+/// string, none at all) or refuses is its, on the typed path; where both
+/// read a body they agree (tested below).
+#[derive(Debug)]
+pub struct RawCall<'a> {
+    pub tool_name: std::borrow::Cow<'a, str>,
+    /// The tool's arguments, as written.
+    pub arguments: &'a serde_json::value::RawValue,
+}
+
+impl<'a> RawCall<'a> {
+    /// `call_tool`'s `arguments` (as written) in the raw form, or `None`.
+    pub fn read(arguments: &'a serde_json::value::RawValue) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Form<'a> {
+            #[serde(borrow)]
+            tool_name: std::borrow::Cow<'a, str>,
+            #[serde(borrow)]
+            arguments: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow)]
+            parameters: Option<&'a serde_json::value::RawValue>,
+        }
+        let form: Form<'a> = serde_json::from_str(arguments.get()).ok()?;
+        let inner = match (form.arguments, form.parameters) {
+            (Some(a), None) | (None, Some(a)) => a,
+            _ => return None,
+        };
+        if !inner.get().starts_with('{') || form.tool_name.trim().is_empty() {
+            return None;
+        }
+        Some(RawCall {
+            tool_name: form.tool_name,
+            arguments: inner,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,6 +484,41 @@ mod tests {
                 what: "an object (the tool's arguments)"
             }
         );
+    }
+
+    #[test]
+    fn the_raw_form_of_call_arguments_reads_as_the_typed_parse_does() {
+        let bodies = [
+            r#"{"tool_name":"files__read","arguments":{"path":"a"}}"#,
+            r#"{"arguments": {"path": "a\u0041"}, "tool_name": "files__re\u0061d"}"#,
+            r#"{"tool_name":"t","parameters":{}}"#,
+            // What only the typed parse takes, or refuses.
+            r#"{"tool_name":"t"}"#,
+            r#"{"tool_name":"t","arguments":null}"#,
+            r#"{"tool_name":"t","arguments":"{\"path\": \"a\"}"}"#,
+            r#"{"arguments":{"tool_name":"t","path":"a"}}"#,
+            r#"{"tool_name":"t","arguments":{},"parameters":{}}"#,
+            r#"{"tool_name":"t","arguments":{},"extra":1}"#,
+            r#"{"tool_name":" ","arguments":{}}"#,
+            r#"{"tool_name":1,"arguments":{}}"#,
+            r#"{"tool_name":"t","arguments":[1]}"#,
+            r#"{"tool_name":"t","tool_name":"u","arguments":{}}"#,
+        ];
+        let mut raw = 0;
+        for body in bodies {
+            let written: Box<serde_json::value::RawValue> =
+                serde_json::from_str(body).expect(body);
+            let Some(call) = RawCall::read(&written) else {
+                continue;
+            };
+            raw += 1;
+            let typed = CallArgs::parse(serde_json::from_str::<Value>(body).unwrap().as_object())
+                .unwrap_or_else(|e| panic!("{body}: the raw form reads what the typed parse refuses: {e}"));
+            assert_eq!(call.tool_name, typed.tool_name, "{body}");
+            let arguments: Map<String, Value> = serde_json::from_str(call.arguments.get()).unwrap();
+            assert_eq!(Some(arguments), typed.arguments, "{body}");
+        }
+        assert_eq!(raw, 3, "the three raw forms are read");
     }
 
     #[test]

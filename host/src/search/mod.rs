@@ -23,4 +23,4 @@ pub mod text;
 pub mod vectors;
 
 pub use index::{Doc, Hit, Index, Reindexed, Snapshot};
-pub use service::{Answer, Found, ToolSearch};
+pub use service::{Answer, Found, OwnListings, ToolSearch};

@@ -32,6 +32,9 @@ use crate::catalog::{Catalog, Entry, expose};
 use crate::config::{Naming, SearchMode, ToolSearchConfig};
 use crate::policy::Access;
 
+/// What one caller last listed itself, by backend (`Pool::own_listings`).
+pub type OwnListings = HashMap<Arc<str>, Arc<crate::catalog::BackendCatalog>>;
+
 /// Views whose search facts are remembered.
 const VIEWS_KEPT: usize = 64;
 
@@ -182,20 +185,24 @@ impl ToolSearch {
     /// The servers the caller with `access` may use, among `configured`
     /// (in config order): those with a tool it may call, as last listed
     /// (health does not count, so this changes only with listings, the
-    /// config and the policy).
+    /// config and the policy). `own`: what the caller last listed itself
+    /// of the backends it sees through its own listing (`forward_auth`,
+    /// an instance of its own), counted in place of the shared listing.
     pub fn servers<'a>(
         &self,
         access: &Access,
         configured: impl IntoIterator<Item = &'a Arc<str>>,
+        own: &OwnListings,
     ) -> Vec<Server> {
         let snap = self.index.snapshot();
+        let permitted = |b: &str, name: &str| access.permits(&expose(&self.naming, b, name));
         configured
             .into_iter()
             .filter_map(|b| {
-                let tools = snap
-                    .of(b)
-                    .filter(|d| access.permits(&expose(&self.naming, b, &d.name)))
-                    .count();
+                let tools = match own.get(b) {
+                    Some(c) => c.tools.iter().filter(|t| permitted(b, t.key())).count(),
+                    None => snap.of(b).filter(|d| permitted(b, &d.name)).count(),
+                };
                 (tools > 0).then(|| Server {
                     name: b.to_string(),
                     tools,
@@ -237,13 +244,14 @@ impl ToolSearch {
         &self,
         access: &Access,
         configured: impl IntoIterator<Item = &'a Arc<str>>,
+        own: &OwnListings,
         view: &Catalog,
     ) -> Option<Vec<Entry>> {
         let mode = self.mode(access);
         if !mode.searches() {
             return None;
         }
-        Some(self.listed(mode, &self.servers(access, configured), view))
+        Some(self.listed(mode, &self.servers(access, configured, own), view))
     }
 
     /// `find_tool` for a caller whose view is `view`, at catalog
@@ -662,6 +670,50 @@ mod tests {
             limit: 5,
             server: None,
         }
+    }
+
+    /// A backend the caller sees only through its own listing (a
+    /// forwarded credential's) is named with that listing's tools, even
+    /// while the shared listing has none and whatever its health; the
+    /// others as they list to everyone.
+    #[test]
+    fn servers_are_counted_from_the_callers_own_listing_where_it_has_one() {
+        let naming = Naming::Prefix {
+            separator: "__".into(),
+        };
+        let search = ToolSearch::new(ToolSearchConfig::default(), naming);
+        let (files, github, empty): (Arc<str>, Arc<str>, Arc<str>) =
+            ("files".into(), "github".into(), "empty".into());
+        search
+            .index()
+            .reindex(&files, &[def("read_file", "r"), def("stat", "s")]);
+        let configured = [&files, &github, &empty];
+        let named = |own: &OwnListings| -> Vec<(String, usize)> {
+            search
+                .servers(&Access::Everything, configured, own)
+                .into_iter()
+                .map(|s| (s.name, s.tools))
+                .collect()
+        };
+        assert_eq!(named(&OwnListings::new()), [("files".to_owned(), 2)]);
+        let mine: OwnListings = [(
+            github.clone(),
+            Arc::new(BackendCatalog {
+                tools: vec![def("issues", "i"), def("pulls", "p"), def("repos", "r")],
+                ..Default::default()
+            }),
+        )]
+        .into();
+        assert_eq!(
+            named(&mine),
+            [("files".to_owned(), 2), ("github".to_owned(), 3)]
+        );
+        assert!(
+            search
+                .servers(&Access::Nothing, configured, &mine)
+                .is_empty(),
+            "a caller that may use nothing is named no server"
+        );
     }
 
     /// A view that lists a backend's tools otherwise than the backend

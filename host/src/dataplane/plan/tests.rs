@@ -277,6 +277,30 @@ fn row_metadata_a_retry_with_vigils_state_resumes_a_bridged_call() {
 }
 
 #[test]
+fn row_metadata_a_retargeted_call_tool_goes_raw_on_a_lane_only() {
+    fn retargeted(body: &str) -> Request<'_> {
+        let mut r = Request::parse(body).unwrap();
+        r.retargeted = true;
+        r
+    }
+    let g = generation(Era::Handshake);
+    assert_eq!(
+        plan(&session_http(), PLAIN, Some(&retargeted(SESSION_CALL)), &g),
+        raw(Via::Lane, Some("echo"))
+    );
+    let g = generation(Era::Modern);
+    assert_eq!(
+        plan(
+            &modern_http(),
+            Client::Sessionless,
+            Some(&retargeted(MODERN_CALL)),
+            &g
+        ),
+        Plan::Typed(Why::Retargeted)
+    );
+}
+
+#[test]
 fn row_route_unrouted_names_are_typed() {
     let g = generation(Era::Modern);
     let body = MODERN_CALL.replace("web__echo", "web__nope");

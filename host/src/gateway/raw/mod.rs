@@ -21,6 +21,12 @@
 //!   `Mcp-Method`, `Mcp-Name` (the backend's name) and `Mcp-Param-*`
 //!   headers a direct client sends.
 //!
+//! A tool search `call_tool` in the form the raw path reads
+//! (`search::meta::RawCall`), of a tool the caller may use, is first turned
+//! into the call of that tool (only `params.name` and `params.arguments`
+//! change) and then planned and carried like a direct call of it; any
+//! other `call_tool` goes to the typed path as the client wrote it.
+//!
 //! The backend's answer goes back with the client's id put in, every other
 //! byte as the backend wrote it (but for a 2026-07-28 `resources/read`'s
 //! `cacheScope` where Vigil's own results are private, and the
@@ -60,6 +66,7 @@ use crate::dataplane::outcome::Ended;
 use crate::dataplane::plan::{self, Client, Header, Plan, Route, Serving, Via};
 use crate::dataplane::revision::Revision;
 use crate::health::HealthState;
+use crate::search::meta;
 use futures::StreamExt as _;
 
 /// The largest request body the raw path reads; a larger one (or one of
@@ -143,6 +150,19 @@ fn large(h: &http::HeaderMap) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
         .is_none_or(|n| n > MAX_RAW_BODY)
+}
+
+/// Whether `Mcp-Method` and `Mcp-Name` agree with the request `r`.
+fn headers_agree(parts: &http::request::Parts, r: &envelope::Request<'_>) -> bool {
+    let name = r.method.names_itself().then_some(&*r.name);
+    crate::dataplane::headers::agree(&parts.headers, r.method.as_str(), name)
+}
+
+/// A retargeted `call_tool`'s body, read again, marked as such.
+fn read_retargeted(body: &str) -> Option<envelope::Request<'_>> {
+    let mut r = envelope::Request::parse(body)?;
+    r.retargeted = true;
+    Some(r)
 }
 
 /// Whether the client accepts both answer formats.
@@ -317,9 +337,19 @@ impl RawPath {
         {
             return Handled::Answered(http::StatusCode::ACCEPTED.into_response());
         }
-        let r = envelope::Request::parse(text);
+        let written = envelope::Request::parse(text);
         let generation = self.gw.generation();
-        let Some((route, via, links)) = self.plan(&facts, parts, r.as_ref(), &generation) else {
+        // The standard headers are the client's, for what it wrote.
+        let agree = written.as_ref().is_some_and(|r| headers_agree(parts, r));
+        let retargeted = written
+            .as_ref()
+            .and_then(|r| self.retarget(parts, r, text, &generation));
+        let (text, r) = match &retargeted {
+            Some(body) => (body.as_str(), read_retargeted(body)),
+            None => (text, written),
+        };
+        let Some((route, via, links)) = self.plan(&facts, parts, r.as_ref(), agree, &generation)
+        else {
             return Handled::Typed(None);
         };
         let Some(r) = r else {
@@ -330,9 +360,14 @@ impl RawPath {
         if r.progress.is_some() || (via == Via::Stateless && r.meta.log_level) {
             let client_id = r.id.get().to_owned();
             let planned = (generation, route, via, links);
+            let (bytes, retargeted) = match retargeted {
+                Some(body) => (Bytes::from(body), true),
+                None => (bytes.clone(), false),
+            };
             // Boxed: rarer than a plain call, and its future (a task, a
             // channel, a select) would otherwise widen every call's.
-            return Box::pin(self.streamed(facts, parts, bytes, client_id, planned)).await;
+            return Box::pin(self.streamed(facts, parts, bytes, client_id, planned, retargeted))
+                .await;
         }
         let planned = Planned {
             facts: &facts,
@@ -344,13 +379,41 @@ impl RawPath {
         self.call(&planned, parts, text, r, None).await
     }
 
+    /// A `call_tool` of tool search as the body of the call of the tool it
+    /// names, when the caller lists the meta-tools, may use that tool, and
+    /// wrote the arguments in the raw form ([`meta::RawCall`]). Anything
+    /// else keeps its body: the typed path answers it (a name the caller
+    /// may not use gets its "did you mean" names there).
+    fn retarget(
+        &self,
+        parts: &http::request::Parts,
+        r: &envelope::Request<'_>,
+        text: &str,
+        generation: &Generation,
+    ) -> Option<String> {
+        if r.method != RawMethod::ToolsCall || r.name != meta::CALL {
+            return None;
+        }
+        let access = generation.policies.access(&principal(parts));
+        if !self.gw.tool_search().mode(&access).searches() {
+            return None;
+        }
+        let call = meta::RawCall::read(r.arguments?)?;
+        if !access.permits(&call.tool_name) {
+            return None;
+        }
+        r.retarget(text, &call.tool_name, call.arguments.get())
+    }
+
     /// The plan for `r`, when it goes raw: its route, how, and its
-    /// client's links.
+    /// client's links. `agree`: the client's standard headers agree with
+    /// what it wrote.
     fn plan(
         &self,
         facts: &Facts,
         parts: &http::request::Parts,
         r: Option<&envelope::Request<'_>>,
+        agree: bool,
         generation: &Generation,
     ) -> Option<(Route, Via, Arc<Links>)> {
         let links = match (&facts.front, r) {
@@ -361,10 +424,7 @@ impl RawPath {
         let http = plan::Http {
             revision: facts.revision,
             accepts_both: accepts_both(&parts.headers),
-            standard_headers_agree: r.is_some_and(|r| {
-                let name = r.method.names_itself().then_some(&*r.name);
-                crate::dataplane::headers::agree(&parts.headers, r.method.as_str(), name)
-            }),
+            standard_headers_agree: agree,
         };
         let now = Now {
             generation,
@@ -408,21 +468,23 @@ impl RawPath {
         self: &Arc<Self>,
         facts: Facts,
         parts: &http::request::Parts,
-        bytes: &Bytes,
+        bytes: Bytes,
         client_id: String,
         (generation, route, via, links): (Arc<Generation>, Route, Via, Arc<Links>),
+        retargeted: bool,
     ) -> Handled {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let (raw, parts, bytes) = (self.clone(), parts.clone(), bytes.clone());
+        let (raw, parts) = (self.clone(), parts.clone());
         // The task owns the body and reads its envelope again (a few µs):
         // the parse borrows from the body, and handing the borrowed one
         // to a task that outlives this request's future would need an
         // owned copy of every part instead.
         let mut task = self.gw.background.spawn_joined(async move {
             let text = std::str::from_utf8(&bytes).unwrap_or("");
-            let Some(r) = envelope::Request::parse(text) else {
+            let Some(mut r) = envelope::Request::parse(text) else {
                 return Handled::Typed(None);
             };
+            r.retargeted = retargeted;
             let token = r
                 .progress
                 .map(|(t, _)| t.get().to_owned())
