@@ -259,7 +259,7 @@ impl Setup {
         let index_ms = t0.elapsed().as_secs_f64() * 1e3;
         let view = fleet.view(None);
         search.remember(&view);
-        let servers = search.servers(&Access::Everything, fleet.names());
+        let servers = search.servers(&Access::Everything, fleet.names(), &Default::default());
         Setup {
             search,
             view,
@@ -396,7 +396,8 @@ fn latencies(corpus: &Corpus, n: usize, rounds: usize) -> anyhow::Result<Latenci
     let answers: Vec<Answer> = args.iter().map(|a| s.find(&s.view, a)).collect();
     let answer_json = time_each(&answers, rounds, |a| json_bytes(&a.structured()));
     let servers = time_each(&args, rounds, |_| {
-        s.search.servers(&Access::Everything, fleet.names())
+        s.search
+            .servers(&Access::Everything, fleet.names(), &Default::default())
     });
     let snap = s.search.snapshot();
     let matched: Vec<usize> = args

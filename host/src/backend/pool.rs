@@ -562,9 +562,8 @@ impl Pool {
         lock(&self.slots)
             .iter()
             .filter(|(name, slot)| {
-                set.get(name).is_some_and(|b| {
-                    b.uid == slot.uid && (b.forwards_auth() || b.owns_instances())
-                })
+                set.get(name)
+                    .is_some_and(|b| b.uid == slot.uid && (b.forwards_auth() || b.owns_instances()))
             })
             .filter_map(|(name, slot)| {
                 let listed = match &*lock(&slot.lease) {

@@ -566,10 +566,21 @@ mod tests {
         assert_eq!(again.arguments.unwrap().get(), r#"{"text":"x"}"#);
         assert!(!again.retargeted, "set by the executor, never read");
         // Only a tools/call with arguments.
-        let bare = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"call_tool"}}"#;
-        assert!(Request::parse(bare).unwrap().retarget(bare, "a", "{}").is_none());
+        let bare =
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"call_tool"}}"#;
+        assert!(
+            Request::parse(bare)
+                .unwrap()
+                .retarget(bare, "a", "{}")
+                .is_none()
+        );
         let prompt = r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p","arguments":{}}}"#;
-        assert!(Request::parse(prompt).unwrap().retarget(prompt, "a", "{}").is_none());
+        assert!(
+            Request::parse(prompt)
+                .unwrap()
+                .retarget(prompt, "a", "{}")
+                .is_none()
+        );
     }
 
     #[test]

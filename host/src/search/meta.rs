@@ -506,14 +506,15 @@ mod tests {
         ];
         let mut raw = 0;
         for body in bodies {
-            let written: Box<serde_json::value::RawValue> =
-                serde_json::from_str(body).expect(body);
+            let written: Box<serde_json::value::RawValue> = serde_json::from_str(body).expect(body);
             let Some(call) = RawCall::read(&written) else {
                 continue;
             };
             raw += 1;
             let typed = CallArgs::parse(serde_json::from_str::<Value>(body).unwrap().as_object())
-                .unwrap_or_else(|e| panic!("{body}: the raw form reads what the typed parse refuses: {e}"));
+                .unwrap_or_else(|e| {
+                    panic!("{body}: the raw form reads what the typed parse refuses: {e}")
+                });
             assert_eq!(call.tool_name, typed.tool_name, "{body}");
             let arguments: Map<String, Value> = serde_json::from_str(call.arguments.get()).unwrap();
             assert_eq!(Some(arguments), typed.arguments, "{body}");
