@@ -567,8 +567,11 @@ def test_a_call_tool_goes_the_way_a_direct_call_of_its_tool_goes_and_answers_as_
             assert not r.is_error and r.content[0].text == "m", r  # type: ignore[union-attr]
             assert moved(before, forwarded_of(await metrics(gw))) == {("tools/call", "typed"): 1}
 
-        rows = await calls(gw)
-        names = [(c["name"], c["principal"], c["outcome"]) for c in rows]
+        async def audited() -> list[tuple[str, str, str]]:
+            return [(c["name"], c["principal"], c["outcome"]) for c in await calls(gw)]
+
+        # The audit is written behind the calls: wait for the last one.
+        names = await poll(audited, lambda n: n.count(("web__echo", "key:alice", "ok")) >= 4, "4 echo rows")
         assert names.count(("web__echo", "key:alice", "ok")) == 4, names
         assert ("web__progress", "key:alice", "ok") in names, names
         assert ("web__progress", "key:bob", "denied") in names, names
