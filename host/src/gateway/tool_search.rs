@@ -61,6 +61,9 @@ pub(super) fn find(
     let args = FindArgs::parse(args, settings.limit, settings.max_query_bytes)?;
     let t0 = std::time::Instant::now();
     search.remember(view);
+    if search.take_unembedded() {
+        gw.fill_vectors();
+    }
     let answer = search.find(
         view,
         &args,

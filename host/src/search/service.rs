@@ -49,6 +49,9 @@ pub struct ToolSearch {
     working: Mutex<()>,
     /// The semantic arm, when a model is configured and loaded.
     vectors: std::sync::OnceLock<Arc<Vectors>>,
+    /// A listing of some sessions' own was indexed on a request path,
+    /// where nothing is embedded ([`ToolSearch::take_unembedded`]).
+    unembedded: std::sync::atomic::AtomicBool,
 }
 
 /// What `find` needs of one view, worked out once per view (and again
@@ -131,7 +134,19 @@ impl ToolSearch {
             views: Mutex::default(),
             working: Mutex::default(),
             vectors: std::sync::OnceLock::new(),
+            unembedded: Default::default(),
         }
+    }
+
+    /// Whether documents were indexed on a request path since the last
+    /// call, with the semantic arm on: the caller has them embedded in
+    /// the background (`Gateway::fill_vectors`); until then they rank by
+    /// keywords alone.
+    pub fn take_unembedded(&self) -> bool {
+        self.vectors.get().is_some()
+            && self
+                .unembedded
+                .swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// Turns the semantic arm on with `vectors` (once).
@@ -426,6 +441,10 @@ impl ToolSearch {
             if stats.added + stats.changed + stats.removed > 0 {
                 tracing::debug!(%backend, %listing, tools = entries.len(), "tool search: a listing of some sessions' own indexed");
             }
+            if stats.added + stats.changed > 0 {
+                self.unembedded
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
             shown.insert(
                 listing.clone(),
                 tools
@@ -714,6 +733,49 @@ mod tests {
                 .is_empty(),
             "a caller that may use nothing is named no server"
         );
+    }
+
+    /// A listing of some sessions' own indexed on a request path is
+    /// flagged for embedding, and embedded by the next fill.
+    #[test]
+    fn a_sessions_own_listing_is_embedded_after_it_is_indexed() {
+        struct Length;
+        impl crate::search::vectors::Embed for Length {
+            fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+                Ok(texts.iter().map(|t| vec![t.len() as f32]).collect())
+            }
+        }
+        let naming = Naming::Prefix {
+            separator: "__".into(),
+        };
+        let search = ToolSearch::new(ToolSearchConfig::default(), naming.clone());
+        let files: Arc<str> = "files".into();
+        search.index().reindex(&files, &[def("read_file", "Read a file")]);
+        assert!(!search.take_unembedded(), "no semantic arm: nothing to embed");
+        search.set_vectors(Arc::new(Vectors::new(Arc::new(Length))));
+        assert_eq!(search.fill_vectors(), Ok(1));
+        let own = BackendCatalog {
+            tools: vec![def("read_file", "Fetch a document from storage")],
+            ..Default::default()
+        };
+        let view = Arc::new(Catalog::build(&naming, [(&files, &own)]));
+        search.remember(&view);
+        assert!(search.take_unembedded());
+        assert!(!search.take_unembedded(), "taken once");
+        let vectors = search.vectors().unwrap().clone();
+        let snap = search.snapshot();
+        let theirs = snap
+            .backends()
+            .flat_map(|l| snap.of(l))
+            .find(|d| d.listing != d.backend)
+            .expect("the session's listing is indexed")
+            .clone();
+        assert!(vectors.get(theirs.meaning_key).is_none());
+        assert_eq!(search.fill_vectors(), Ok(1));
+        assert!(vectors.get(theirs.meaning_key).is_some());
+        // The same view again indexes nothing new.
+        search.remember(&view);
+        assert!(!search.take_unembedded());
     }
 
     /// A view that lists a backend's tools otherwise than the backend
