@@ -371,7 +371,13 @@ async def test_bad_meta_tool_arguments_get_an_error_naming_the_field_and_reach_n
             assert r.is_error, (name, args, r)
             text = r.content[0].text if isinstance(r.content[0], types.TextContent) else ""
             assert says in text, (name, says, text)
-    rows = await calls(gw)
+    # The audit is written behind the calls: wait for every find_tool's row.
+    finds = sum(1 for name, _, _ in cases if name == "find_tool")
+    rows = await poll(
+        lambda: calls(gw),
+        lambda rows: sum(1 for c in rows if c["name"] == "find_tool") >= finds,
+        f"{finds} find_tool rows",
+    )
     assert not [c for c in rows if c["backend"]], f"a bad meta-tool call reached a backend: {rows}"
     # A refused find_tool is recorded with its query's length and no result;
     # with `[audit] arguments = true` its text is kept too.
