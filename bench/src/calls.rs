@@ -84,6 +84,9 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let bin_dir = crate::resolve_bin_dir(args.bin_dir.as_deref())?;
     let machine = machine::Machine::detect();
     let pairs = args.pairs();
+    if args.call_tool && pairs.contains(&Pair::Rmcp) {
+        bail!("--call-tool drives the lean client: use --pair lean or --pair lean-stdio");
+    }
     println!("vigil-bench {}", env!("CARGO_PKG_VERSION"));
     println!("{machine}");
     println!(
@@ -110,8 +113,13 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
                 },
             ),
             Pair::Lean => println!(
-                "pair lean: the bench's lean client ({}, one kept-alive connection per session) against `vigil-bench lean-backend` (one thread)",
-                args.client_protocol
+                "pair lean: the bench's lean client ({}, one kept-alive connection per session) against `vigil-bench lean-backend` (one thread){}",
+                args.client_protocol,
+                if args.call_tool {
+                    "; through Vigil each call is tool search's `call_tool` of `demo__echo`"
+                } else {
+                    ""
+                }
             ),
             Pair::LeanStdio => println!(
                 "pair lean-stdio: `vigil-bench lean-backend --stdio` (one thread); through Vigil as its stdio backend, the lean client ({}) calling Vigil; direct, the bench's sessions sharing the backend's pipes (2025-11-25)",
@@ -176,7 +184,10 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
                         (_, TargetKind::Direct, DirectBackend::Pipe(peer)) => {
                             lean::load::run_pipe_target(peer, &plan, &pids).await
                         }
-                        _ => lean::load::run_target(target, era, &plan, &pids).await,
+                        _ => {
+                            let call_tool = args.call_tool && target.kind == TargetKind::Vigil;
+                            lean::load::run_target(target, (era, call_tool), &plan, &pids).await
+                        }
                     }
                     .with_context(|| {
                         format!(
@@ -254,9 +265,16 @@ async fn start_pair(
         },
     };
     let config = dir.join("vigil.toml");
+    // With `--call-tool`, tool search lists the meta-tools and `demo__echo`
+    // (so readiness is seen as before), and the calls go through `call_tool`.
+    let tables = if args.call_tool {
+        "[tool_search]\nmode = \"always_listed\"\nalways_listed = [\"demo__echo\"]\n"
+    } else {
+        ""
+    };
     std::fs::write(
         &config,
-        procs::vigil_config_for(vigil_port, 0, &spec, &args.backend_protocol, "", ""),
+        procs::vigil_config_for(vigil_port, 0, &spec, &args.backend_protocol, "", tables),
     )
     .with_context(|| format!("cannot write {}", config.display()))?;
     let mut vigil = Server::vigil(

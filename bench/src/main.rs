@@ -261,6 +261,12 @@ pub struct Args {
     #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
     pin_load: Option<CpuList>,
 
+    /// Through Vigil, make each call as tool search's `call_tool` (Vigil
+    /// in `always_listed` mode), to compare with a run without it: the
+    /// lean pairs only.
+    #[arg(long)]
+    call_tool: bool,
+
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,

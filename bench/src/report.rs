@@ -358,6 +358,7 @@ pub fn json(
             "payload_bytes": args.payload,
             "keep_alive": args.keep_alive,
             "backend_keep_alive": args.backend_keep_alive,
+            "call_tool": args.call_tool,
             "pairs": args.pairs().iter().map(|p| p.to_string()).collect::<Vec<_>>(),
             "pin_vigil": args.pin_vigil.as_ref().map(|c| &c.0),
             "pin_load": args.pin_load.as_ref().map(|c| &c.0),

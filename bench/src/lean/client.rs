@@ -109,6 +109,9 @@ pub struct Session {
     /// 2026-07-28: the `_meta` object every request carries (`None`: a
     /// handshake-era session).
     meta: Option<String>,
+    /// Each call goes through tool search's `call_tool`
+    /// ([`Session::through_call_tool`]).
+    call_tool: bool,
     next_id: u64,
     /// A request was started and not finished (its future was dropped, e.g.
     /// by a timeout): the connection is mid-message and must be replaced.
@@ -197,6 +200,7 @@ impl Session {
             conn: None,
             session_id: None,
             meta: None,
+            call_tool: false,
             next_id: 0,
             in_flight: false,
             request: Vec::with_capacity(1024),
@@ -282,6 +286,13 @@ impl Session {
         }
     }
 
+    /// From now on, calls `tool` as `call_tool` of a gateway's tool search
+    /// (`{"tool_name": tool, "arguments": {...}}`).
+    pub fn through_call_tool(mut self) -> Self {
+        self.call_tool = true;
+        self
+    }
+
     /// Calls `tool` with `{"text": text}` and checks that `text` comes back
     /// as the first content item, not as a tool error.
     pub async fn call_echo(&mut self, tool: &str, text: &str) -> anyhow::Result<()> {
@@ -292,16 +303,27 @@ impl Session {
             self.json,
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"#
         );
-        serde_json::to_writer(&mut self.json, tool)?;
+        let called = if self.call_tool {
+            self.json
+                .extend_from_slice(br#""call_tool","arguments":{"tool_name":"#);
+            serde_json::to_writer(&mut self.json, tool)?;
+            "call_tool"
+        } else {
+            serde_json::to_writer(&mut self.json, tool)?;
+            tool
+        };
         self.json.extend_from_slice(br#","arguments":{"text":"#);
         serde_json::to_writer(&mut self.json, text)?;
         self.json.push(b'}');
+        if self.call_tool {
+            self.json.push(b'}');
+        }
         if let Some(meta) = &self.meta {
             self.json.extend_from_slice(br#","_meta":"#);
             self.json.extend_from_slice(meta.as_bytes());
         }
         self.json.extend_from_slice(b"}}");
-        let range = match self.post(Some(id), "tools/call", Some(tool)).await?.0 {
+        let range = match self.post(Some(id), "tools/call", Some(called)).await?.0 {
             Answer::Result(r) => r,
             Answer::Accepted => bail!("tools/call was answered with no message"),
         };

@@ -50,7 +50,7 @@ impl Caller for pipe::Caller {
 /// its connection.
 pub async fn run_target(
     target: &Target,
-    era: Era,
+    (era, call_tool): (Era, bool),
     plan: &Plan,
     pids: &Pids,
 ) -> anyhow::Result<Sample> {
@@ -58,9 +58,10 @@ pub async fn run_target(
     let opened = futures::future::join_all((0..plan.sessions).map(|_| {
         let endpoint = endpoint.clone();
         async move {
-            tokio::time::timeout(CALL_TIMEOUT, Session::open_era(endpoint, era, "{}"))
+            let s = tokio::time::timeout(CALL_TIMEOUT, Session::open_era(endpoint, era, "{}"))
                 .await
-                .context("initialize timed out")?
+                .context("initialize timed out")??;
+            anyhow::Ok(if call_tool { s.through_call_tool() } else { s })
         }
     }))
     .await;

@@ -750,8 +750,13 @@ mod tests {
         };
         let search = ToolSearch::new(ToolSearchConfig::default(), naming.clone());
         let files: Arc<str> = "files".into();
-        search.index().reindex(&files, &[def("read_file", "Read a file")]);
-        assert!(!search.take_unembedded(), "no semantic arm: nothing to embed");
+        search
+            .index()
+            .reindex(&files, &[def("read_file", "Read a file")]);
+        assert!(
+            !search.take_unembedded(),
+            "no semantic arm: nothing to embed"
+        );
         search.set_vectors(Arc::new(Vectors::new(Arc::new(Length))));
         assert_eq!(search.fill_vectors(), Ok(1));
         let own = BackendCatalog {
