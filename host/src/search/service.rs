@@ -52,7 +52,49 @@ pub struct ToolSearch {
     /// A listing of some sessions' own was indexed on a request path,
     /// where nothing is embedded ([`ToolSearch::take_unembedded`]).
     unembedded: std::sync::atomic::AtomicBool,
+    /// What [`ToolSearch::servers`] counted, per snapshot and policy entry.
+    counted: Mutex<Vec<Counted>>,
 }
+
+/// How many tools of each listing one `[[policy]]` entry lets its
+/// principals use, in one snapshot: every search-mode `tools/list` and
+/// `find_tool` names the servers, and counting them is a policy match per
+/// tool of the index.
+struct Counted {
+    snapshot: Weak<Snapshot>,
+    access: AccessKey,
+    by_listing: Arc<HashMap<Arc<str>, usize>>,
+}
+
+/// An [`Access`], by identity.
+enum AccessKey {
+    Everything,
+    Nothing,
+    Rule(Weak<crate::policy::Rule>),
+}
+
+impl AccessKey {
+    fn of(access: &Access) -> AccessKey {
+        match access {
+            Access::Everything => AccessKey::Everything,
+            Access::Nothing => AccessKey::Nothing,
+            Access::Rule(r) => AccessKey::Rule(Arc::downgrade(r)),
+        }
+    }
+
+    fn is(&self, access: &Access) -> bool {
+        match (self, access) {
+            (AccessKey::Everything, Access::Everything) | (AccessKey::Nothing, Access::Nothing) => {
+                true
+            }
+            (AccessKey::Rule(w), Access::Rule(r)) => std::ptr::eq(w.as_ptr(), Arc::as_ptr(r)),
+            _ => false,
+        }
+    }
+}
+
+/// Counts kept at most (policy entries times snapshots still in use).
+const COUNTS_KEPT: usize = 32;
 
 /// What `find` needs of one view, worked out once per view (and again
 /// when the index changed since).
@@ -135,6 +177,7 @@ impl ToolSearch {
             working: Mutex::default(),
             vectors: std::sync::OnceLock::new(),
             unembedded: Default::default(),
+            counted: Mutex::default(),
         }
     }
 
@@ -209,14 +252,17 @@ impl ToolSearch {
         configured: impl IntoIterator<Item = &'a Arc<str>>,
         own: &OwnListings,
     ) -> Vec<Server> {
-        let snap = self.index.snapshot();
-        let permitted = |b: &str, name: &str| access.permits(&expose(&self.naming, b, name));
+        let shared = self.counted(access);
         configured
             .into_iter()
             .filter_map(|b| {
                 let tools = match own.get(b) {
-                    Some(c) => c.tools.iter().filter(|t| permitted(b, t.key())).count(),
-                    None => snap.of(b).filter(|d| permitted(b, &d.name)).count(),
+                    Some(c) => c
+                        .tools
+                        .iter()
+                        .filter(|t| access.permits(&expose(&self.naming, b, t.key())))
+                        .count(),
+                    None => shared.get(b).copied().unwrap_or(0),
                 };
                 (tools > 0).then(|| Server {
                     name: b.to_string(),
@@ -224,6 +270,47 @@ impl ToolSearch {
                 })
             })
             .collect()
+    }
+
+    /// How many tools of each listing of the snapshot in force `access`
+    /// permits: counted once per snapshot and policy entry.
+    fn counted(&self, access: &Access) -> Arc<HashMap<Arc<str>, usize>> {
+        let snap = self.index.snapshot();
+        let lock = || self.counted.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = lock()
+            .iter()
+            .find(|c| std::ptr::eq(c.snapshot.as_ptr(), Arc::as_ptr(&snap)) && c.access.is(access))
+        {
+            return c.by_listing.clone();
+        }
+        let by_listing: Arc<HashMap<Arc<str>, usize>> = Arc::new(
+            snap.backends()
+                .map(|l| {
+                    let n = snap
+                        .of(l)
+                        .filter(|d| access.permits(&expose(&self.naming, &d.backend, &d.name)))
+                        .count();
+                    (l.clone(), n)
+                })
+                .collect(),
+        );
+        let mut counted = lock();
+        counted.retain(|c| {
+            let live = match &c.access {
+                AccessKey::Rule(r) => r.strong_count() > 0,
+                _ => true,
+            };
+            live && c.snapshot.strong_count() > 0 && !c.access.is(access)
+        });
+        if counted.len() >= COUNTS_KEPT {
+            counted.remove(0);
+        }
+        counted.push(Counted {
+            snapshot: Arc::downgrade(&snap),
+            access: AccessKey::of(access),
+            by_listing: by_listing.clone(),
+        });
+        by_listing
     }
 
     /// What a caller listing in `mode` gets as its tools: `view`'s own in
@@ -732,6 +819,12 @@ mod tests {
                 .servers(&Access::Nothing, configured, &mine)
                 .is_empty(),
             "a caller that may use nothing is named no server"
+        );
+        // Counted again once the index changed.
+        search.index().reindex(&empty, &[def("one", "o")]);
+        assert_eq!(
+            named(&OwnListings::new()),
+            [("files".to_owned(), 2), ("empty".to_owned(), 1)]
         );
     }
 
