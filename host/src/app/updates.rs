@@ -137,25 +137,24 @@ impl Updater {
     }
 
     /// Indexes each backend's new listing for tool search (`None`: it
-    /// left the config). Each is a new snapshot swapped in whole; a
-    /// search never waits for it.
+    /// left the config): one new snapshot for the batch, swapped in
+    /// whole; a search never waits for it.
     fn reindex(&self, listings: Vec<(Arc<str>, Option<Vec<crate::catalog::Entry>>)>) {
         let index = self.front.tool_search().index();
         let mut changed = false;
-        for (backend, tools) in listings {
-            let stats = match tools {
-                Some(tools) => index.reindex(&backend, &tools),
-                None => crate::search::Reindexed {
-                    removed: index.remove(&backend),
-                    ..Default::default()
-                },
-            };
+        let given: Vec<(Arc<str>, Option<&[crate::catalog::Entry]>)> = listings
+            .iter()
+            .map(|(backend, tools)| (backend.clone(), tools.as_deref()))
+            .collect();
+        let all = index.reindex_all(&given);
+        let snap = index.snapshot();
+        let (documents, bytes) = (snap.len(), snap.bytes());
+        for ((backend, _), stats) in listings.iter().zip(all) {
             if stats.added + stats.changed + stats.removed == 0 {
                 continue;
             }
-            let snap = index.snapshot();
-            crate::metrics::get().reindexed(&backend, snap.len(), snap.bytes());
-            tracing::info!(backend = %backend, added = stats.added, changed = stats.changed, removed = stats.removed, kept = stats.kept, documents = snap.len(), "tool search: backend re-indexed");
+            crate::metrics::get().reindexed(backend, documents, bytes);
+            tracing::info!(backend = %backend, added = stats.added, changed = stats.changed, removed = stats.removed, kept = stats.kept, documents, "tool search: backend re-indexed");
             changed = true;
         }
         if changed {

@@ -293,77 +293,126 @@ impl Index {
         backend: &Arc<str>,
         tools: &[Entry],
     ) -> Reindexed {
-        let _one = self.writing.lock().unwrap_or_else(|e| e.into_inner());
-        let now = self.current.load_full();
-        let old: HashMap<&str, &Arc<Doc>> = now.of(listing).map(|d| (&*d.name, d)).collect();
-        let mut stats = Reindexed::default();
-        let mut fresh: Vec<Arc<Doc>> = Vec::with_capacity(tools.len());
-        let words = words();
-        for tool in tools {
-            let json = tool.json();
-            let digest = crate::catalog::digest::digest(json)
-                .map(|d| d.to_string())
-                .unwrap_or_default();
-            match old.get(tool.key()) {
-                Some(d) if d.digest == digest => {
-                    stats.kept += 1;
-                    fresh.push((*d).clone());
-                    continue;
-                }
-                Some(_) => stats.changed += 1,
-                None => stats.added += 1,
-            }
-            let stems = words.tokenize(&document(backend, json)).join(" ");
-            let length = stems.split_whitespace().count();
-            let meaning = super::document::meaning(backend, json);
-            fresh.push(Arc::new(Doc {
-                backend: backend.clone(),
-                listing: listing.clone(),
-                name: tool.key().to_owned(),
-                entry: tool.clone(),
-                digest,
-                stems,
-                length,
-                embedding: Embedding(Vec::new()),
-                avgdl: 0.0,
-                bytes: serde_json::to_vec(json).map_or(0, |v| v.len()),
-                meaning_key: super::vectors::key(&meaning),
-                meaning,
-            }));
-        }
-        stats.removed = old
-            .keys()
-            .filter(|n| !tools.iter().any(|t| t.key() == **n))
-            .count();
-        // A listing like the last one (the poller's, most of the time):
-        // the snapshot in force is it.
-        if stats.added + stats.changed + stats.removed == 0 {
-            return stats;
-        }
-        let others = now.docs.iter().filter(|d| d.listing != *listing).cloned();
-        self.current
-            .store(Arc::new(build(others.chain(fresh).collect())));
-        stats
+        self.apply(&[Listing {
+            listing,
+            backend,
+            tools: Some(tools),
+        }])[0]
+    }
+
+    /// Several backends' new listings (`None`: the backend left the
+    /// config), with one rebuild for all of them: the listings that
+    /// arrive together (at start, most of all) do not rebuild the index
+    /// once each. What each changed, in order.
+    pub fn reindex_all(&self, listings: &[(Arc<str>, Option<&[Entry]>)]) -> Vec<Reindexed> {
+        let listings: Vec<Listing<'_>> = listings
+            .iter()
+            .map(|(backend, tools)| Listing {
+                listing: backend,
+                backend,
+                tools: *tools,
+            })
+            .collect();
+        self.apply(&listings)
     }
 
     /// Drops every document of `listing` (a backend that left the config,
     /// a listing no session sees any more).
     pub fn remove(&self, listing: &Arc<str>) -> usize {
+        self.apply(&[Listing {
+            listing,
+            backend: listing,
+            tools: None,
+        }])[0]
+            .removed
+    }
+
+    /// Each of `listings` in place of what its listing held, diffed per
+    /// tool by digest (an unchanged tool keeps its document), then one new
+    /// snapshot swapped in whole, if anything changed.
+    fn apply(&self, listings: &[Listing<'_>]) -> Vec<Reindexed> {
         let _one = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.current.load_full();
-        let before = now.docs.len();
-        let kept: Vec<Arc<Doc>> = now
+        let words = words();
+        let mut all = Vec::with_capacity(listings.len());
+        let mut fresh: Vec<Arc<Doc>> = Vec::new();
+        for (i, l) in listings.iter().enumerate() {
+            // A listing given again later in the batch: the later one is it.
+            if listings[i + 1..].iter().any(|m| m.listing == l.listing) {
+                all.push(Reindexed::default());
+                continue;
+            }
+            let (stats, docs) = diff(&now, l, words);
+            all.push(stats);
+            fresh.extend(docs);
+        }
+        // Listings like the last ones (the poller's, most of the time):
+        // the snapshot in force is them.
+        if all.iter().all(|s| s.added + s.changed + s.removed == 0) {
+            return all;
+        }
+        let replaced: std::collections::HashSet<&str> =
+            listings.iter().map(|l| &**l.listing).collect();
+        let others = now
             .docs
             .iter()
-            .filter(|d| d.listing != *listing)
-            .cloned()
-            .collect();
-        let removed = before - kept.len();
-        if removed > 0 {
-            self.current.store(Arc::new(build(kept)));
-        }
-        removed
+            .filter(|d| !replaced.contains(&*d.listing))
+            .cloned();
+        self.current
+            .store(Arc::new(build(others.chain(fresh).collect())));
+        all
     }
+}
+
+/// One listing's new tools, as [`Index::apply`] takes it.
+struct Listing<'a> {
+    listing: &'a Arc<str>,
+    backend: &'a Arc<str>,
+    /// `None`: every document of the listing goes.
+    tools: Option<&'a [Entry]>,
+}
+
+/// What `l` changes against `now`, and its documents from now on.
+fn diff(now: &Snapshot, l: &Listing<'_>, words: &Words) -> (Reindexed, Vec<Arc<Doc>>) {
+    let old: HashMap<&str, &Arc<Doc>> = now.of(l.listing).map(|d| (&*d.name, d)).collect();
+    let tools = l.tools.unwrap_or_default();
+    let mut stats = Reindexed::default();
+    let mut fresh: Vec<Arc<Doc>> = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let json = tool.json();
+        let digest = crate::catalog::digest::digest(json)
+            .map(|d| d.to_string())
+            .unwrap_or_default();
+        match old.get(tool.key()) {
+            Some(d) if d.digest == digest => {
+                stats.kept += 1;
+                fresh.push((*d).clone());
+                continue;
+            }
+            Some(_) => stats.changed += 1,
+            None => stats.added += 1,
+        }
+        let stems = words.tokenize(&document(l.backend, json)).join(" ");
+        let length = stems.split_whitespace().count();
+        let meaning = super::document::meaning(l.backend, json);
+        fresh.push(Arc::new(Doc {
+            backend: l.backend.clone(),
+            listing: l.listing.clone(),
+            name: tool.key().to_owned(),
+            entry: tool.clone(),
+            digest,
+            stems,
+            length,
+            embedding: Embedding(Vec::new()),
+            avgdl: 0.0,
+            bytes: serde_json::to_vec(json).map_or(0, |v| v.len()),
+            meaning_key: super::vectors::key(&meaning),
+            meaning,
+        }));
+    }
+    let listed: std::collections::HashSet<&str> = tools.iter().map(Entry::key).collect();
+    stats.removed = old.keys().filter(|n| !listed.contains(**n)).count();
+    (stats, fresh)
 }
 
 /// A snapshot of `docs`, each embedded against their average length (a
@@ -537,6 +586,62 @@ mod tests {
         );
         assert_eq!(index.remove(&files), 1);
         assert_eq!(index.snapshot().len(), 1);
+    }
+
+    /// Listings that arrive together make one snapshot, with the same
+    /// documents as one after another; a listing given twice counts once,
+    /// the later one.
+    #[test]
+    fn listings_that_arrive_together_are_indexed_with_one_rebuild() {
+        let (files, clock, gone): (Arc<str>, Arc<str>, Arc<str>) =
+            ("files".into(), "clock".into(), "gone".into());
+        let one_by_one = Index::default();
+        one_by_one.reindex(&gone, &[tool("old", "o")]);
+        one_by_one.reindex(&files, &[tool("a", "x"), tool("b", "y")]);
+        one_by_one.reindex(&clock, &[tool("get_time", "time")]);
+        one_by_one.remove(&gone);
+
+        let together = Index::default();
+        together.reindex(&gone, &[tool("old", "o")]);
+        let before = together.snapshot();
+        let first = [tool("a", "stale")];
+        let files_tools = [tool("a", "x"), tool("b", "y")];
+        let clock_tools = [tool("get_time", "time")];
+        let stats = together.reindex_all(&[
+            (files.clone(), Some(&first[..])),
+            (clock.clone(), Some(&clock_tools[..])),
+            (gone.clone(), None),
+            (files.clone(), Some(&files_tools[..])),
+        ]);
+        let added = |n| Reindexed {
+            added: n,
+            ..Default::default()
+        };
+        let removed = Reindexed {
+            removed: 1,
+            ..Default::default()
+        };
+        assert_eq!(stats, [Reindexed::default(), added(1), removed, added(2)]);
+        let after = together.snapshot();
+        assert!(!Arc::ptr_eq(&before, &after));
+        let docs = |i: &Index| {
+            let snap = i.snapshot();
+            let mut d: Vec<(String, String, String)> = snap
+                .backends()
+                .flat_map(|l| snap.of(l))
+                .map(|d| (d.backend.to_string(), d.name.clone(), d.stems.clone()))
+                .collect();
+            d.sort();
+            d
+        };
+        assert_eq!(docs(&together), docs(&one_by_one));
+        // The same listings again change nothing: the snapshot stays.
+        let again = together.reindex_all(&[
+            (files.clone(), Some(&files_tools[..])),
+            (clock.clone(), Some(&clock_tools[..])),
+        ]);
+        assert_eq!(again.iter().map(|s| s.kept).collect::<Vec<_>>(), [2, 1]);
+        assert!(Arc::ptr_eq(&after, &together.snapshot()));
     }
 
     /// A stand-in model: a text's vector says which of a few topics it
