@@ -443,7 +443,7 @@ impl ToolSearch {
         let now = self.index.snapshot();
         // A view remembered before is remembered again when the index
         // changed since: the `Arc` its entry holds a `Weak` of.
-        let remembered = {
+        let (remembered, bytes) = {
             let views = self.views_lock();
             let known = views.iter().find(|s| s.is_of(view));
             if let Some(s) = known
@@ -451,13 +451,14 @@ impl ToolSearch {
             {
                 return s.clone();
             }
-            known.and_then(|s| s.view.upgrade())
+            // Its size depends on the view alone: kept.
+            (known.and_then(|s| s.view.upgrade()), known.map(|s| s.bytes))
         };
         let held = held.or(remembered.as_ref());
         // One view worked out at a time: a sweep must never drop the
         // listing another view has just indexed and not yet remembered.
         let _one = self.working.lock().unwrap_or_else(|e| e.into_inner());
-        let mut seen = self.work_out(view, &self.index.snapshot());
+        let mut seen = self.work_out(view, &self.index.snapshot(), bytes);
         // Kept only for a view an `Arc` holds, by a `Weak` of it (a bare
         // address could be another view's later).
         if let Some(held) = held {
@@ -497,8 +498,9 @@ impl ToolSearch {
 
     /// [`Seen`] of `view` against `snap`: each tool the view lists as its
     /// backend lists it to everyone is found by that document; the others
-    /// are indexed as a listing of the view's own per backend.
-    fn work_out(&self, view: &Catalog, snap: &Snapshot) -> Seen {
+    /// are indexed as a listing of the view's own per backend. `bytes`:
+    /// the view's size, when it was worked out before.
+    fn work_out(&self, view: &Catalog, snap: &Snapshot, bytes: Option<usize>) -> Seen {
         let mut shown: HashMap<Arc<str>, HashMap<String, usize>> = HashMap::new();
         let mut own: HashMap<Arc<str>, Vec<(usize, Entry)>> = HashMap::new();
         for (i, t) in view.tools.iter().enumerate() {
@@ -523,14 +525,17 @@ impl ToolSearch {
         let mut listings = Vec::new();
         for (backend, tools) in own {
             let listing = listing_key(&backend, tools.iter().map(|(_, e)| e));
-            let entries: Vec<Entry> = tools.iter().map(|(_, e)| e.clone()).collect();
-            let stats = self.index.reindex_listing(&listing, &backend, &entries);
-            if stats.added + stats.changed + stats.removed > 0 {
-                tracing::debug!(%backend, %listing, tools = entries.len(), "tool search: a listing of some sessions' own indexed");
-            }
-            if stats.added + stats.changed > 0 {
-                self.unembedded
-                    .store(true, std::sync::atomic::Ordering::Release);
+            // Its key is a hash of its definitions: indexed once, it is
+            // there as it is, and a search takes no lock to find that out
+            // (the writer's, which a re-indexing holds).
+            if snap.of(&listing).next().is_none() {
+                let entries: Vec<Entry> = tools.iter().map(|(_, e)| e.clone()).collect();
+                let stats = self.index.reindex_listing(&listing, &backend, &entries);
+                if stats.added + stats.changed > 0 {
+                    tracing::debug!(%backend, %listing, tools = entries.len(), "tool search: a listing of some sessions' own indexed");
+                    self.unembedded
+                        .store(true, std::sync::atomic::Ordering::Release);
+                }
             }
             shown.insert(
                 listing.clone(),
@@ -544,7 +549,7 @@ impl ToolSearch {
         Seen {
             view: Weak::new(),
             snapshot: Arc::downgrade(&self.index.snapshot()),
-            bytes: listing_size(&view.tools),
+            bytes: bytes.unwrap_or_else(|| listing_size(&view.tools)),
             shown,
             listings,
         }
