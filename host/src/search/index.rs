@@ -28,6 +28,10 @@ use super::text::Words;
 use super::vectors::{Vectors, cosine};
 use crate::catalog::Entry;
 
+/// Bytes of one document besides its texts and vectors: the `Doc` and
+/// its `Arc`, its slots in the snapshot's lists and the scorer's map.
+const DOC_OVERHEAD: usize = 300;
+
 /// How far the average document length may drift from the one documents
 /// were embedded with before all are embedded again.
 const AVGDL_DRIFT: f32 = 0.2;
@@ -103,12 +107,24 @@ impl Snapshot {
             .filter_map(|&i| self.docs.get(i as usize))
     }
 
-    /// Bytes held by the documents' text and embeddings (an estimate, for
-    /// the index-size metric).
+    /// Bytes the index holds of its own (an estimate, for the index-size
+    /// metric): per document its texts (stems, name, the embedded
+    /// meaning, the digest), its keyword vector twice (the document's and
+    /// the scorer's copy, 8 bytes a token) and its place in the scorer's
+    /// inverted index (about 6 bytes a token), and the document itself
+    /// (`DOC_OVERHEAD`). The definitions' JSON is not counted: the
+    /// catalog holds it too.
     pub fn bytes(&self) -> usize {
         self.docs
             .iter()
-            .map(|d| d.stems.len() + d.name.len() + d.embedding.len() * 8 + 128)
+            .map(|d| {
+                d.stems.len()
+                    + d.name.len()
+                    + d.meaning.len()
+                    + d.digest.len()
+                    + d.embedding.len() * (8 + 8 + 6)
+                    + DOC_OVERHEAD
+            })
             .sum()
     }
 
