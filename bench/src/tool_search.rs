@@ -872,9 +872,6 @@ struct Memory {
     /// This process's resident set after indexing minus before, the
     /// catalog it was indexed from dropped and freed memory given back.
     rss_growth_bytes: i64,
-    /// The growth of the catalog alone (its definitions' JSON, which the
-    /// index keeps too), measured before indexing.
-    catalog_bytes: i64,
 }
 
 /// Section 4 at `n` tools. Runs first, on a heap not yet fragmented by
@@ -887,15 +884,12 @@ fn memory(corpus: &Corpus, n: usize) -> Memory {
     trim();
     let before = rss_bytes();
     let index = Index::default();
-    let catalog_bytes = {
+    {
         let fleet = Fleet::of(corpus, n);
-        trim();
-        let catalog = rss_bytes() as i64 - before as i64;
         for (name, c) in &fleet.backends {
             index.reindex(name, &c.tools);
         }
-        catalog
-    };
+    }
     trim();
     let after = rss_bytes();
     let snap = index.snapshot();
@@ -903,7 +897,6 @@ fn memory(corpus: &Corpus, n: usize) -> Memory {
         tools: snap.len(),
         estimate_bytes: snap.bytes(),
         rss_growth_bytes: after as i64 - before as i64,
-        catalog_bytes,
     }
 }
 
@@ -1168,17 +1161,6 @@ fn print_memory(m: &Memory) {
         "| resident-set growth (statm, the catalog dropped, malloc_trim) | {:.2} | {:.0} |",
         m.rss_growth_bytes as f64 / 1048576.0,
         per(m.rss_growth_bytes as f64)
-    );
-    println!(
-        "| - of which the definitions' JSON (the catalog's growth alone, before indexing; the gateway's catalog holds it anyway) | {:.2} | {:.0} |",
-        m.catalog_bytes as f64 / 1048576.0,
-        per(m.catalog_bytes as f64)
-    );
-    let own = m.rss_growth_bytes - m.catalog_bytes;
-    println!(
-        "| - the index's own (the difference; what the estimate estimates) | {:.2} | {:.0} |",
-        own as f64 / 1048576.0,
-        per(own as f64)
     );
 }
 
