@@ -503,20 +503,26 @@ impl ToolSearch {
     fn work_out(&self, view: &Catalog, snap: &Snapshot, bytes: Option<usize>) -> Seen {
         let mut shown: HashMap<Arc<str>, HashMap<String, usize>> = HashMap::new();
         let mut own: HashMap<Arc<str>, Vec<(usize, Entry)>> = HashMap::new();
+        // The view's tools as JSON, in bytes: a tool found as indexed is
+        // its document's definition under another name.
+        let mut items = 0;
         for (i, t) in view.tools.iter().enumerate() {
             let Some(route) = view.route_tool(t.key()) else {
+                items += json_size(t.json());
                 continue;
             };
             let indexed = snap
                 .of(&route.backend)
                 .find(|d| d.name == route.name)
-                .is_some_and(|d| same_but_name(t.json(), d.entry.json()));
-            if indexed {
+                .filter(|d| same_but_name(t.json(), d.entry.json()));
+            if let Some(d) = indexed {
+                items += d.bytes + string_size(t.key()) - string_size(&d.name);
                 shown
                     .entry(route.backend.clone())
                     .or_default()
                     .insert(route.name.clone(), i);
             } else {
+                items += json_size(t.json());
                 own.entry(route.backend.clone())
                     .or_default()
                     .push((i, t.named(crate::catalog::EntryKind::Tool, &route.name)));
@@ -549,7 +555,8 @@ impl ToolSearch {
         Seen {
             view: Weak::new(),
             snapshot: Arc::downgrade(&self.index.snapshot()),
-            bytes: bytes.unwrap_or_else(|| listing_size(&view.tools)),
+            // `{"tools":[` + `]}` + the commas.
+            bytes: bytes.unwrap_or(12 + items + view.tools.len().saturating_sub(1)),
             shown,
             listings,
         }
@@ -577,14 +584,14 @@ fn listing_key<'a>(backend: &str, tools: impl Iterator<Item = &'a Entry>) -> Arc
     format!("{backend}#{:016x}", super::vectors::key(&texts.join("\n"))).into()
 }
 
-/// `{"tools": [...]}` of `tools`, in bytes.
-fn listing_size(tools: &[Entry]) -> usize {
-    let items: usize = tools
-        .iter()
-        .map(|t| serde_json::to_vec(t.json()).map_or(0, |v| v.len()))
-        .sum();
-    // `{"tools":[` + `]}` + the commas.
-    11 + items + tools.len().saturating_sub(1)
+/// A definition as JSON, in bytes.
+fn json_size(json: &Map<String, Value>) -> usize {
+    serde_json::to_vec(json).map_or(0, |v| v.len())
+}
+
+/// A JSON string of `text`, in bytes (quotes and escapes included).
+fn string_size(text: &str) -> usize {
+    serde_json::to_vec(text).map_or(0, |v| v.len())
 }
 
 /// What to try when nothing matched.
@@ -879,6 +886,55 @@ mod tests {
         // The same view again indexes nothing new.
         search.remember(&view);
         assert!(!search.take_unembedded());
+    }
+
+    /// A view's size (what `bytes_saved` is counted against) is its tools
+    /// as a passthrough `tools/list` sends them, to the byte: the indexed
+    /// ones from their documents' sizes, renamed, the others serialized.
+    #[test]
+    fn a_views_size_is_its_tools_list_to_the_byte() {
+        let naming = Naming::Prefix {
+            separator: "__".into(),
+        };
+        let search = ToolSearch::new(ToolSearchConfig::default(), naming.clone());
+        let (files, odd): (Arc<str>, Arc<str>) = ("files".into(), "odd\"ü".into());
+        let shared = vec![
+            def("read_file", "Read a file"),
+            def("naïve \"quoted\"", "Escapes in the name"),
+        ];
+        search.index().reindex(&files, &shared);
+        search.index().reindex(&odd, &[def("tab\there", "t")]);
+        let own = BackendCatalog {
+            tools: vec![def("read_file", "Fetched otherwise"), def("extra", "e")],
+            ..Default::default()
+        };
+        for tools in [shared.clone(), own.tools.clone(), Vec::new()] {
+            let view = Arc::new(Catalog::build(
+                &naming,
+                [
+                    (
+                        &files,
+                        &BackendCatalog {
+                            tools,
+                            ..Default::default()
+                        },
+                    ),
+                    (
+                        &odd,
+                        &BackendCatalog {
+                            tools: vec![def("tab\there", "t")],
+                            ..Default::default()
+                        },
+                    ),
+                ],
+            ));
+            let listed = serde_json::to_vec(
+                &json!({"tools": view.tools.iter().map(Entry::to_value).collect::<Vec<_>>()}),
+            )
+            .unwrap()
+            .len();
+            assert_eq!(search.seen(&view).bytes, listed);
+        }
     }
 
     /// A view that lists a backend's tools otherwise than the backend
