@@ -21,7 +21,7 @@ use crate::store::HealthStore;
 const RECONNECT: Duration = Duration::from_secs(1);
 
 /// A connection of this replica's own to a followed instance.
-struct Followed {
+pub(super) struct Followed {
     /// `None` for a `forward_auth` backend: sessions connect themselves.
     conn: Option<Arc<Connection>>,
     /// The instance's exit is the holder's to watch: this sender keeps
@@ -36,8 +36,9 @@ impl Supervisor {
     ///
     /// # Cancel safety
     ///
-    /// Dropping it drops the connection it kept; the caller then calls
-    /// `instance_ended`.
+    /// The connection it keeps is the supervisor's (`followed`): it
+    /// outlives this future, so a replica granted the lease serves on over
+    /// it until the instance is adopted ([`Supervisor::end_followed`]).
     pub(super) async fn follow(&mut self, heard: &mut watch::Receiver<Heard>) {
         let Some(store) = self.outlets.cluster.as_ref().map(|c| c.store.clone()) else {
             return std::future::pending().await;
@@ -45,7 +46,6 @@ impl Supervisor {
         if !self.follows {
             return std::future::pending().await;
         }
-        let mut followed: Option<Followed> = None;
         let mut listing: Option<Relisting> = None;
         let mut seen = *heard.borrow_and_update();
         let mut reread = true;
@@ -57,12 +57,11 @@ impl Supervisor {
                 reread = false;
             }
             let serving = advertisable(self.machine.state);
-            if !serving && followed.is_some() {
-                followed = None;
+            if !serving && self.followed.is_some() {
                 listing = None;
-                self.backend.instance_ended();
+                self.end_followed();
             }
-            if serving && followed.is_none() && retry_at.is_none_or(|t| t <= Instant::now()) {
+            if serving && self.followed.is_none() && retry_at.is_none_or(|t| t <= Instant::now()) {
                 match self.follow_connect().await {
                     Ok((f, catalog)) => {
                         self.backend
@@ -70,7 +69,7 @@ impl Supervisor {
                         self.listed = Some(catalog.clone());
                         let _ = self.report(self.machine.state, Some(catalog));
                         reported = Some(self.machine.state);
-                        followed = Some(f);
+                        self.followed = Some(f);
                         retry_at = None;
                     }
                     Err(reason) => {
@@ -81,7 +80,7 @@ impl Supervisor {
             }
             // What routes here: the holder's state, unless this replica
             // cannot reach an instance that serves.
-            let state = if serving && followed.is_none() {
+            let state = if serving && self.followed.is_none() {
                 HealthState::Offline
             } else {
                 self.machine.state
@@ -90,7 +89,7 @@ impl Supervisor {
                 let _ = self.report(state, None);
                 reported = Some(state);
             }
-            let conn = followed.as_ref().and_then(|f| f.conn.clone());
+            let conn = self.followed.as_ref().and_then(|f| f.conn.clone());
             tokio::select! {
                 changed = heard.changed() => {
                     if changed.is_err() {
@@ -105,12 +104,11 @@ impl Supervisor {
                 }
                 _ = when_connected(conn.as_deref(), |c| c.closed()) => {
                     tracing::debug!(backend = %self.backend.name, "the followed instance closed this replica's connection; its supervisor will say why");
-                    followed = None;
                     listing = None;
-                    self.backend.instance_ended();
+                    self.end_followed();
                     retry_at = Some(Instant::now() + RECONNECT);
                 }
-                _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() && followed.is_none() => {
+                _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() && self.followed.is_none() => {
                     retry_at = None;
                 }
                 _ = self.backend.refresh_requested(), if listing.is_none() => {
@@ -164,6 +162,14 @@ impl Supervisor {
             Err(e) => {
                 tracing::debug!(backend = %self.backend.name, error = %e, "could not read what the backend's supervisor recorded; keeping what was read before");
             }
+        }
+    }
+
+    /// Ends the connection kept to a followed instance, if any: its run
+    /// ends here ([`Backend::instance_ended`](crate::backend::Backend::instance_ended)).
+    pub(super) fn end_followed(&mut self) {
+        if self.followed.take().is_some() {
+            self.backend.instance_ended();
         }
     }
 

@@ -140,6 +140,10 @@ pub struct Supervisor {
     builtin_degraded: Option<String>,
     /// An instance an update started and promoted, to serve first.
     handed: Option<(Option<Arc<Connection>>, start::Instance, BackendCatalog)>,
+    /// This replica's connection to the instance it followed, kept past
+    /// the lease's grant: calls go on over it until the adopted
+    /// instance's connection replaces it ([`Supervisor::end_followed`]).
+    followed: Option<follow::Followed>,
 }
 
 /// Least time between two probes triggered by a broken event stream.
@@ -210,6 +214,7 @@ impl Supervisor {
             plugin_probes,
             builtin_degraded: None,
             handed: None,
+            followed: None,
         };
         s.publish_status();
         s
@@ -248,8 +253,9 @@ impl Supervisor {
                 }
             };
             if self.follows {
-                // The follower's connection went with it.
-                self.backend.instance_ended();
+                // The follower's connection stays in service until the
+                // instance is adopted (or found gone): a call arriving
+                // meanwhile is not refused.
                 self.take_over().await;
             }
             if !first {
@@ -264,6 +270,8 @@ impl Supervisor {
             }
             first = false;
             tracing::warn!(backend = %name, "supervision lease lost; no longer acting for the backend");
+            // Lost while adopting, the followed connection may be kept yet.
+            self.followed = None;
             self.backend.instance_ended();
         };
         self.backend.instance_ended();
@@ -307,6 +315,9 @@ impl Supervisor {
         } else {
             Phase::Start
         };
+        if !matches!(phase, Phase::Adopt) {
+            self.end_followed();
+        }
         loop {
             phase = match phase {
                 Phase::Start | Phase::Adopt => {
@@ -388,11 +399,15 @@ impl Supervisor {
                 Some((cmd, reply)) = commands.recv() => {
                     if let Some(action) = self.answer(cmd, reply) {
                         drop(attempt);
+                        self.end_followed();
                         return Some(self.act(Some(action)).await);
                     }
                 }
             }
         };
+        if !matches!(attempt, Ok(Some(_))) {
+            self.end_followed();
+        }
         match attempt {
             Ok(None) => {
                 let step = self.apply(Input::Exited(
@@ -403,11 +418,13 @@ impl Supervisor {
             }
             Ok(Some((conn, instance, catalog))) => {
                 let conn = conn.map(Arc::new);
+                // Replaces the followed connection, if any, in one step.
                 self.backend.instance_up(
                     Some(instance.id.clone()),
                     conn.clone(),
                     instance.url.clone(),
                 );
+                self.followed = None;
                 self.listed = Some(catalog.clone());
                 // The catalog first (known, not yet shown), then the state
                 // change that shows it: the gateway never sees a serving
