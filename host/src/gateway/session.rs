@@ -976,8 +976,13 @@ impl FrontSession {
         // The tools its mode of tool search lists (all of them, by default).
         let tools = (kind == EntryKind::Tool).then(|| {
             let access = generation.policies.access(&Principal::of(&ctx.extensions));
-            let own = self.own_listings(ctx);
-            super::tool_search::listed_tools(&self.gw, &generation, &access, &own, &view)
+            super::tool_search::listed_tools(
+                &self.gw,
+                &generation,
+                &access,
+                || self.own_listings(ctx),
+                &view,
+            )
         });
         let entries = match &tools {
             Some(t) => &t[..],

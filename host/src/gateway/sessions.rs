@@ -225,11 +225,10 @@ impl Sessions {
     ) -> Arc<Catalog> {
         let view = generation.policies.view(principal, base);
         let access = generation.policies.access(principal);
-        let own = pool.map(|p| p.own_listings()).unwrap_or_default();
         match self.tool_search.tools_listed(
             &access,
             generation.backends.iter().map(|b| &b.name),
-            &own,
+            || pool.map(|p| p.own_listings()).unwrap_or_default(),
             &view,
         ) {
             Some(tools) => Arc::new(view.listing_with_tools(tools)),

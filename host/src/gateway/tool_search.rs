@@ -28,12 +28,13 @@ pub(super) fn servers(
 }
 
 /// What the caller with `access` lists as its tools, `view` being what
-/// it may see and `own` what it listed itself.
+/// it may see and `own` what it listed itself (asked only in a mode
+/// that searches).
 pub(super) fn listed_tools<'v>(
     gw: &Gateway,
     generation: &Generation,
     access: &Access,
-    own: &OwnListings,
+    own: impl FnOnce() -> OwnListings,
     view: &'v Catalog,
 ) -> std::borrow::Cow<'v, [crate::catalog::Entry]> {
     match gw.tool_search().tools_listed(

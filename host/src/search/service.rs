@@ -341,19 +341,21 @@ impl ToolSearch {
 
     /// What the caller with `access` lists as its tools, `view` being
     /// what it may see and `configured` the backends in config order:
-    /// `None` in passthrough mode (its view's tools, as they are).
+    /// `None` in passthrough mode (its view's tools, as they are). `own`
+    /// gives what the caller listed itself, asked only in a mode that
+    /// searches (passthrough `tools/list` is the hot path).
     pub fn tools_listed<'a>(
         &self,
         access: &Access,
         configured: impl IntoIterator<Item = &'a Arc<str>>,
-        own: &OwnListings,
+        own: impl FnOnce() -> OwnListings,
         view: &Catalog,
     ) -> Option<Vec<Entry>> {
         let mode = self.mode(access);
         if !mode.searches() {
             return None;
         }
-        Some(self.listed(mode, &self.servers(access, configured, own), view))
+        Some(self.listed(mode, &self.servers(access, configured, &own()), view))
     }
 
     /// `find_tool` for a caller whose view is `view`, at catalog
