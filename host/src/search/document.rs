@@ -18,6 +18,27 @@ const MAX_DEPTH: usize = 4;
 /// How often the name's words are written.
 const NAME_WEIGHT: usize = 2;
 
+/// `value` as compact JSON, in bytes (what a definition weighs in a
+/// `tools/list`, a name as a JSON string, an answer): counted as it is
+/// written, nothing kept.
+pub fn json_size<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    match serde_json::to_writer(&mut n, value) {
+        Ok(()) => n.0,
+        Err(_) => 0,
+    }
+}
+
 /// The document of `tool` (one listed tool's JSON, under the backend's
 /// own name) of backend `server`.
 pub fn document(server: &str, tool: &Map<String, Value>) -> String {

@@ -421,7 +421,7 @@ fn diff(now: &Snapshot, l: &Listing<'_>, words: &Words) -> (Reindexed, Vec<Arc<D
             length,
             embedding: Embedding(Vec::new()),
             avgdl: 0.0,
-            bytes: serde_json::to_vec(json).map_or(0, |v| v.len()),
+            bytes: super::document::json_size(json),
             meaning_key: super::vectors::key(&meaning),
             meaning,
         }));

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
 
+use super::document::json_size;
 use super::index::{Arms, Index, Snapshot};
 use super::meta::{self, FindArgs, Server};
 use super::vectors::Vectors;
@@ -407,7 +408,7 @@ impl ToolSearch {
             bytes_saved: 0,
             hint,
         };
-        let own = serde_json::to_vec(&answer.structured()).map_or(0, |v| v.len()) as i64;
+        let own = json_size(&answer.structured()) as i64;
         answer.bytes_saved = seen.bytes as i64 - own;
         answer
     }
@@ -518,7 +519,7 @@ impl ToolSearch {
                 .find(|d| d.name == route.name)
                 .filter(|d| same_but_name(t.json(), d.entry.json()));
             if let Some(d) = indexed {
-                items += d.bytes + string_size(t.key()) - string_size(&d.name);
+                items += d.bytes + json_size(t.key()) - json_size(&d.name);
                 shown
                     .entry(route.backend.clone())
                     .or_default()
@@ -584,16 +585,6 @@ fn listing_key<'a>(backend: &str, tools: impl Iterator<Item = &'a Entry>) -> Arc
         .collect();
     texts.sort_unstable();
     format!("{backend}#{:016x}", super::vectors::key(&texts.join("\n"))).into()
-}
-
-/// A definition as JSON, in bytes.
-fn json_size(json: &Map<String, Value>) -> usize {
-    serde_json::to_vec(json).map_or(0, |v| v.len())
-}
-
-/// A JSON string of `text`, in bytes (quotes and escapes included).
-fn string_size(text: &str) -> usize {
-    serde_json::to_vec(text).map_or(0, |v| v.len())
 }
 
 /// What to try when nothing matched.
